@@ -1,0 +1,301 @@
+/*
+ * tensorhub: Reference-Oriented Storage for LLM weights.
+ *
+ * This header is the whole public interface of libtensorhub. Anything that is
+ * not declared here is not API and may change at any time.
+ *
+ * Conventions (they hold for every function unless its comment says otherwise):
+ *  - Every function returning th_status returns TH_OK (0) on success or a
+ *    negative TH_ERR_* code. On failure, th_last_error() on the same thread
+ *    returns a message that names the problem.
+ *  - Out-parameters come first. Strings passed in are copied; the library keeps
+ *    no pointer to them after the call returns.
+ *  - What the library allocates, the library frees (th_free, *_destroy).
+ *  - *_destroy(NULL) and th_replica_release(NULL) are no-ops.
+ *  - Config structs start with struct_size. Always initialise them with their
+ *    *_config_init() function, then set the fields you need. Fields are only
+ *    ever appended, so a program built against an older header keeps working.
+ *  - Every blocking call has a deadline: it returns TH_ERR_TIMEOUT rather than
+ *    waiting forever.
+ */
+#ifndef TENSORHUB_TENSORHUB_H
+#define TENSORHUB_TENSORHUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TH_VERSION_MAJOR 0
+#define TH_VERSION_MINOR 1
+#define TH_VERSION_PATCH 0
+#define TH_VERSION_NUMBER \
+    (TH_VERSION_MAJOR * 10000 + TH_VERSION_MINOR * 100 + TH_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define TH_API
+#elif defined(TH_BUILDING_LIBRARY)
+#define TH_API __attribute__((visibility("default")))
+#else
+#define TH_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* Status codes and errors                                                    */
+/* ------------------------------------------------------------------------- */
+
+/* Stable numbers: never renumbered, only appended. */
+typedef enum th_status {
+    TH_OK = 0,
+    TH_ERR_INVALID_ARG = -1,     /* bad argument: null, out of range, malformed */
+    TH_ERR_NOT_FOUND = -2,       /* unknown model, version, shard or tensor */
+    TH_ERR_NOT_COMMITTED = -3,   /* version exists but not all shards are published */
+    TH_ERR_LAYOUT_MISMATCH = -4, /* buffers do not match the published layout */
+    TH_ERR_CONFLICT = -5,        /* publish disagrees with what is already published */
+    TH_ERR_TIMEOUT = -6,         /* the deadline passed */
+    TH_ERR_UNAVAILABLE = -7,     /* server unreachable, or no live holder of the data */
+    TH_ERR_TRANSPORT = -8,       /* data-plane (UCX) failure */
+    TH_ERR_PROTOCOL = -9,        /* malformed or unexpected message */
+    TH_ERR_NO_MEMORY = -10,      /* allocation failed */
+    TH_ERR_CLOSED = -11,         /* the handle is shutting down */
+    TH_ERR_UNSUPPORTED = -12,    /* not built in (e.g. CUDA memory without CUDA) */
+    TH_ERR_INTERNAL = -13        /* a bug in tensorhub: please report it */
+} th_status;
+
+/* A static, human-readable name for a status code. Never NULL. Thread-safe. */
+TH_API const char *th_status_str(th_status status);
+
+/* The message describing the last failure of a tensorhub call on the calling
+ * thread. Owned by the library; valid until the next tensorhub call on this
+ * thread. Never NULL (empty string if no error was recorded). */
+TH_API const char *th_last_error(void);
+
+/* Frees memory the library returned to the caller (e.g. th_status_json output).
+ * NULL is a no-op. Thread-safe. */
+TH_API void th_free(void *ptr);
+
+/* The library version as "MAJOR.MINOR.PATCH". Static string. Thread-safe. */
+TH_API const char *th_version(void);
+
+/* TH_VERSION_NUMBER of the library actually loaded. Thread-safe. */
+TH_API uint32_t th_version_number(void);
+
+/* ------------------------------------------------------------------------- */
+/* Tensors                                                                    */
+/* ------------------------------------------------------------------------- */
+
+/* Element types. Stable numbers. */
+typedef enum th_dtype {
+    TH_DTYPE_UINT8 = 0,
+    TH_DTYPE_INT8 = 1,
+    TH_DTYPE_INT16 = 2,
+    TH_DTYPE_INT32 = 3,
+    TH_DTYPE_INT64 = 4,
+    TH_DTYPE_FLOAT16 = 5,
+    TH_DTYPE_BFLOAT16 = 6,
+    TH_DTYPE_FLOAT32 = 7,
+    TH_DTYPE_FLOAT64 = 8,
+    TH_DTYPE_BOOL = 9,
+    TH_DTYPE_FLOAT8_E4M3 = 10,
+    TH_DTYPE_FLOAT8_E5M2 = 11,
+    TH_DTYPE_UINT16 = 12,
+    TH_DTYPE_UINT32 = 13,
+    TH_DTYPE_UINT64 = 14
+} th_dtype;
+
+/* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+TH_API size_t th_dtype_size(th_dtype dtype);
+
+/* Where a buffer lives. */
+typedef enum th_mem_kind {
+    TH_MEM_HOST = 0,
+    TH_MEM_CUDA = 1 /* needs a library built with TH_WITH_CUDA */
+} th_mem_kind;
+
+#define TH_MAX_DIMS 8
+
+/* One named tensor in caller memory. This struct is frozen: its layout never
+ * changes (a future version would add a new type).
+ * nbytes must equal th_dtype_size(dtype) * product(shape). The name is copied;
+ * the buffer at data is only referenced (see th_publish and th_fetch). */
+typedef struct th_tensor {
+    const char *name;
+    th_dtype dtype;
+    uint32_t ndim;               /* 0..TH_MAX_DIMS */
+    int64_t shape[TH_MAX_DIMS];  /* the first ndim entries are used */
+    void *data;
+    uint64_t nbytes;
+    th_mem_kind mem_kind;
+    int32_t device;              /* CUDA device ordinal; ignored for host */
+} th_tensor;
+
+/* ------------------------------------------------------------------------- */
+/* Server (the ROS metadata service)                                          */
+/* ------------------------------------------------------------------------- */
+
+typedef struct th_server th_server;
+
+typedef struct th_server_config {
+    size_t struct_size;     /* set by th_server_config_init */
+    const char *listen_url; /* NNG URL, e.g. "tcp://127.0.0.1:0" (port 0: any free port).
+                               Default "tcp://127.0.0.1:0". */
+    uint32_t lease_ms;      /* a worker silent for this long loses its replicas.
+                               Default 10000. */
+    uint32_t max_readers_per_source; /* fan-out cap per source while other sources
+                                        exist. Default 2. */
+} th_server_config;
+
+/* Fills cfg with defaults. Must be called before th_server_create. */
+TH_API void th_server_config_init(th_server_config *cfg);
+
+/* Starts a server in this process, serving on its own threads until destroyed.
+ * *out is set on success. Thread-safe. */
+TH_API th_status th_server_create(th_server **out, const th_server_config *cfg);
+
+/* The URL clients connect to, with the real port when listen_url used port 0.
+ * Owned by the server; valid until th_server_destroy. */
+TH_API const char *th_server_url(const th_server *server);
+
+/* Stops serving and frees the server. Clients see TH_ERR_UNAVAILABLE afterwards.
+ * Must not be called concurrently with other calls on the same server. */
+TH_API void th_server_destroy(th_server *server);
+
+/* ------------------------------------------------------------------------- */
+/* Client                                                                     */
+/* ------------------------------------------------------------------------- */
+
+typedef struct th_client th_client;
+
+typedef struct th_client_config {
+    size_t struct_size;
+    const char *server_url;  /* required, e.g. "tcp://10.0.0.1:7070" */
+    const char *worker_name; /* default: "<hostname>-<pid>" */
+    const char *labels;      /* topology, "dc=eu,rack=r7,host=node12,gpu=0"; default: host=<hostname> */
+    uint32_t timeout_ms;     /* deadline of control calls. Default 10000. */
+    uint32_t heartbeat_ms;   /* heartbeat period. Default 1000. */
+    uint32_t chunk_timeout_ms; /* a chunk GET with no completion for this long fails
+                                  its source. Default 5000. */
+    uint32_t max_inflight;   /* chunk GETs in flight per fetch. Default 8. */
+} th_client_config;
+
+/* Fills cfg with defaults. Must be called before th_client_create. */
+TH_API void th_client_config_init(th_client_config *cfg);
+
+/* Creates a client: opens its UCX worker and progress thread and registers with
+ * the server (fails with TH_ERR_UNAVAILABLE if the server cannot be reached
+ * within timeout_ms). A client is thread-safe: all calls taking a th_client may
+ * be made from any thread, concurrently. */
+TH_API th_status th_client_create(th_client **out, const th_client_config *cfg);
+
+/* Withdraws every replica the client still holds, disconnects and frees it.
+ * Replica handles obtained from this client stay valid only to be passed to
+ * th_replica_release (which then just frees them). Must not race with other
+ * calls on the same client. */
+TH_API void th_client_destroy(th_client *client);
+
+/* The worker id the server knows this client by (stable for its lifetime). */
+TH_API uint64_t th_client_worker_id(const th_client *client);
+
+/* ------------------------------------------------------------------------- */
+/* Replicas: publish and release                                              */
+/* ------------------------------------------------------------------------- */
+
+/* A version held in this process's memory and served to others. */
+typedef struct th_replica th_replica;
+
+/* Pass as th_fetch_config.version to fetch the newest committed version. */
+#define TH_LATEST UINT64_MAX
+
+typedef struct th_publish_config {
+    size_t struct_size;
+    const char *model;    /* required, 1..255 bytes */
+    uint64_t version;     /* chosen by the publisher, strictly increasing per model */
+    uint32_t shard;       /* 0 <= shard < num_shards */
+    uint32_t num_shards;  /* default 1 */
+    uint64_t chunk_bytes; /* transfer unit. Default 4 MiB; must agree across shards */
+} th_publish_config;
+
+TH_API void th_publish_config_init(th_publish_config *cfg);
+
+/* Declares that this process holds (cfg->model, cfg->version, cfg->shard) in the
+ * n tensors given. Nothing is copied: the buffers are registered with the data
+ * plane (registration is cached, so publishing a later version from the same
+ * buffers registers nothing new) and served to readers from then on.
+ * The version becomes visible to readers when every shard is published with
+ * agreeing metadata. The caller must keep the buffers alive and unchanged until
+ * it releases the replica. *out receives the replica handle.
+ * Errors: TH_ERR_INVALID_ARG, TH_ERR_CONFLICT (same model/version/shard already
+ * published with different metadata, or a version not newer than the latest
+ * committed one), TH_ERR_UNAVAILABLE, TH_ERR_TIMEOUT. */
+TH_API th_status th_publish(th_client *client, const th_publish_config *cfg,
+                            const th_tensor *tensors, size_t n, th_replica **out);
+
+/* The version the replica holds. */
+TH_API uint64_t th_replica_version(const th_replica *replica);
+
+/* Withdraws the replica and frees the handle: the server stops routing reads
+ * to it, and its control word's generation changes first, so a reader still
+ * reading it discards what it read and re-reads from another holder. After it
+ * returns, the caller may overwrite the buffers. NULL is a no-op.
+ * Returns the status of telling the server; the handle is freed either way. */
+TH_API th_status th_replica_release(th_replica *replica);
+
+/* ------------------------------------------------------------------------- */
+/* Fetch                                                                      */
+/* ------------------------------------------------------------------------- */
+
+typedef struct th_fetch_config {
+    size_t struct_size;
+    const char *model;    /* required */
+    uint64_t version;     /* a version, or TH_LATEST (default) */
+    uint32_t shard;       /* default 0 */
+    uint32_t timeout_ms;  /* whole-fetch deadline; 0 = the client's default x 6 */
+    const char *tensor;   /* NULL: the whole shard. Else fetch only this tensor: */
+    uint64_t offset;      /*   byte offset inside it */
+    uint64_t length;      /*   bytes to fetch; 0 = to the end of the tensor */
+} th_fetch_config;
+
+TH_API void th_fetch_config_init(th_fetch_config *cfg);
+
+/* Fetches a shard of a committed version into the caller's buffers, pulling
+ * the bytes directly from processes that hold it (no byte passes through the
+ * server). For a whole shard, dst must list the shard's tensors in the
+ * published order with the same names, dtypes and sizes; for a single tensor
+ * (cfg->tensor set) dst is one buffer of exactly the requested length.
+ * *out_version (may be NULL) receives the version delivered.
+ * If out_replica is not NULL (whole-shard fetches only), the fetched buffers
+ * become a replica that serves the version to others until it is released;
+ * the caller must then keep them unchanged until th_replica_release.
+ * Errors: TH_ERR_NOT_FOUND, TH_ERR_NOT_COMMITTED, TH_ERR_LAYOUT_MISMATCH,
+ * TH_ERR_INVALID_ARG, TH_ERR_UNAVAILABLE (no live holder), TH_ERR_TIMEOUT,
+ * TH_ERR_TRANSPORT. On failure the destination content is unspecified. */
+TH_API th_status th_fetch(th_client *client, const th_fetch_config *cfg,
+                          const th_tensor *dst, size_t n, uint64_t *out_version,
+                          th_replica **out_replica);
+
+/* Resolves version (a number or TH_LATEST) of model to a committed version.
+ * Errors: TH_ERR_NOT_FOUND (no such model or no committed version),
+ * TH_ERR_NOT_COMMITTED (that version exists but is incomplete). */
+TH_API th_status th_resolve(th_client *client, const char *model, uint64_t version,
+                            uint64_t *out_version);
+
+/* ------------------------------------------------------------------------- */
+/* Status                                                                     */
+/* ------------------------------------------------------------------------- */
+
+/* Asks the server for its state (workers, models, versions, shards, replicas,
+ * bytes served per worker) as a JSON document. *out_json is allocated by the
+ * library; free it with th_free. */
+TH_API th_status th_status_json(th_client *client, char **out_json);
+
+/* The same without a client: connects to server_url, asks, disconnects. */
+TH_API th_status th_server_status_json(const char *server_url, uint32_t timeout_ms,
+                                       char **out_json);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORHUB_TENSORHUB_H */

@@ -1,0 +1,284 @@
+// The extern "C" boundary: argument checks, conversion to the C++ core, and
+// every exception turned into a status code plus th_last_error().
+#include "tensorhub/tensorhub.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "client/client.hpp"
+#include "common/error.hpp"
+#include "server/server.hpp"
+
+struct th_server {
+    std::unique_ptr<th::Server> impl;
+};
+
+struct th_client {
+    std::unique_ptr<th::Client> impl;
+};
+
+struct th_replica {
+    std::unique_ptr<th::Replica> impl;
+};
+
+namespace {
+
+using th::fail;
+
+// Config structs grow by appending fields: read what the caller's struct has,
+// defaults for the rest.
+template <typename T>
+T read_config(const T *cfg, void (*init)(T *), const char *what) {
+    T out;
+    init(&out);
+    if (cfg == nullptr) fail(TH_ERR_INVALID_ARG, what, " is NULL");
+    const size_t given = cfg->struct_size;
+    if (given < sizeof(size_t) || given > (1u << 16))
+        fail(TH_ERR_INVALID_ARG, what, ".struct_size is ", given, "; call ", what, "_init first");
+    std::memcpy(&out, cfg, std::min(sizeof(T), given));
+    out.struct_size = sizeof(T);
+    return out;
+}
+
+std::vector<th::Buffer> buffers(const th_tensor *tensors, size_t n) {
+    if (tensors == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "no tensors given");
+    std::vector<th::Buffer> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        const th_tensor &t = tensors[i];
+        if (t.name == nullptr) fail(TH_ERR_INVALID_ARG, "tensor ", i, " has no name");
+        if (t.ndim > TH_MAX_DIMS) fail(TH_ERR_INVALID_ARG, "tensor '", t.name, "' has ndim ", t.ndim, " > ", TH_MAX_DIMS);
+        if (t.mem_kind != TH_MEM_HOST && t.mem_kind != TH_MEM_CUDA)
+            fail(TH_ERR_INVALID_ARG, "tensor '", t.name, "' has unknown memory kind ", static_cast<int>(t.mem_kind));
+        th::Buffer b;
+        b.spec.name = t.name;
+        b.spec.dtype = t.dtype;
+        b.spec.shape.assign(t.shape, t.shape + t.ndim);
+        b.spec.nbytes = t.nbytes;
+        b.data = t.data;
+        b.kind = t.mem_kind;
+        out.push_back(std::move(b));
+    }
+    return out;
+}
+
+char *copy_string(const std::string &s) {
+    char *out = static_cast<char *>(std::malloc(s.size() + 1));
+    if (out == nullptr) throw std::bad_alloc();
+    std::memcpy(out, s.c_str(), s.size() + 1);
+    return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char *th_status_str(th_status status) {
+    switch (status) {
+        case TH_OK: return "ok";
+        case TH_ERR_INVALID_ARG: return "invalid argument";
+        case TH_ERR_NOT_FOUND: return "not found";
+        case TH_ERR_NOT_COMMITTED: return "version not committed";
+        case TH_ERR_LAYOUT_MISMATCH: return "layout mismatch";
+        case TH_ERR_CONFLICT: return "conflict";
+        case TH_ERR_TIMEOUT: return "timed out";
+        case TH_ERR_UNAVAILABLE: return "unavailable";
+        case TH_ERR_TRANSPORT: return "transport error";
+        case TH_ERR_PROTOCOL: return "protocol error";
+        case TH_ERR_NO_MEMORY: return "out of memory";
+        case TH_ERR_CLOSED: return "closed";
+        case TH_ERR_UNSUPPORTED: return "unsupported";
+        case TH_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+const char *th_last_error(void) { return th::last_error(); }
+
+void th_free(void *ptr) { std::free(ptr); }
+
+const char *th_version(void) {
+#define TH_STR2(x) #x
+#define TH_STR(x) TH_STR2(x)
+    return TH_STR(TH_VERSION_MAJOR) "." TH_STR(TH_VERSION_MINOR) "." TH_STR(TH_VERSION_PATCH);
+}
+
+uint32_t th_version_number(void) { return TH_VERSION_NUMBER; }
+
+size_t th_dtype_size(th_dtype dtype) {
+    switch (dtype) {
+        case TH_DTYPE_UINT8:
+        case TH_DTYPE_INT8:
+        case TH_DTYPE_BOOL:
+        case TH_DTYPE_FLOAT8_E4M3:
+        case TH_DTYPE_FLOAT8_E5M2: return 1;
+        case TH_DTYPE_INT16:
+        case TH_DTYPE_UINT16:
+        case TH_DTYPE_FLOAT16:
+        case TH_DTYPE_BFLOAT16: return 2;
+        case TH_DTYPE_INT32:
+        case TH_DTYPE_UINT32:
+        case TH_DTYPE_FLOAT32: return 4;
+        case TH_DTYPE_INT64:
+        case TH_DTYPE_UINT64:
+        case TH_DTYPE_FLOAT64: return 8;
+    }
+    return 0;
+}
+
+void th_server_config_init(th_server_config *cfg) {
+    if (cfg == nullptr) return;
+    std::memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->listen_url = "tcp://127.0.0.1:0";
+    cfg->lease_ms = 10000;
+    cfg->max_readers_per_source = 2;
+}
+
+th_status th_server_create(th_server **out, const th_server_config *cfg) {
+    return th::guard([&] {
+        if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
+        *out = nullptr;
+        th_server_config c = read_config(cfg, th_server_config_init, "th_server_config");
+        if (c.listen_url == nullptr || *c.listen_url == '\0') fail(TH_ERR_INVALID_ARG, "listen_url is empty");
+        if (c.lease_ms < 10) fail(TH_ERR_INVALID_ARG, "lease_ms must be at least 10");
+        if (c.max_readers_per_source == 0) fail(TH_ERR_INVALID_ARG, "max_readers_per_source must be positive");
+        th::ServiceConfig sc;
+        sc.lease_ms = c.lease_ms;
+        sc.heartbeat_ms = std::max<uint32_t>(c.lease_ms / 10, 1);
+        sc.policy.max_readers_per_source = c.max_readers_per_source;
+        auto s = std::make_unique<th_server>();
+        s->impl = std::make_unique<th::Server>(c.listen_url, sc);
+        *out = s.release();
+    });
+}
+
+const char *th_server_url(const th_server *server) { return server ? server->impl->url().c_str() : ""; }
+
+void th_server_destroy(th_server *server) { delete server; }
+
+void th_client_config_init(th_client_config *cfg) {
+    if (cfg == nullptr) return;
+    std::memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->timeout_ms = 10000;
+    cfg->heartbeat_ms = 1000;
+    cfg->chunk_timeout_ms = 5000;
+    cfg->max_inflight = 8;
+}
+
+th_status th_client_create(th_client **out, const th_client_config *cfg) {
+    return th::guard([&] {
+        if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
+        *out = nullptr;
+        th_client_config c = read_config(cfg, th_client_config_init, "th_client_config");
+        if (c.server_url == nullptr || *c.server_url == '\0') fail(TH_ERR_INVALID_ARG, "server_url is empty");
+        th::ClientConfig cc;
+        cc.server_url = c.server_url;
+        if (c.worker_name) cc.worker_name = c.worker_name;
+        if (c.labels) cc.labels = th::parse_labels(c.labels);
+        cc.timeout_ms = c.timeout_ms;
+        cc.heartbeat_ms = c.heartbeat_ms;
+        cc.chunk_timeout_ms = c.chunk_timeout_ms;
+        cc.max_inflight = c.max_inflight;
+        auto cl = std::make_unique<th_client>();
+        cl->impl = std::make_unique<th::Client>(cc);
+        *out = cl.release();
+    });
+}
+
+void th_client_destroy(th_client *client) { delete client; }
+
+uint64_t th_client_worker_id(const th_client *client) { return client ? client->impl->worker_id() : 0; }
+
+void th_publish_config_init(th_publish_config *cfg) {
+    if (cfg == nullptr) return;
+    std::memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->num_shards = 1;
+    cfg->chunk_bytes = 4u << 20;
+}
+
+th_status th_publish(th_client *client, const th_publish_config *cfg, const th_tensor *tensors, size_t n,
+                     th_replica **out) {
+    return th::guard([&] {
+        if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
+        *out = nullptr;
+        if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
+        th_publish_config c = read_config(cfg, th_publish_config_init, "th_publish_config");
+        if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        auto r = std::make_unique<th_replica>();
+        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n));
+        *out = r.release();
+    });
+}
+
+uint64_t th_replica_version(const th_replica *replica) { return replica ? replica->impl->version() : 0; }
+
+th_status th_replica_release(th_replica *replica) {
+    if (replica == nullptr) return TH_OK;
+    std::unique_ptr<th_replica> owned(replica);
+    return th::guard([&] {
+        th::Client *c = th::replica_client(*owned->impl);
+        if (c != nullptr) c->release(*owned->impl);
+    });
+}
+
+void th_fetch_config_init(th_fetch_config *cfg) {
+    if (cfg == nullptr) return;
+    std::memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->version = TH_LATEST;
+}
+
+th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tensor *dst, size_t n,
+                   uint64_t *out_version, th_replica **out_replica) {
+    return th::guard([&] {
+        if (out_replica) *out_replica = nullptr;
+        if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
+        th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
+        if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        th::FetchRequest req;
+        req.model = c.model;
+        req.version = c.version;
+        req.shard = c.shard;
+        req.timeout_ms = c.timeout_ms;
+        if (c.tensor) req.tensor = std::string(c.tensor);
+        req.offset = c.offset;
+        req.length = c.length;
+        th::FetchResult res = client->impl->fetch(req, buffers(dst, n), out_replica != nullptr);
+        if (out_version) *out_version = res.version;
+        if (out_replica) {
+            auto r = std::make_unique<th_replica>();
+            r->impl = std::move(res.replica);
+            *out_replica = r.release();
+        }
+    });
+}
+
+th_status th_resolve(th_client *client, const char *model, uint64_t version, uint64_t *out_version) {
+    return th::guard([&] {
+        if (client == nullptr || model == nullptr || out_version == nullptr)
+            fail(TH_ERR_INVALID_ARG, "client, model and out_version must not be NULL");
+        *out_version = client->impl->resolve(model, version);
+    });
+}
+
+th_status th_status_json(th_client *client, char **out_json) {
+    return th::guard([&] {
+        if (client == nullptr || out_json == nullptr) fail(TH_ERR_INVALID_ARG, "client and out_json must not be NULL");
+        *out_json = nullptr;
+        *out_json = copy_string(client->impl->status_json());
+    });
+}
+
+th_status th_server_status_json(const char *server_url, uint32_t timeout_ms, char **out_json) {
+    return th::guard([&] {
+        if (server_url == nullptr || out_json == nullptr) fail(TH_ERR_INVALID_ARG, "server_url and out_json must not be NULL");
+        *out_json = nullptr;
+        *out_json = copy_string(th::query_status(server_url, timeout_ms == 0 ? 10000 : timeout_ms));
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,156 @@
+// The library inside a worker process: UCX worker + control channel to the
+// server + the replicas this process holds. th_client is this class.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/control_word.hpp"
+#include "common/deadline.hpp"
+#include "common/labels.hpp"
+#include "common/layout.hpp"
+#include "control/rpc.hpp"
+#include "server/state.hpp"
+#include "transport/ucx.hpp"
+#include "wire/wire.hpp"
+
+namespace th {
+
+struct ClientConfig {
+    std::string server_url;
+    std::string worker_name;
+    Labels labels;
+    uint32_t timeout_ms = 10000;
+    uint32_t heartbeat_ms = 1000;
+    uint32_t chunk_timeout_ms = 5000;
+    uint32_t max_inflight = 8;
+};
+
+// Caller memory holding one tensor of a replica or a fetch destination.
+struct Buffer {
+    TensorSpec spec;
+    void *data = nullptr;
+    th_mem_kind kind = TH_MEM_HOST;
+};
+
+class Client;
+
+// One shard of one version held in this process's memory.
+class Replica {
+  public:
+    ~Replica();
+    uint64_t id() const { return id_; }
+    uint64_t version() const { return version_; }
+
+  private:
+    friend class Client;
+    friend class Fetch;
+    friend Client *replica_client(const Replica &r);
+    Client *client_ = nullptr;
+    uint64_t id_ = 0;
+    std::string model_;
+    uint64_t version_ = 0;
+    uint32_t shard_ = 0;
+    uint32_t num_shards_ = 1;
+    uint64_t chunk_bytes_ = 0;
+    std::vector<Buffer> buffers_;
+    std::vector<RegionRef> regions_;  // distinct registrations, in desc order
+    ReplicaDesc desc_;
+    ControlPage::Slot ctrl_{};
+    bool complete_ = false;
+};
+
+struct FetchRequest {
+    std::string model;
+    uint64_t version = UINT64_MAX;
+    uint32_t shard = 0;
+    uint32_t timeout_ms = 0;
+    std::optional<std::string> tensor;  // partial fetch of one tensor
+    uint64_t offset = 0;
+    uint64_t length = 0;
+};
+
+struct FetchResult {
+    uint64_t version = 0;
+    std::unique_ptr<Replica> replica;  // set when the fetch was asked to serve
+};
+
+class Client {
+  public:
+    explicit Client(ClientConfig cfg);
+    ~Client();
+
+    uint64_t worker_id() const { return worker_id_; }
+    const ClientConfig &config() const { return cfg_; }
+
+    std::unique_ptr<Replica> publish(const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
+                                     uint64_t chunk_bytes, std::vector<Buffer> buffers);
+    FetchResult fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve);
+    uint64_t resolve(const std::string &model, uint64_t version);
+    void release(Replica &replica);
+    std::string status_json();
+
+    // Sends a request built by build(builder, header) and returns the reply
+    // envelope bytes. Error replies become Error exceptions; an "unknown
+    // worker" reply makes the client register again and retry once.
+    template <typename Build>
+    wire::Bytes call(Build &&build, const Deadline &deadline);
+
+    UcxWorker &ucx() { return *ucx_; }
+    ControlPage &control_page() { return *ctrl_; }
+
+  private:
+    friend class Fetch;
+    wire::Bytes call_raw(const std::function<wire::Bytes(wire::Builder &, const wire::Header &)> &build,
+                         const Deadline &deadline);
+    void hello(const Deadline &deadline);
+    void reregister(const Deadline &deadline);
+    void heartbeat_loop();
+    Replica *prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer> &buffers);
+    void send_publish(const Replica &r, const Deadline &deadline);
+    void remember(Replica *r);
+    void forget(Replica *r);
+    wire::Header header();
+
+    ClientConfig cfg_;
+    uint64_t worker_id_;
+    std::unique_ptr<UcxWorker> ucx_;
+    std::unique_ptr<ControlPage> ctrl_;
+    std::unique_ptr<RpcClient> rpc_;
+    std::atomic<uint64_t> next_request_{1};
+    std::atomic<uint64_t> next_replica_{1};
+    std::atomic<uint64_t> epoch_{0};
+    std::atomic<uint64_t> registrations_{0};  // bumped each time we (re)register
+
+    std::mutex reg_mu_;  // serializes re-registration and guards held_
+    std::map<uint64_t, Replica *> held_;
+
+    std::mutex hb_mu_;
+    std::condition_variable hb_cv_;
+    bool stop_ = false;
+    std::thread heartbeat_;
+};
+
+template <typename Build>
+wire::Bytes Client::call(Build &&build, const Deadline &deadline) {
+    return call_raw(std::forward<Build>(build), deadline);
+}
+
+// Renders a StatusReply as JSON.
+std::string status_to_json(const wire::StatusReply &s);
+
+// Asks the server at url for its status without registering a worker.
+std::string query_status(const std::string &url, uint32_t timeout_ms);
+
+// The client a replica belongs to, or nullptr once that client is destroyed.
+Client *replica_client(const Replica &r);
+
+}  // namespace th

@@ -1,0 +1,508 @@
+#include "client/fetch.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "wire/replica_desc.hpp"
+
+namespace th {
+
+using namespace wire;
+
+namespace {
+// How often a reader re-reads the control word of a source that is still
+// filling while it waits for the next chunk.
+constexpr auto kFollowPoll = std::chrono::microseconds(200);
+}  // namespace
+
+struct Fetch::Source {
+    uint64_t worker = 0;
+    PeerRef peer;
+    th::ReplicaDesc desc;
+    std::vector<ucp_rkey_h> rkeys;  // per region
+    bool complete = false;
+    uint32_t end = 0;    // assigned chunks end here (exclusive)
+    uint32_t next = 0;   // next chunk to consider
+    uint32_t avail = 0;  // chunks the source holds, from its control word
+    bool gen_known = false;
+    uint64_t gen = 0;
+    bool ctrl_inflight = false;
+    uint64_t ctrl_issue_seq = 0;
+    Clock::time_point ctrl_at{};
+    std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
+    uint32_t chunk_inflight = 0;
+    bool failed = false;
+    bool retired = false;
+    bool report = false;  // tell the server this source failed
+    std::string why;
+    Clock::time_point last_progress = Clock::now();
+};
+
+void Fetch::Mailbox::post(const Event &e) {
+    {
+        std::lock_guard lk(mu);
+        events.push_back(e);
+    }
+    cv.notify_one();
+}
+
+Fetch::Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, bool serve)
+    : client_(client), req_(req), dst_(std::move(dst)), serve_(serve) {
+    if (req_.model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    if (dst_.empty()) fail(TH_ERR_INVALID_ARG, "no destination buffers given");
+    if (req_.tensor && dst_.size() != 1)
+        fail(TH_ERR_INVALID_ARG, "a single-tensor fetch takes exactly one destination buffer");
+    if (req_.tensor && serve_) fail(TH_ERR_INVALID_ARG, "only whole-shard fetches can serve others");
+    for (const Buffer &b : dst_) {
+        if (b.data == nullptr) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' has a null data pointer");
+        if (b.spec.nbytes == 0) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' is empty");
+    }
+    registrations_at_start_ = client_.registrations_.load();
+    if (serve_) {
+        replica_ = std::make_unique<Replica>();
+        replica_->model_ = req_.model;
+        replica_->shard_ = req_.shard;
+        std::vector<Buffer> copy = dst_;
+        client_.prepare_replica(replica_, copy);
+        for (size_t i = 0; i < dst_.size(); ++i)
+            dst_regions_.push_back(replica_->regions_[replica_->desc_.places[i].region]);
+    } else {
+        for (const Buffer &b : dst_) dst_regions_.push_back(client_.ucx().register_memory(b.data, b.spec.nbytes, b.kind));
+    }
+}
+
+Fetch::~Fetch() {
+    if (!finished_) {
+        try {
+            drain();
+            finish(false);
+        } catch (...) {
+        }
+    }
+}
+
+void Fetch::fail_fetch(th_status code, const std::string &why) {
+    std::string what = str("fetch of model '", req_.model, "' ",
+                           have_layout_ ? str("version ", version_) : std::string("(version not resolved)"), " shard ",
+                           req_.shard, ": ", why);
+    throw Error(code, what);
+}
+
+void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, std::vector<TensorSpec> tensors) {
+    layout_ = Layout(std::move(tensors), chunk_bytes);
+    version_ = version;
+    have_layout_ = true;
+    if (req_.tensor) {
+        int64_t t = layout_.find(*req_.tensor);
+        if (t < 0) fail_fetch(TH_ERR_NOT_FOUND, str("the shard has no tensor named '", *req_.tensor, "'"));
+        uint64_t size = layout_.tensors()[t].nbytes;
+        uint64_t length = req_.length == 0 ? size - std::min(size, req_.offset) : req_.length;
+        if (req_.offset >= size || length > size - req_.offset)
+            fail_fetch(TH_ERR_INVALID_ARG, str("bytes [", req_.offset, ", ", req_.offset + length, ") are outside tensor '",
+                                               *req_.tensor, "' of ", size, " bytes"));
+        if (dst_[0].spec.nbytes < length)
+            fail_fetch(TH_ERR_INVALID_ARG, str("destination holds ", dst_[0].spec.nbytes, " bytes, ", length, " requested"));
+        range_begin_ = layout_.tensor_offset(t) + req_.offset;
+        range_end_ = range_begin_ + length;
+    } else {
+        std::vector<TensorSpec> given;
+        for (const Buffer &b : dst_) given.push_back(b.spec);
+        std::string diff = describe_mismatch(layout_.tensors(), given);
+        if (!diff.empty()) fail_fetch(TH_ERR_LAYOUT_MISMATCH, "buffers do not match the published layout: " + diff);
+        range_begin_ = 0;
+        range_end_ = layout_.total_bytes();
+    }
+    auto [first, end] = layout_.chunks_covering(range_begin_, range_end_);
+    first_chunk_ = first;
+    end_chunk_ = end;
+    state_.assign(end - first, Missing);
+    needed_ = end - first;
+    if (replica_) {
+        replica_->version_ = version_;
+        replica_->chunk_bytes_ = chunk_bytes;
+    }
+}
+
+std::vector<Fetch::Piece> Fetch::pieces(uint32_t chunk) const {
+    uint64_t b = std::max(layout_.chunk_begin(chunk), range_begin_);
+    uint64_t e = std::min(layout_.chunk_end(chunk), range_end_);
+    std::vector<Piece> out;
+    for (const Segment &s : layout_.segments(b, e)) {
+        Piece p{nullptr, nullptr, s.tensor, s.offset, s.length};
+        if (req_.tensor) {
+            uint64_t flat = layout_.tensor_offset(s.tensor) + s.offset;
+            p.local = static_cast<uint8_t *>(dst_[0].data) + (flat - range_begin_);
+            p.region = dst_regions_[0].get();
+        } else {
+            p.local = static_cast<uint8_t *>(dst_[s.tensor].data) + s.offset;
+            p.region = dst_regions_[s.tensor].get();
+        }
+        out.push_back(p);
+    }
+    return out;
+}
+
+void Fetch::plan(const Deadline &deadline) {
+    uint32_t lo = 0, count = 0;  // first plan: the whole shard (layout unknown yet)
+    if (have_layout_) {
+        uint32_t hi = first_chunk_;
+        lo = end_chunk_;
+        for (uint32_t c = first_chunk_; c < end_chunk_; ++c)
+            if (state_[c - first_chunk_] != Confirmed) {
+                lo = std::min(lo, c);
+                hi = c + 1;
+            }
+        count = hi - lo;
+    }
+    std::vector<TensorSpec> given;
+    if (!req_.tensor)
+        for (const Buffer &b : dst_) given.push_back(b.spec);
+    uint64_t version = have_layout_ ? version_ : req_.version;
+    Bytes reply = client_.call(
+        [&](Builder &b, const Header &h) {
+            auto model = b.CreateString(req_.model);
+            flatbuffers::Offset<wire::ReplicaDesc> desc;
+            if (replica_) desc = put_desc(b, replica_->desc_);
+            auto ex = b.CreateVector(exclude_);
+            flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
+            if (!req_.tensor) specs = put_tensors(b, given);
+            auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs);
+            return wire::finish(b, h, body);
+        },
+        deadline);
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::PlanReply) fail(TH_ERR_PROTOCOL, "unexpected reply to PlanFetch");
+    const PlanReply *p = env->body_as_PlanReply();
+    if (!have_layout_) apply_layout(p->version(), p->chunk_bytes(), get_tensors(p->tensors()));
+    else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
+    if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
+    for (const SourceRange *r : *p->ranges()) {
+        auto s = std::make_unique<Source>();
+        s->worker = r->worker_id();
+        s->desc = get_desc(r->replica());
+        check_desc(s->desc, layout_.tensors());
+        if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
+        s->complete = r->complete();
+        uint32_t first = std::max(r->first_chunk(), first_chunk_);
+        s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
+        s->next = first;
+        try {
+            s->peer = client_.ucx().peer(s->worker, std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
+            for (const RegionDesc &reg : s->desc.regions) s->rkeys.push_back(s->peer->rkey(reg.rkey));
+        } catch (const Error &e) {
+            s->failed = true;
+            s->report = true;
+            s->why = e.what();
+        }
+        TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,
+               ") from worker ", s->worker, s->complete ? "" : " (filling)");
+        sources_.push_back(std::move(s));
+    }
+}
+
+void Fetch::issue_ctrl(Source &s) {
+    s.ctrl_inflight = true;
+    s.ctrl_issue_seq = event_seq_;
+    s.ctrl_at = Clock::now();
+    struct Op {
+        std::shared_ptr<Mailbox> box;
+        Source *source;
+        alignas(16) uint64_t word[2];
+    };
+    auto op = std::make_shared<Op>();
+    op->box = mailbox_;
+    op->source = &s;
+    const RegionDesc &reg = s.desc.regions[s.desc.ctrl_region];
+    client_.ucx().get(s.peer, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
+                      s.rkeys[s.desc.ctrl_region], [op](ucs_status_t st) {
+                          Event e{Event::Ctrl, op->source, 0, st, {op->word[0], op->word[1]}};
+                          op->box->post(e);
+                      });
+}
+
+void Fetch::issue_chunk(Source &s, uint32_t chunk) {
+    std::vector<Piece> ps = pieces(chunk);
+    struct Op {
+        std::shared_ptr<Mailbox> box;
+        Source *source;
+        uint32_t chunk;
+        std::atomic<size_t> left;
+        std::atomic<int> status{UCS_OK};
+    };
+    auto op = std::make_shared<Op>();
+    op->box = mailbox_;
+    op->source = &s;
+    op->chunk = chunk;
+    op->left = ps.size();
+    state_[chunk - first_chunk_] = InFlight;
+    s.chunk_inflight++;
+    inflight_++;
+    for (const Piece &p : ps) {
+        const PlaceDesc &place = s.desc.places[p.tensor];
+        uint64_t remote = s.desc.regions[place.region].address + place.offset + p.offset;
+        client_.ucx().get(s.peer, p.local, p.length, p.region, remote, s.rkeys[place.region], [op](ucs_status_t st) {
+            if (st != UCS_OK) op->status = st;
+            if (--op->left == 0)
+                op->box->post(Event{Event::Chunk, op->source, op->chunk, static_cast<ucs_status_t>(op->status.load()), {}});
+        });
+    }
+}
+
+void Fetch::issue(Source &s) {
+    if (s.failed) return;
+    if (!s.gen_known) {
+        if (!s.ctrl_inflight) issue_ctrl(s);
+        return;
+    }
+    uint32_t limit = std::min(s.end, s.avail);
+    uint32_t max_inflight = client_.config().max_inflight;
+    while (inflight_ < max_inflight && s.next < limit) {
+        uint32_t c = s.next++;
+        if (state_[c - first_chunk_] == Missing) issue_chunk(s, c);
+        if (s.failed) return;
+    }
+    if (s.ctrl_inflight) return;
+    // Confirm what was read once the pipe to this source is idle or a batch
+    // is waiting (our own followers can only use confirmed chunks), and poll a
+    // filling source for new chunks.
+    bool confirm = !s.unconfirmed.empty() &&
+                   (s.chunk_inflight == 0 || s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
+    bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= kFollowPoll;
+    if (confirm || follow) issue_ctrl(s);
+}
+
+void Fetch::handle(const Event &e) {
+    Source &s = *e.source;
+    if (e.kind == Event::Chunk) {
+        s.chunk_inflight--;
+        inflight_--;
+        uint8_t &st = state_[e.chunk - first_chunk_];
+        if (e.status != UCS_OK || s.failed) {
+            st = Missing;
+            if (!s.failed) fail_source(s, str("GET failed: ", ucs_status_string(e.status)));
+            return;
+        }
+        st = Got;
+        s.unconfirmed.push_back({e.chunk, ++event_seq_});
+        s.last_progress = Clock::now();
+        return;
+    }
+    s.ctrl_inflight = false;
+    if (e.status != UCS_OK) {
+        if (!s.failed) fail_source(s, str("reading its control word failed: ", ucs_status_string(e.status)));
+        return;
+    }
+    if (s.failed) return;
+    uint64_t gen = e.ctrl[0], chunks = e.ctrl[1];
+    if (!s.gen_known) {
+        if (gen & 1) {
+            fail_source(s, "its buffers are being modified");
+            s.report = false;
+            return;
+        }
+        s.gen = gen;
+        s.gen_known = true;
+    } else if (gen != s.gen) {
+        fail_source(s, str("its buffers changed while being read (generation ", s.gen, " -> ", gen, ")"));
+        s.report = false;
+        return;
+    }
+    // The generation held from before these GETs until after them: what they
+    // read is the version's bytes.
+    auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
+        if (u.second > s.ctrl_issue_seq) return false;
+        state_[u.first - first_chunk_] = Confirmed;
+        confirmed_++;
+        uint64_t n = 0;
+        for (const Piece &p : pieces(u.first)) n += p.length;
+        bytes_from_[s.worker] += n;
+        return true;
+    });
+    s.unconfirmed.erase(keep, s.unconfirmed.end());
+    uint32_t avail = static_cast<uint32_t>(std::min<uint64_t>(chunks, layout_.num_chunks()));
+    if (avail > s.avail) {
+        s.avail = avail;
+        s.last_progress = Clock::now();
+    }
+    advance_served_prefix();
+}
+
+void Fetch::fail_source(Source &s, const std::string &why) {
+    s.failed = true;
+    s.report = true;
+    s.why = why;
+    TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": dropping source worker ", s.worker,
+           ": ", why);
+}
+
+// A failed source's chunks go back to Missing once nothing of it is in flight;
+// then it is excluded and, if it misbehaved, reported to the server.
+void Fetch::retire_failed_sources() {
+    for (auto &sp : sources_) {
+        Source &s = *sp;
+        if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight) continue;
+        s.retired = true;
+        for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
+        s.unconfirmed.clear();
+        exclude_.push_back(s.worker);
+        if (s.report) {
+            try {
+                client_.call(
+                    [&](Builder &b, const Header &h) {
+                        return wire::finish(b, h, CreateSourceFailed(b, s.worker, b.CreateString(s.why)));
+                    },
+                    Deadline(client_.config().timeout_ms));
+            } catch (const std::exception &e) {
+                TH_LOG(Warn, "could not report failed source ", s.worker, ": ", e.what());
+            }
+        }
+    }
+}
+
+void Fetch::advance_served_prefix() {
+    if (!replica_) return;
+    uint32_t before = served_prefix_;
+    while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
+    if (served_prefix_ != before) replica_->ctrl_.word->chunks_done.store(served_prefix_, std::memory_order_release);
+}
+
+FetchResult Fetch::run() {
+    const ClientConfig &cfg = client_.config();
+    Deadline deadline(req_.timeout_ms != 0 ? req_.timeout_ms : cfg.timeout_ms * 6);
+    auto chunk_timeout = std::chrono::milliseconds(cfg.chunk_timeout_ms);
+    try {
+        plan(deadline);
+        while (!done()) {
+            if (deadline.expired())
+                fail_fetch(TH_ERR_TIMEOUT, str("deadline passed with ", confirmed_, " of ", needed_, " chunks fetched"));
+            bool waiting = false;
+            for (auto &s : sources_) {
+                issue(*s);
+                waiting |= !s->failed && s->gen_known && s->next >= s->avail && s->next < s->end;
+            }
+            client_.ucx().wake();
+            std::deque<Event> events;
+            {
+                std::unique_lock lk(mailbox_->mu);
+                auto wait = waiting ? std::chrono::duration_cast<std::chrono::microseconds>(kFollowPoll)
+                                    : std::chrono::microseconds(20000);
+                mailbox_->cv.wait_for(lk, wait, [&] { return !mailbox_->events.empty(); });
+                events.swap(mailbox_->events);
+            }
+            for (const Event &e : events) handle(e);
+
+            // A source that stops making progress is treated as dead: closing
+            // its endpoint completes what is still in flight with an error.
+            auto now = Clock::now();
+            for (auto &sp : sources_) {
+                Source &s = *sp;
+                if (s.failed) {
+                    if (!s.retired && now - s.last_progress > chunk_timeout) {
+                        client_.ucx().close_peer(s.peer, "no completion after failure");
+                        s.last_progress = now;
+                    }
+                    continue;
+                }
+                bool busy = s.chunk_inflight > 0 || s.ctrl_inflight;
+                bool starving = s.gen_known && s.next >= s.avail && s.next < s.end;
+                auto limit = starving && !busy ? 2 * chunk_timeout : chunk_timeout;
+                if ((busy || starving) && now - s.last_progress > limit) {
+                    fail_source(s, str("no progress for ", std::chrono::duration_cast<std::chrono::milliseconds>(limit).count(),
+                                       " ms"));
+                    client_.ucx().close_peer(s.peer, "no progress");
+                    s.last_progress = now;
+                }
+            }
+            retire_failed_sources();
+            bool active = std::any_of(sources_.begin(), sources_.end(), [](auto &s) {
+                return !s->failed && (s->next < s->end || s->chunk_inflight > 0 || s->ctrl_inflight || !s->unconfirmed.empty());
+            });
+            bool draining = std::any_of(sources_.begin(), sources_.end(), [](auto &s) { return s->failed && !s->retired; });
+            if (!done() && !active && !draining) plan(deadline);
+        }
+    } catch (...) {
+        drain();
+        finish(false);
+        throw;
+    }
+    drain();
+    finish(true);
+    FetchResult out;
+    out.version = version_;
+    out.replica = std::move(replica_);
+    return out;
+}
+
+// Waits until no operation of this fetch is in flight, force-closing sources
+// that do not complete.
+void Fetch::drain() {
+    auto give_up = Clock::now() + std::chrono::milliseconds(client_.config().chunk_timeout_ms) * 2;
+    bool closed = false;
+    for (;;) {
+        bool busy = std::any_of(sources_.begin(), sources_.end(), [](auto &s) { return s->chunk_inflight > 0 || s->ctrl_inflight; });
+        if (!busy) return;
+        if (Clock::now() > give_up) {
+            if (closed) {
+                TH_LOG(Error, "fetch '", req_.model, "': operations still in flight after closing their endpoints");
+                return;
+            }
+            for (auto &s : sources_)
+                if (s->chunk_inflight > 0 || s->ctrl_inflight) client_.ucx().close_peer(s->peer, "fetch ended");
+            closed = true;
+            give_up = Clock::now() + std::chrono::milliseconds(client_.config().chunk_timeout_ms);
+        }
+        std::deque<Event> events;
+        {
+            std::unique_lock lk(mailbox_->mu);
+            mailbox_->cv.wait_for(lk, std::chrono::milliseconds(10), [&] { return !mailbox_->events.empty(); });
+            events.swap(mailbox_->events);
+        }
+        for (const Event &e : events) {
+            if (e.kind == Event::Chunk) {
+                e.source->chunk_inflight--;
+                inflight_--;
+            } else {
+                e.source->ctrl_inflight = false;
+            }
+        }
+    }
+}
+
+void Fetch::finish(bool ok) {
+    finished_ = true;
+    if (!have_layout_) {
+        if (replica_) client_.control_page().release(replica_->ctrl_.word);
+        replica_.reset();
+        return;
+    }
+    uint64_t rid = replica_ ? replica_->id_ : 0;
+    if (ok && replica_) {
+        replica_->complete_ = true;
+        replica_->ctrl_.word->chunks_done.store(layout_.num_chunks(), std::memory_order_release);
+    }
+    try {
+        client_.call(
+            [&](Builder &b, const Header &h) {
+                std::vector<flatbuffers::Offset<SourceBytes>> from;
+                for (auto &[w, n] : bytes_from_) from.push_back(CreateSourceBytes(b, w, n));
+                auto body = CreateFetchDone(b, b.CreateString(req_.model), version_, req_.shard, rid, ok, b.CreateVector(from));
+                return wire::finish(b, h, body);
+            },
+            Deadline(client_.config().timeout_ms));
+    } catch (const std::exception &e) {
+        TH_LOG(Warn, "reporting the end of a fetch failed: ", e.what());
+    }
+    if (!replica_) return;
+    if (!ok) {
+        client_.control_page().release(replica_->ctrl_.word);
+        replica_.reset();
+        return;
+    }
+    client_.remember(replica_.get());
+    // The server was replaced during the fetch and never saw this replica
+    // register: declare it now that it is complete.
+    if (client_.registrations_.load() != registrations_at_start_) client_.send_publish(*replica_, Deadline(client_.config().timeout_ms));
+}
+
+}  // namespace th

@@ -1,0 +1,92 @@
+// One fetch: asks the server for a plan, pulls chunks with one-sided GETs from
+// the planned source straight into the caller's buffers, follows a source that
+// is still filling through its control word, checks the source's generation
+// after reading (seqlock) and re-plans around sources that fail or stall.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "client/client.hpp"
+
+namespace th {
+
+class Fetch {
+  public:
+    Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, bool serve);
+    ~Fetch();
+    FetchResult run();
+
+  private:
+    struct Source;
+    struct Event {
+        enum Kind { Chunk, Ctrl } kind;
+        Source *source;
+        uint32_t chunk;
+        ucs_status_t status;
+        uint64_t ctrl[2];  // the control word read, for Ctrl events
+    };
+    // Where completions land. Shared with in-flight operations, so that one
+    // completing after the fetch gave up touches nothing freed.
+    struct Mailbox {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::deque<Event> events;
+        void post(const Event &e);
+    };
+    // A destination piece of one chunk: local memory and the source tensor bytes.
+    struct Piece {
+        void *local;
+        const MemRegion *region;
+        uint32_t tensor;
+        uint64_t offset;
+        uint64_t length;
+    };
+    enum ChunkState : uint8_t { Missing, InFlight, Got, Confirmed };
+
+    void plan(const Deadline &deadline);
+    void apply_layout(uint64_t version, uint64_t chunk_bytes, std::vector<TensorSpec> tensors);
+    std::vector<Piece> pieces(uint32_t chunk) const;
+    void issue(Source &s);
+    void issue_ctrl(Source &s);
+    void issue_chunk(Source &s, uint32_t chunk);
+    void handle(const Event &e);
+    void fail_source(Source &s, const std::string &why);
+    void retire_failed_sources();
+    void advance_served_prefix();
+    bool done() const { return confirmed_ == needed_; }
+    void drain();
+    void finish(bool ok);
+    [[noreturn]] void fail_fetch(th_status code, const std::string &why);
+
+    Client &client_;
+    FetchRequest req_;
+    std::vector<Buffer> dst_;
+    std::vector<RegionRef> dst_regions_;  // per dst buffer
+    bool serve_;
+    std::unique_ptr<Replica> replica_;
+
+    bool have_layout_ = false;
+    Layout layout_;
+    uint64_t version_ = 0;
+    uint64_t range_begin_ = 0, range_end_ = 0;  // flat bytes wanted
+    uint32_t first_chunk_ = 0, end_chunk_ = 0;  // chunks covering them
+    std::vector<uint8_t> state_;                 // per chunk in [first_chunk_, end_chunk_)
+    uint32_t needed_ = 0, confirmed_ = 0;
+    uint32_t served_prefix_ = 0;
+    std::vector<uint64_t> exclude_;
+    std::map<uint64_t, uint64_t> bytes_from_;  // worker -> bytes confirmed
+    uint32_t inflight_ = 0;
+    uint64_t event_seq_ = 0;
+
+    std::vector<std::unique_ptr<Source>> sources_;
+
+    std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
+    uint64_t registrations_at_start_ = 0;
+    bool finished_ = false;
+};
+
+}  // namespace th

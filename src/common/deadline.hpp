@@ -1,0 +1,37 @@
+// A point in time after which a blocking operation gives up.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+namespace th {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+  public:
+    explicit Deadline(uint32_t ms) : at_(Clock::now() + std::chrono::milliseconds(ms)) {}
+    explicit Deadline(Clock::time_point at) : at_(at) {}
+
+    bool expired() const { return Clock::now() >= at_; }
+    Clock::time_point at() const { return at_; }
+    // Milliseconds left, at least 1 while not expired, 0 after.
+    int32_t remaining_ms() const {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now()).count();
+        if (left <= 0) return expired() ? 0 : 1;
+        return static_cast<int32_t>(std::min<int64_t>(left, INT32_MAX));
+    }
+    // The earlier of this deadline and now + ms.
+    Deadline capped(uint32_t ms) const { return Deadline(std::min(at_, Deadline(ms).at_)); }
+
+  private:
+    Clock::time_point at_;
+};
+
+inline uint64_t now_ms() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count());
+}
+
+}  // namespace th

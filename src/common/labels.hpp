@@ -1,0 +1,15 @@
+// Topology labels of a worker: "dc=eu,rack=r7,host=node12".
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace th {
+
+using Labels = std::map<std::string, std::string>;
+
+// Parses "k=v,k=v"; throws Error(TH_ERR_INVALID_ARG) on a malformed entry.
+Labels parse_labels(const std::string &text);
+std::string format_labels(const Labels &labels);
+
+}  // namespace th

@@ -1,0 +1,177 @@
+#include "control/rpc.hpp"
+
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace th {
+
+std::string nng_error(int rv) { return nng_strerror(rv); }
+
+namespace {
+
+// Owns an nng_aio for the duration of one call.
+struct Aio {
+    nng_aio *aio = nullptr;
+    Aio() {
+        if (int rv = nng_aio_alloc(&aio, nullptr, nullptr); rv != 0) fail(TH_ERR_NO_MEMORY, "nng_aio_alloc: ", nng_error(rv));
+    }
+    ~Aio() { nng_aio_free(aio); }
+};
+
+struct Ctx {
+    nng_ctx ctx = NNG_CTX_INITIALIZER;
+    explicit Ctx(nng_socket s) {
+        if (int rv = nng_ctx_open(&ctx, s); rv != 0) fail(TH_ERR_CLOSED, "nng_ctx_open: ", nng_error(rv));
+    }
+    ~Ctx() { nng_ctx_close(ctx); }
+};
+
+// Host part of a tcp URL ("tcp://1.2.3.4:0" -> "tcp://1.2.3.4").
+std::string without_port(const std::string &url) {
+    size_t colon = url.rfind(':');
+    size_t scheme = url.find("://");
+    if (colon == std::string::npos || scheme == std::string::npos || colon < scheme + 3) return url;
+    return url.substr(0, colon);
+}
+
+}  // namespace
+
+RpcClient::RpcClient(const std::string &url) : url_(url) {
+    if (int rv = nng_req0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_req0_open: ", nng_error(rv));
+    nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
+    nng_socket_set_ms(sock_, NNG_OPT_RECONNMINT, 20);
+    nng_socket_set_ms(sock_, NNG_OPT_RECONNMAXT, 500);
+    // A request is re-sent when its connection is re-established; a timer-based
+    // resend would duplicate slow requests, so it is left long.
+    nng_socket_set_ms(sock_, NNG_OPT_REQ_RESENDTIME, 60000);
+    nng_pipe_notify(sock_, NNG_PIPE_EV_ADD_POST, &RpcClient::on_pipe, this);
+    nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &RpcClient::on_pipe, this);
+    if (int rv = nng_dial(sock_, url.c_str(), nullptr, NNG_FLAG_NONBLOCK); rv != 0) {
+        nng_close(sock_);
+        fail(TH_ERR_INVALID_ARG, "cannot dial server URL '", url, "': ", nng_error(rv));
+    }
+}
+
+RpcClient::~RpcClient() { nng_close(sock_); }
+
+void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *self) {
+    auto *c = static_cast<RpcClient *>(self);
+    if (ev == NNG_PIPE_EV_ADD_POST) c->pipes_++;
+    else if (ev == NNG_PIPE_EV_REM_POST) c->pipes_--;
+}
+
+wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline) {
+    Ctx ctx(sock_);
+    Aio aio;
+    nng_msg *msg = nullptr;
+    if (int rv = nng_msg_alloc(&msg, 0); rv != 0) fail(TH_ERR_NO_MEMORY, "nng_msg_alloc: ", nng_error(rv));
+    nng_msg_append(msg, request.data(), request.size());
+    nng_aio_set_msg(aio.aio, msg);
+    nng_aio_set_timeout(aio.aio, deadline.remaining_ms());
+    nng_ctx_send(ctx.ctx, aio.aio);
+    nng_aio_wait(aio.aio);
+    if (int rv = nng_aio_result(aio.aio); rv != 0) {
+        nng_msg_free(nng_aio_get_msg(aio.aio));  // on a failed send we still own it
+        if (rv == NNG_ETIMEDOUT)
+            fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url_, " (no answer in time)");
+        fail(rv == NNG_ECLOSED ? TH_ERR_CLOSED : TH_ERR_UNAVAILABLE, "sending to server ", url_, ": ", nng_error(rv));
+    }
+    nng_aio_set_timeout(aio.aio, deadline.remaining_ms());
+    nng_ctx_recv(ctx.ctx, aio.aio);
+    nng_aio_wait(aio.aio);
+    if (int rv = nng_aio_result(aio.aio); rv != 0) {
+        if (rv == NNG_ETIMEDOUT) {
+            if (!connected())
+                fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url_, " (not connected)");
+            fail(TH_ERR_TIMEOUT, "the tensorhub server at ", url_, " did not answer in time");
+        }
+        fail(rv == NNG_ECLOSED ? TH_ERR_CLOSED : TH_ERR_UNAVAILABLE, "receiving from server ", url_, ": ",
+             nng_error(rv));
+    }
+    nng_msg *reply = nng_aio_get_msg(aio.aio);
+    auto *body = static_cast<const uint8_t *>(nng_msg_body(reply));
+    wire::Bytes out(body, body + nng_msg_len(reply));
+    nng_msg_free(reply);
+    return out;
+}
+
+// One request in flight on the server: a context and its aio, alternating
+// between receiving a request and sending the reply.
+struct RpcServer::Slot {
+    RpcServer *server = nullptr;
+    nng_ctx ctx = NNG_CTX_INITIALIZER;
+    nng_aio *aio = nullptr;
+    bool sending = false;
+};
+
+RpcServer::RpcServer(const std::string &url, Handler handler, int parallel) : handler_(std::move(handler)) {
+    if (int rv = nng_rep0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_rep0_open: ", nng_error(rv));
+    nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
+    nng_listener listener;
+    if (int rv = nng_listen(sock_, url.c_str(), &listener, 0); rv != 0) {
+        nng_close(sock_);
+        fail(rv == NNG_EADDRINUSE ? TH_ERR_UNAVAILABLE : TH_ERR_INVALID_ARG, "cannot listen on '", url, "': ",
+             nng_error(rv));
+    }
+    url_ = url;
+    int port = 0;
+    if (url.rfind("tcp", 0) == 0 && nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+        url_ = without_port(url) + ":" + std::to_string(port);
+    for (int i = 0; i < parallel; ++i) {
+        auto slot = std::make_unique<Slot>();
+        slot->server = this;
+        if (nng_aio_alloc(&slot->aio, &RpcServer::on_io, slot.get()) != 0 || nng_ctx_open(&slot->ctx, sock_) != 0) {
+            nng_close(sock_);
+            for (auto &s : slots_) nng_aio_free(s->aio);
+            if (slot->aio) nng_aio_free(slot->aio);
+            fail(TH_ERR_NO_MEMORY, "cannot allocate server contexts");
+        }
+        slots_.push_back(std::move(slot));
+    }
+    for (auto &s : slots_) nng_ctx_recv(s->ctx, s->aio);
+}
+
+RpcServer::~RpcServer() {
+    stopping_ = true;
+    for (auto &s : slots_) nng_aio_stop(s->aio);
+    nng_close(sock_);
+    for (auto &s : slots_) nng_aio_free(s->aio);
+}
+
+void RpcServer::on_io(void *slot) {
+    auto *s = static_cast<Slot *>(slot);
+    s->server->step(*s);
+}
+
+void RpcServer::step(Slot &s) {
+    int rv = nng_aio_result(s.aio);
+    if (s.sending) {
+        s.sending = false;
+        if (rv != 0) nng_msg_free(nng_aio_get_msg(s.aio));
+    } else if (rv == 0) {
+        nng_msg *msg = nng_aio_get_msg(s.aio);
+        wire::Bytes reply = handler_(static_cast<const uint8_t *>(nng_msg_body(msg)), nng_msg_len(msg));
+        nng_msg_clear(msg);
+        nng_msg_append(msg, reply.data(), reply.size());
+        nng_aio_set_msg(s.aio, msg);
+        s.sending = true;
+        if (stopping_) {
+            nng_msg_free(msg);
+            return;
+        }
+        nng_ctx_send(s.ctx, s.aio);
+        return;
+    } else if (rv == NNG_ECLOSED || rv == NNG_ECANCELED || stopping_) {
+        return;
+    } else {
+        TH_LOG(Warn, "server receive failed: ", nng_error(rv));
+    }
+    if (!stopping_) nng_ctx_recv(s.ctx, s.aio);
+}
+
+}  // namespace th

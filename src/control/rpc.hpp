@@ -1,0 +1,74 @@
+// Request/reply over NNG: the client side sends a request and waits for the
+// reply under a deadline; the server side answers many requests concurrently
+// through NNG contexts, calling one handler for each.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nng/nng.h>
+
+#include "common/deadline.hpp"
+#include "wire/wire.hpp"
+
+namespace th {
+
+class RpcClient {
+  public:
+    // Starts dialing url in the background (the server may come up later).
+    explicit RpcClient(const std::string &url);
+    ~RpcClient();
+    RpcClient(const RpcClient &) = delete;
+    RpcClient &operator=(const RpcClient &) = delete;
+
+    // Sends one request and returns the reply bytes (not yet verified).
+    // Throws Error(TH_ERR_UNAVAILABLE) if no server is connected by the
+    // deadline, Error(TH_ERR_TIMEOUT) if it is connected but did not answer.
+    // Thread-safe: many calls may be in flight at once.
+    wire::Bytes call(const wire::Bytes &request, const Deadline &deadline);
+
+    const std::string &url() const { return url_; }
+    bool connected() const { return pipes_.load() > 0; }
+
+  private:
+    static void on_pipe(nng_pipe, nng_pipe_ev ev, void *self);
+    std::string url_;
+    nng_socket sock_ = NNG_SOCKET_INITIALIZER;
+    std::atomic<int> pipes_{0};
+};
+
+class RpcServer {
+  public:
+    // Produces the reply to one request. Must not throw; runs on NNG threads,
+    // possibly several at once.
+    using Handler = std::function<wire::Bytes(const uint8_t *data, size_t size)>;
+
+    // Listens on url ("tcp://host:0" picks a free port) and serves with
+    // `parallel` requests in flight.
+    RpcServer(const std::string &url, Handler handler, int parallel = 16);
+    ~RpcServer();
+    RpcServer(const RpcServer &) = delete;
+    RpcServer &operator=(const RpcServer &) = delete;
+
+    // The URL with the port actually bound.
+    const std::string &url() const { return url_; }
+
+  private:
+    struct Slot;
+    static void on_io(void *slot);
+    void step(Slot &slot);
+
+    std::string url_;
+    Handler handler_;
+    nng_socket sock_ = NNG_SOCKET_INITIALIZER;
+    std::vector<std::unique_ptr<Slot>> slots_;
+    std::atomic<bool> stopping_{false};
+};
+
+// Error text for an NNG error code.
+std::string nng_error(int rv);
+
+}  // namespace th

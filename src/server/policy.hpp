@@ -1,0 +1,52 @@
+// Source selection: given who holds a shard and who asks, pick the source a
+// reader should GET from. Pure: no locks, no I/O, no clock, so it is unit
+// tested rule by rule and can be driven by a simulator.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/labels.hpp"
+
+namespace th {
+
+// How far apart two workers are. Smaller is cheaper.
+enum class Distance : int { SameHost = 0, SameRack = 1, SameDc = 2, OtherDc = 3 };
+
+// Labels used: "host", "rack" (or "zone"), "dc". A missing "dc" on both sides
+// counts as the same datacenter; a missing host or rack never matches.
+Distance distance(const Labels &a, const Labels &b);
+
+struct Candidate {
+    uint64_t worker_id = 0;
+    uint64_t replica_id = 0;
+    const Labels *labels = nullptr;
+    bool complete = false;      // holds every chunk; false: still filling
+    uint32_t active_reads = 0;  // readers currently planned onto this worker
+    uint64_t seq = 0;           // registration order of the replica
+};
+
+struct PolicyConfig {
+    // A source with this many active readers is skipped while another source
+    // at the same distance has room.
+    uint32_t max_readers_per_source = 2;
+};
+
+struct Request {
+    const Labels *labels = nullptr;
+    uint64_t reader_worker = 0;
+    // Registration order of the reader's own replica, 0 if it does not serve.
+    // A still-filling source is only eligible when it registered before the
+    // reader, so that followers never form a cycle.
+    uint64_t reader_seq = 0;
+    std::vector<uint64_t> exclude;  // workers that failed this reader
+};
+
+// Index into candidates of the chosen source, or nullopt when none is eligible.
+// Order: distance; then sources under the fan-out cap; then fewest active
+// readers; then complete before filling; then the oldest replica.
+std::optional<size_t> choose_source(const Request &req, const std::vector<Candidate> &candidates,
+                                    const PolicyConfig &cfg);
+
+}  // namespace th

@@ -1,0 +1,486 @@
+#include "server/service.hpp"
+
+#include <algorithm>
+#include <random>
+
+#include "common/deadline.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace th {
+
+namespace fb = flatbuffers;
+using namespace wire;
+
+namespace {
+
+constexpr size_t kReplyCacheSize = 4096;
+constexpr size_t kMaxModelName = 255;
+
+std::string active_key(const ReplicaKey &k) { return str(k.model, '\x1f', k.version, '\x1f', k.shard); }
+
+uint64_t new_epoch() {
+    // Later servers get larger epochs (milliseconds since the Unix epoch in the
+    // high bits), so a stale server can be told apart from its successor.
+    uint64_t ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    return (ms << 12) | (std::random_device{}() & 0xfffu);
+}
+
+}  // namespace
+
+uint32_t VersionInfo::published_shards() const {
+    return static_cast<uint32_t>(std::count_if(shards.begin(), shards.end(), [](auto &s) { return s.published; }));
+}
+
+Service::Service(ServiceConfig cfg) : cfg_(cfg), epoch_(new_epoch()), start_ms_(now_ms()) {}
+
+Bytes Service::handle(const uint8_t *data, size_t size) {
+    Header h;
+    h.epoch = epoch_;
+    try {
+        const Envelope *env = verify(data, size);
+        h.request_id = env->request_id();
+        h.worker_id = env->worker_id();
+        std::lock_guard lk(mu_);
+        auto key = std::make_pair(h.worker_id, h.request_id);
+        if (h.worker_id != 0) {
+            auto it = replies_.find(key);
+            if (it != replies_.end()) return it->second;
+        }
+        Bytes reply = dispatch(*env, h);
+        bool mutating = env->body_type() == Body::Publish || env->body_type() == Body::FetchDone ||
+                        env->body_type() == Body::Release || env->body_type() == Body::PlanFetch;
+        if (mutating && h.worker_id != 0) {
+            replies_[key] = reply;
+            reply_order_.push_back(key);
+            if (reply_order_.size() > kReplyCacheSize) {
+                replies_.erase(reply_order_.front());
+                reply_order_.pop_front();
+            }
+        }
+        return reply;
+    } catch (const Error &e) {
+        if (e.code() == TH_ERR_PROTOCOL) TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
+        return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED);
+    } catch (const std::exception &e) {
+        TH_LOG(Error, "request failed: ", e.what());
+        return error_reply(h, TH_ERR_INTERNAL, str("server error: ", e.what()));
+    }
+}
+
+Bytes Service::dispatch(const Envelope &env, const Header &h) {
+    if (env.body_type() != Body::Hello && env.body_type() != Body::StatusQuery) known_worker(h.worker_id);
+    switch (env.body_type()) {
+        case Body::Hello: return on_hello(env, h);
+        case Body::Heartbeat: return ack(h);
+        case Body::Publish: return on_publish(env, h);
+        case Body::Resolve: return on_resolve(env, h);
+        case Body::PlanFetch: return on_plan(env, h);
+        case Body::Progress: return on_progress(env, h);
+        case Body::FetchDone: return on_fetch_done(env, h);
+        case Body::SourceFailed: return on_source_failed(env, h);
+        case Body::Release: return on_release(env, h);
+        case Body::StatusQuery: return on_status(h);
+        case Body::Goodbye:
+            TH_LOG(Info, "worker ", h.worker_id, " '", workers_.at(h.worker_id).name, "' said goodbye");
+            remove_worker(h.worker_id);
+            return ack(h);
+        default: fail(TH_ERR_PROTOCOL, "unexpected message type ", static_cast<int>(env.body_type()));
+    }
+}
+
+Bytes Service::ack(const Header &h) {
+    Builder b(64);
+    return finish(b, h, CreateAck(b));
+}
+
+// TH_ERR_CLOSED in a reply means "unknown worker: say Hello again" (see handle()).
+WorkerInfo &Service::known_worker(uint64_t id) {
+    auto it = workers_.find(id);
+    if (id == 0 || it == workers_.end())
+        fail(TH_ERR_CLOSED, "worker ", id, " is not registered with this server (epoch ", epoch_, ")");
+    if (it->second.suspect)
+        fail(TH_ERR_CLOSED, "worker ", id, " was reported unreachable; it must register again");
+    it->second.last_seen_ms = now_ms();
+    return it->second;
+}
+
+Bytes Service::on_hello(const Envelope &env, const Header &h) {
+    const Hello *m = env.body_as_Hello();
+    if (m->worker_id() == 0 || m->worker_id() != h.worker_id) fail(TH_ERR_PROTOCOL, "Hello with a bad worker id");
+    if (m->ucx_address() == nullptr || m->ucx_address()->size() == 0) fail(TH_ERR_PROTOCOL, "Hello without UCX address");
+    auto it = workers_.find(m->worker_id());
+    if (it != workers_.end()) remove_worker(m->worker_id());  // re-registration replaces the old state
+    WorkerInfo &w = workers_[m->worker_id()];
+    w.id = m->worker_id();
+    w.name = m->name() ? m->name()->str() : "";
+    w.labels = get_labels(m->labels());
+    w.ucx_address.assign(m->ucx_address()->begin(), m->ucx_address()->end());
+    w.last_seen_ms = now_ms();
+    TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
+    Builder b(64);
+    return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms));
+}
+
+ModelInfo &Service::model(const std::string &name) {
+    auto it = models_.find(name);
+    if (it == models_.end()) fail(TH_ERR_NOT_FOUND, "model '", name, "' is unknown to the server");
+    return it->second;
+}
+
+VersionInfo &Service::committed_version(const std::string &name, uint64_t version) {
+    ModelInfo &m = model(name);
+    if (version == UINT64_MAX) {
+        if (!m.latest) fail(TH_ERR_NOT_FOUND, "model '", name, "' has no committed version yet");
+        version = *m.latest;
+    }
+    auto it = m.versions.find(version);
+    if (it == m.versions.end()) fail(TH_ERR_NOT_FOUND, "model '", name, "' has no version ", version);
+    VersionInfo &v = it->second;
+    if (!v.committed)
+        fail(TH_ERR_NOT_COMMITTED, "version ", version, " of model '", name, "' is not committed: ", v.published_shards(),
+             " of ", v.num_shards, " shards published");
+    return v;
+}
+
+Bytes Service::on_publish(const Envelope &env, const Header &h) {
+    const Publish *m = env.body_as_Publish();
+    std::string name = required(m->model(), "model name");
+    if (name.size() > kMaxModelName) fail(TH_ERR_INVALID_ARG, "model name longer than ", kMaxModelName, " bytes");
+    if (m->num_shards() == 0 || m->shard() >= m->num_shards())
+        fail(TH_ERR_INVALID_ARG, "shard ", m->shard(), " is out of range for ", m->num_shards(), " shards");
+    if (m->num_shards() > 65536) fail(TH_ERR_INVALID_ARG, "num_shards ", m->num_shards(), " is too large");
+    if (m->replica_id() == 0) fail(TH_ERR_PROTOCOL, "publish without replica id");
+    Layout layout(get_tensors(m->tensors()), m->chunk_bytes());  // validates
+    th::ReplicaDesc desc = get_desc(m->replica());
+    check_desc(desc, layout.tensors());
+
+    auto mit = models_.find(name);
+    if (mit != models_.end()) {
+        ModelInfo &mi = mit->second;
+        if (mi.latest && m->version() < *mi.latest && !mi.versions.count(m->version()))
+            fail(TH_ERR_CONFLICT, "version ", m->version(), " of model '", name, "' is older than the latest committed version ",
+                 *mi.latest);
+        auto vit = mi.versions.find(m->version());
+        if (vit != mi.versions.end()) {
+            const VersionInfo &v = vit->second;
+            if (v.num_shards != m->num_shards())
+                fail(TH_ERR_CONFLICT, "version ", v.number, " of '", name, "' has ", v.num_shards, " shards, this publish says ",
+                     m->num_shards());
+            if (v.chunk_bytes != m->chunk_bytes())
+                fail(TH_ERR_CONFLICT, "version ", v.number, " of '", name, "' uses chunk size ", v.chunk_bytes,
+                     ", this publish says ", m->chunk_bytes());
+            const ShardInfo &s = v.shards[m->shard()];
+            if (s.published) {
+                std::string diff = describe_mismatch(s.tensors, layout.tensors());
+                if (!diff.empty())
+                    fail(TH_ERR_CONFLICT, "shard ", m->shard(), " of version ", v.number, " of '", name,
+                         "' was already published with another layout: ", diff);
+            }
+            // A tensor name has one dtype across the shards of a version.
+            for (const ShardInfo &other : v.shards)
+                for (const TensorSpec &t : other.tensors)
+                    for (const TensorSpec &mine : layout.tensors())
+                        if (t.name == mine.name && t.dtype != mine.dtype)
+                            fail(TH_ERR_CONFLICT, "tensor '", t.name, "' is ", dtype_name(t.dtype),
+                                 " in another shard of version ", v.number, ", ", dtype_name(mine.dtype), " here");
+        }
+    }
+    // Validated: apply.
+    ModelInfo &mi = models_[name];
+    mi.name = name;
+    VersionInfo &v = mi.versions[m->version()];
+    if (v.shards.empty()) {
+        v.number = m->version();
+        v.num_shards = m->num_shards();
+        v.chunk_bytes = m->chunk_bytes();
+        v.shards.resize(v.num_shards);
+    }
+    ShardInfo &s = v.shards[m->shard()];
+    if (!s.published) {
+        s.published = true;
+        s.tensors = layout.tensors();
+        s.total_bytes = layout.total_bytes();
+        s.num_chunks = layout.num_chunks();
+    }
+    if (auto old = replica_index_.find(m->replica_id()); old != replica_index_.end()) remove_replica(m->replica_id());
+    ReplicaInfo &r = s.replicas[m->replica_id()];
+    r.id = m->replica_id();
+    r.worker = h.worker_id;
+    r.publisher = true;
+    r.complete = true;
+    r.chunks_done = s.num_chunks;
+    r.seq = next_seq_++;
+    r.desc = std::move(desc);
+    replica_index_[r.id] = {name, v.number, m->shard()};
+    if (!v.committed && v.published_shards() == v.num_shards) {
+        v.committed = true;
+        if (!mi.latest || v.number > *mi.latest) mi.latest = v.number;
+        TH_LOG(Info, "model '", name, "' version ", v.number, " committed (", v.num_shards, " shards)");
+        prune(mi);
+    }
+    Builder b(64);
+    return finish(b, h, CreatePublishReply(b, v.committed));
+}
+
+Bytes Service::on_resolve(const Envelope &env, const Header &h) {
+    const Resolve *m = env.body_as_Resolve();
+    VersionInfo &v = committed_version(required(m->model(), "model name"), m->version());
+    Builder b(64);
+    return finish(b, h, CreateResolveReply(b, v.number, v.num_shards));
+}
+
+Bytes Service::on_plan(const Envelope &env, const Header &h) {
+    const PlanFetch *m = env.body_as_PlanFetch();
+    std::string name = required(m->model(), "model name");
+    VersionInfo &v = committed_version(name, m->version());
+    if (m->shard() >= v.num_shards)
+        fail(TH_ERR_INVALID_ARG, "shard ", m->shard(), " is out of range: version ", v.number, " of '", name, "' has ",
+             v.num_shards, " shards");
+    ShardInfo &s = v.shards[m->shard()];
+    uint32_t first = m->first_chunk();
+    uint32_t count = m->num_chunks() == 0 ? s.num_chunks - std::min(first, s.num_chunks) : m->num_chunks();
+    if (first >= s.num_chunks || count > s.num_chunks - first)
+        fail(TH_ERR_INVALID_ARG, "chunks [", first, ", ", uint64_t(first) + count, ") are outside the shard's ",
+             s.num_chunks, " chunks");
+    if (m->tensors() != nullptr) {
+        std::string diff = describe_mismatch(s.tensors, get_tensors(m->tensors()));
+        if (!diff.empty())
+            fail(TH_ERR_LAYOUT_MISMATCH, "buffers do not match shard ", m->shard(), " of version ", v.number, " of '", name,
+                 "': ", diff);
+    }
+    ReplicaKey key{name, v.number, m->shard()};
+    WorkerInfo &reader = workers_.at(h.worker_id);
+
+    // A reader that will serve becomes a filling replica now, so later readers
+    // can follow it.
+    uint64_t reader_seq = 0;
+    if (m->replica_id() != 0) {
+        auto existing = s.replicas.find(m->replica_id());
+        if (existing == s.replicas.end()) {
+            th::ReplicaDesc desc = get_desc(m->replica());
+            check_desc(desc, s.tensors);
+            if (replica_index_.count(m->replica_id())) fail(TH_ERR_PROTOCOL, "replica id reused for another shard");
+            ReplicaInfo &r = s.replicas[m->replica_id()];
+            r.id = m->replica_id();
+            r.worker = h.worker_id;
+            r.seq = next_seq_++;
+            r.desc = std::move(desc);
+            replica_index_[r.id] = key;
+            reader_seq = r.seq;
+        } else {
+            if (existing->second.worker != h.worker_id) fail(TH_ERR_PROTOCOL, "replica id belongs to another worker");
+            reader_seq = existing->second.seq;
+        }
+    }
+
+    Request req;
+    req.labels = &reader.labels;
+    req.reader_worker = h.worker_id;
+    req.reader_seq = reader_seq;
+    if (m->exclude()) req.exclude.assign(m->exclude()->begin(), m->exclude()->end());
+    std::vector<Candidate> cands;
+    std::vector<const ReplicaInfo *> reps;
+    for (auto &[id, r] : s.replicas) {
+        auto wit = workers_.find(r.worker);
+        if (wit == workers_.end() || wit->second.suspect) continue;
+        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq});
+        reps.push_back(&r);
+    }
+    auto chosen = choose_source(req, cands, cfg_.policy);
+    if (!chosen) {
+        size_t holders = std::count_if(reps.begin(), reps.end(), [&](auto *r) { return r->worker != h.worker_id; });
+        if (holders == 0)
+            fail(TH_ERR_UNAVAILABLE, "no live holder of model '", name, "' version ", v.number, " shard ", m->shard());
+        fail(TH_ERR_UNAVAILABLE, "every holder of model '", name, "' version ", v.number, " shard ", m->shard(),
+             " failed this reader (", holders, " tried)");
+    }
+    const ReplicaInfo &src = *reps[*chosen];
+    WorkerInfo &sw = workers_.at(src.worker);
+    // Move the reader's active read to the new source.
+    end_reads(h.worker_id, key);
+    sw.active_reads++;
+    active_[{h.worker_id, active_key(key)}] = {src.worker};
+
+    Builder b(1024);
+    auto range = CreateSourceRange(b, src.worker, b.CreateVector(sw.ucx_address), put_desc(b, src.desc), src.complete,
+                                   first, count);
+    std::vector<fb::Offset<SourceRange>> ranges{range};
+    auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges));
+    return finish(b, h, reply);
+}
+
+void Service::end_reads(uint64_t reader, const ReplicaKey &key) {
+    auto it = active_.find({reader, active_key(key)});
+    if (it == active_.end()) return;
+    for (uint64_t src : it->second) {
+        auto wit = workers_.find(src);
+        if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
+    }
+    active_.erase(it);
+}
+
+Bytes Service::on_progress(const Envelope &env, const Header &h) {
+    const Progress *m = env.body_as_Progress();
+    auto it = replica_index_.find(m->replica_id());
+    if (it != replica_index_.end()) {
+        ReplicaInfo &r = models_.at(it->second.model).versions.at(it->second.version).shards[it->second.shard].replicas.at(
+            m->replica_id());
+        if (r.worker == h.worker_id && !r.complete) r.chunks_done = std::max(r.chunks_done, m->chunks_done());
+    }
+    return ack(h);
+}
+
+Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
+    const FetchDone *m = env.body_as_FetchDone();
+    std::string name = required(m->model(), "model name");
+    ReplicaKey key{name, m->version(), m->shard()};
+    end_reads(h.worker_id, key);
+    auto mit = models_.find(name);
+    VersionInfo *v = nullptr;
+    if (mit != models_.end()) {
+        auto vit = mit->second.versions.find(m->version());
+        if (vit != mit->second.versions.end() && m->shard() < vit->second.num_shards) v = &vit->second;
+    }
+    if (v != nullptr && m->bytes_from()) {
+        for (const auto *sb : *m->bytes_from()) {
+            auto wit = workers_.find(sb->worker_id());
+            if (wit != workers_.end()) wit->second.bytes_served += sb->bytes();
+            for (auto &[id, r] : v->shards[m->shard()].replicas)
+                if (r.worker == sb->worker_id()) {
+                    r.bytes_served += sb->bytes();
+                    break;
+                }
+            if (m->ok()) v->reads.push_back({h.worker_id, sb->worker_id(), m->shard(), sb->bytes()});
+        }
+        constexpr size_t kMaxReads = 4096;
+        if (v->reads.size() > kMaxReads) v->reads.erase(v->reads.begin(), v->reads.end() - kMaxReads);
+    }
+    if (m->replica_id() != 0) {
+        auto it = replica_index_.find(m->replica_id());
+        if (it != replica_index_.end()) {
+            ReplicaInfo &r = models_.at(it->second.model).versions.at(it->second.version).shards[it->second.shard].replicas.at(
+                m->replica_id());
+            if (r.worker != h.worker_id) fail(TH_ERR_PROTOCOL, "replica belongs to another worker");
+            if (m->ok()) {
+                r.complete = true;
+                r.chunks_done = models_.at(it->second.model).versions.at(it->second.version).shards[it->second.shard].num_chunks;
+            } else {
+                remove_replica(m->replica_id());
+            }
+        }
+    }
+    return ack(h);
+}
+
+Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
+    const SourceFailed *m = env.body_as_SourceFailed();
+    auto it = workers_.find(m->worker_id());
+    if (it != workers_.end() && m->worker_id() != h.worker_id) {
+        TH_LOG(Warn, "worker ", h.worker_id, " could not read from worker ", m->worker_id(), " '", it->second.name, "': ",
+               m->reason() ? m->reason()->str() : "no reason given");
+        it->second.suspect = true;
+    }
+    return ack(h);
+}
+
+Bytes Service::on_release(const Envelope &env, const Header &h) {
+    const Release *m = env.body_as_Release();
+    auto it = replica_index_.find(m->replica_id());
+    if (it != replica_index_.end()) {
+        const ReplicaKey &k = it->second;
+        const ReplicaInfo &r = models_.at(k.model).versions.at(k.version).shards[k.shard].replicas.at(m->replica_id());
+        if (r.worker != h.worker_id) fail(TH_ERR_INVALID_ARG, "replica ", m->replica_id(), " belongs to another worker");
+        remove_replica(m->replica_id());
+    }
+    return ack(h);
+}
+
+void Service::remove_replica(uint64_t replica_id) {
+    auto it = replica_index_.find(replica_id);
+    if (it == replica_index_.end()) return;
+    ReplicaKey k = it->second;
+    replica_index_.erase(it);
+    ModelInfo &m = models_.at(k.model);
+    m.versions.at(k.version).shards[k.shard].replicas.erase(replica_id);
+    prune(m);
+}
+
+// Forgets versions that can never be read again: no replica left and not the
+// latest committed one.
+void Service::prune(ModelInfo &m) {
+    for (auto it = m.versions.begin(); it != m.versions.end();) {
+        const VersionInfo &v = it->second;
+        bool empty = std::all_of(v.shards.begin(), v.shards.end(), [](auto &s) { return s.replicas.empty(); });
+        if (empty && (!m.latest || v.number != *m.latest)) it = m.versions.erase(it);
+        else ++it;
+    }
+}
+
+void Service::remove_worker(uint64_t worker_id) {
+    std::vector<uint64_t> gone;
+    for (auto &[id, key] : replica_index_) {
+        const ReplicaInfo &r = models_.at(key.model).versions.at(key.version).shards[key.shard].replicas.at(id);
+        if (r.worker == worker_id) gone.push_back(id);
+    }
+    for (uint64_t id : gone) remove_replica(id);
+    for (auto it = active_.begin(); it != active_.end();) {
+        if (it->first.first == worker_id) {
+            for (uint64_t src : it->second) {
+                auto wit = workers_.find(src);
+                if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
+            }
+            it = active_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    workers_.erase(worker_id);
+}
+
+size_t Service::expire(uint64_t now) {
+    std::lock_guard lk(mu_);
+    std::vector<uint64_t> dead;
+    for (auto &[id, w] : workers_)
+        if (now > w.last_seen_ms + cfg_.lease_ms) dead.push_back(id);
+    for (uint64_t id : dead) {
+        TH_LOG(Warn, "worker ", id, " '", workers_.at(id).name, "' missed its lease (", cfg_.lease_ms,
+               " ms); dropping its replicas");
+        remove_worker(id);
+    }
+    return dead.size();
+}
+
+Bytes Service::on_status(const Header &h) {
+    Builder b(4096);
+    uint64_t now = now_ms();
+    std::vector<fb::Offset<WorkerStatus>> workers;
+    for (auto &[id, w] : workers_)
+        workers.push_back(CreateWorkerStatus(b, id, b.CreateString(w.name), put_labels(b, w.labels), w.bytes_served,
+                                             w.active_reads, now - std::min(now, w.last_seen_ms)));
+    std::vector<fb::Offset<ModelStatus>> models;
+    for (auto &[name, m] : models_) {
+        std::vector<fb::Offset<VersionStatus>> versions;
+        for (auto &[num, v] : m.versions) {
+            std::vector<fb::Offset<ShardStatus>> shards;
+            for (uint32_t i = 0; i < v.shards.size(); ++i) {
+                const ShardInfo &s = v.shards[i];
+                std::vector<fb::Offset<ReplicaStatus>> reps;
+                for (auto &[rid, r] : s.replicas)
+                    reps.push_back(CreateReplicaStatus(b, rid, r.worker, r.chunks_done, r.complete, r.bytes_served, r.publisher));
+                shards.push_back(CreateShardStatus(b, i, s.total_bytes, s.num_chunks, b.CreateVector(reps)));
+            }
+            std::vector<fb::Offset<ReadStatus>> reads;
+            for (auto &r : v.reads) reads.push_back(CreateReadStatus(b, r.reader, r.source, r.shard, r.bytes));
+            versions.push_back(CreateVersionStatus(b, num, v.num_shards, v.committed, b.CreateVector(shards),
+                                                   b.CreateVector(reads)));
+        }
+        models.push_back(CreateModelStatus(b, b.CreateString(name), m.latest.value_or(0), m.latest.has_value(),
+                                           b.CreateVector(versions)));
+    }
+    return finish(b, h, CreateStatusReply(b, epoch_, now - start_ms_, b.CreateVector(workers), b.CreateVector(models)));
+}
+
+}  // namespace th

@@ -1,0 +1,77 @@
+// The metadata service: decodes each request, applies it to the state and
+// encodes the reply. Transport-agnostic (the NNG server and the tests call
+// handle() directly) and thread-safe (one mutex around the state).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "server/policy.hpp"
+#include "server/state.hpp"
+#include "wire/wire.hpp"
+
+namespace th {
+
+struct ServiceConfig {
+    uint32_t lease_ms = 10000;
+    uint32_t heartbeat_ms = 1000;
+    PolicyConfig policy;
+};
+
+class Service {
+  public:
+    explicit Service(ServiceConfig cfg);
+
+    // Answers one request. Never throws: malformed input gets an ErrorReply
+    // and leaves the state unchanged.
+    wire::Bytes handle(const uint8_t *data, size_t size);
+
+    // Drops workers whose lease ran out (and their replicas); returns how many.
+    size_t expire(uint64_t now_ms);
+
+    uint64_t epoch() const { return epoch_; }
+
+  private:
+    using Env = wire::Envelope;
+    wire::Bytes dispatch(const Env &env, const wire::Header &h);
+    wire::Bytes on_hello(const Env &env, const wire::Header &h);
+    wire::Bytes on_publish(const Env &env, const wire::Header &h);
+    wire::Bytes on_resolve(const Env &env, const wire::Header &h);
+    wire::Bytes on_plan(const Env &env, const wire::Header &h);
+    wire::Bytes on_progress(const Env &env, const wire::Header &h);
+    wire::Bytes on_fetch_done(const Env &env, const wire::Header &h);
+    wire::Bytes on_source_failed(const Env &env, const wire::Header &h);
+    wire::Bytes on_release(const Env &env, const wire::Header &h);
+    wire::Bytes on_status(const wire::Header &h);
+    wire::Bytes ack(const wire::Header &h);
+
+    WorkerInfo &known_worker(uint64_t id);
+    ModelInfo &model(const std::string &name);
+    // The committed version a request means (number or UINT64_MAX = latest).
+    VersionInfo &committed_version(const std::string &model_name, uint64_t version);
+    void remove_replica(uint64_t replica_id);
+    void remove_worker(uint64_t worker_id);
+    void end_reads(uint64_t reader, const ReplicaKey &key);
+    void prune(ModelInfo &m);
+
+    ServiceConfig cfg_;
+    uint64_t epoch_;
+    uint64_t start_ms_;
+    std::mutex mu_;
+    std::map<uint64_t, WorkerInfo> workers_;
+    std::map<std::string, ModelInfo> models_;
+    std::unordered_map<uint64_t, ReplicaKey> replica_index_;
+    // Sources a reader is currently planned onto, per (reader, shard of a version).
+    std::map<std::pair<uint64_t, std::string>, std::vector<uint64_t>> active_;
+    uint64_t next_seq_ = 1;
+    // Replies to recent mutating requests, so a resent request is answered
+    // again instead of applied twice.
+    std::map<std::pair<uint64_t, uint64_t>, wire::Bytes> replies_;
+    std::deque<std::pair<uint64_t, uint64_t>> reply_order_;
+};
+
+}  // namespace th

@@ -1,0 +1,78 @@
+// What the metadata server knows: workers, and for each model its versions,
+// their shards and the replicas that hold them. No weight bytes, only where
+// they are. Not thread-safe: the Service serializes access.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/labels.hpp"
+#include "common/layout.hpp"
+#include "wire/replica_desc.hpp"
+
+namespace th {
+
+struct WorkerInfo {
+    uint64_t id = 0;
+    std::string name;
+    Labels labels;
+    std::vector<uint8_t> ucx_address;
+    uint64_t last_seen_ms = 0;
+    uint64_t bytes_served = 0;
+    uint32_t active_reads = 0;
+    bool suspect = false;  // a reader failed to read from it: not routed to until it re-registers
+};
+
+struct ReplicaInfo {
+    uint64_t id = 0;
+    uint64_t worker = 0;
+    bool publisher = false;
+    bool complete = false;
+    uint32_t chunks_done = 0;
+    uint64_t seq = 0;
+    uint64_t bytes_served = 0;
+    ReplicaDesc desc;
+};
+
+struct ShardInfo {
+    bool published = false;  // a publisher has declared it (layout fixed)
+    std::vector<TensorSpec> tensors;
+    uint64_t total_bytes = 0;
+    uint32_t num_chunks = 0;
+    std::map<uint64_t, ReplicaInfo> replicas;  // by replica id
+};
+
+struct ReadRecord {
+    uint64_t reader = 0;
+    uint64_t source = 0;
+    uint32_t shard = 0;
+    uint64_t bytes = 0;
+};
+
+struct VersionInfo {
+    uint64_t number = 0;
+    uint32_t num_shards = 0;
+    uint64_t chunk_bytes = 0;
+    bool committed = false;
+    std::vector<ShardInfo> shards;
+    std::vector<ReadRecord> reads;
+    uint32_t published_shards() const;
+};
+
+struct ModelInfo {
+    std::string name;
+    std::map<uint64_t, VersionInfo> versions;
+    std::optional<uint64_t> latest;  // newest committed version
+};
+
+// Where a replica lives.
+struct ReplicaKey {
+    std::string model;
+    uint64_t version = 0;
+    uint32_t shard = 0;
+};
+
+}  // namespace th

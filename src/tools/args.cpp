@@ -1,0 +1,70 @@
+#include "args.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace th_tools {
+
+Args::Args(int argc, char **argv, const std::set<std::string> &flags) {
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a.rfind("--", 0) != 0 || a.size() == 2) {
+            positional_.push_back(a);
+            continue;
+        }
+        std::string name = a.substr(2);
+        size_t eq = name.find('=');
+        if (eq != std::string::npos) {
+            options_[name.substr(0, eq)] = name.substr(eq + 1);
+        } else if (flags.count(name)) {
+            options_[name] = "1";
+        } else {
+            if (i + 1 >= argc) throw std::runtime_error("option --" + name + " needs a value");
+            options_[name] = argv[++i];
+        }
+    }
+}
+
+std::string Args::get(const std::string &name, const std::string &fallback) const {
+    auto it = options_.find(name);
+    return it == options_.end() ? fallback : it->second;
+}
+
+uint64_t Args::get_u64(const std::string &name, uint64_t fallback) const {
+    auto it = options_.find(name);
+    if (it == options_.end()) return fallback;
+    size_t used = 0;
+    uint64_t v = std::stoull(it->second, &used);
+    if (used != it->second.size()) throw std::runtime_error("option --" + name + " expects a number");
+    return v;
+}
+
+double Args::get_double(const std::string &name, double fallback) const {
+    auto it = options_.find(name);
+    if (it == options_.end()) return fallback;
+    size_t used = 0;
+    double v = std::stod(it->second, &used);
+    if (used != it->second.size()) throw std::runtime_error("option --" + name + " expects a number");
+    return v;
+}
+
+std::vector<std::string> Args::unknown(const std::set<std::string> &known) const {
+    std::vector<std::string> out;
+    for (auto &[k, v] : options_)
+        if (!known.count(k)) out.push_back(k);
+    return out;
+}
+
+std::string human_bytes(double bytes) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
+    return buf;
+}
+
+}  // namespace th_tools

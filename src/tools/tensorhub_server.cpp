@@ -1,0 +1,57 @@
+// tensorhub-server: the ROS metadata server as its own process.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "args.hpp"
+#include "tensorhub/tensorhub.h"
+
+static volatile sig_atomic_t g_stop = 0;
+static void on_signal(int) { g_stop = 1; }
+
+static const char *kUsage =
+    "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N]\n"
+    "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
+    "  --lease-ms N    a worker silent this long loses its replicas (default 10000)\n"
+    "  --max-readers-per-source N   fan-out cap per source (default 2)\n"
+    "Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n";
+
+int main(int argc, char **argv) {
+    try {
+        th_tools::Args args(argc, argv, {"help"});
+        if (args.has("help")) {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
+        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source"});
+        if (!bad.empty() || !args.positional().empty()) {
+            std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
+                         bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage);
+            return 2;
+        }
+        th_server_config cfg;
+        th_server_config_init(&cfg);
+        std::string listen = args.get("listen", "tcp://0.0.0.0:7070");
+        cfg.listen_url = listen.c_str();
+        cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));
+        cfg.max_readers_per_source = static_cast<uint32_t>(args.get_u64("max-readers-per-source", cfg.max_readers_per_source));
+        std::signal(SIGINT, on_signal);
+        std::signal(SIGTERM, on_signal);
+        th_server *server = nullptr;
+        if (th_server_create(&server, &cfg) != TH_OK) {
+            std::fprintf(stderr, "tensorhub-server: %s\n", th_last_error());
+            return 1;
+        }
+        std::printf("listening on %s\n", th_server_url(server));
+        std::fflush(stdout);
+        while (!g_stop) pause();
+        th_server_destroy(server);
+        return 0;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "tensorhub-server: %s\n%s", e.what(), kUsage);
+        return 2;
+    }
+}

@@ -1,0 +1,290 @@
+#include "transport/ucx.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace th {
+
+namespace {
+
+void check(ucs_status_t st, const char *what) {
+    if (st != UCS_OK) fail(TH_ERR_TRANSPORT, what, ": ", ucs_status_string(st));
+}
+
+// Registrations with no user left are kept (a later version is often
+// published from the same buffers) up to this many.
+constexpr size_t kMaxIdleRegions = 64;
+
+struct GetRequest {
+    GetCallback cb;
+};
+
+}  // namespace
+
+MemRegion::~MemRegion() {
+    if (memh != nullptr) ucp_mem_unmap(context, memh);
+}
+
+Peer::~Peer() {
+    for (auto &[k, r] : rkeys_) ucp_rkey_destroy(r);
+}
+
+ucp_rkey_h Peer::rkey(const std::vector<uint8_t> &packed) {
+    std::lock_guard lk(mu_);
+    auto it = rkeys_.find(packed);
+    if (it != rkeys_.end()) return it->second;
+    ucp_rkey_h r = nullptr;
+    check(ucp_ep_rkey_unpack(ep_, packed.data(), &r), "ucp_ep_rkey_unpack");
+    rkeys_.emplace(packed, r);
+    return r;
+}
+
+void Peer::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
+    auto *p = static_cast<Peer *>(arg);
+    int expected = UCS_OK;
+    if (p->status_.compare_exchange_strong(expected, status))
+        TH_LOG(Info, "peer ", p->worker_id_, " failed: ", ucs_status_string(status));
+}
+
+std::string Peer::failure() const {
+    int st = status_.load();
+    if (st == UCS_ERR_CANCELED) return "closed after it stopped making progress";
+    return ucs_status_string(static_cast<ucs_status_t>(st));
+}
+
+UcxWorker::UcxWorker() {
+    ucp_config_t *config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    // Larger TCP segments roughly double GET throughput over tcp (measured on
+    // loopback: ~1.3 -> ~2.8 GB/s). The user's UCX_* environment still wins.
+    const std::pair<const char *, const char *> tuned[] = {{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_RX_SEG_SIZE", "256K"}};
+    for (auto [name, value] : tuned)
+        if (std::getenv((std::string("UCX_") + name).c_str()) == nullptr) ucp_config_modify(config, name, value);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1;
+    ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(st, "ucp_init");
+
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    st = ucp_worker_create(context_, &wp, &worker_);
+    if (st != UCS_OK) {
+        ucp_cleanup(context_);
+        check(st, "ucp_worker_create");
+    }
+    ucp_address_t *addr = nullptr;
+    size_t len = 0;
+    st = ucp_worker_get_address(worker_, &addr, &len);
+    if (st != UCS_OK) {
+        ucp_worker_destroy(worker_);
+        ucp_cleanup(context_);
+        check(st, "ucp_worker_get_address");
+    }
+    address_.assign(reinterpret_cast<uint8_t *>(addr), reinterpret_cast<uint8_t *>(addr) + len);
+    ucp_worker_release_address(worker_, addr);
+    progress_ = std::thread([this] { progress_loop(); });
+}
+
+UcxWorker::~UcxWorker() {
+    {
+        std::lock_guard lk(mu_);
+        for (auto &[id, p] : peers_) {
+            ucp_request_param_t prm{};
+            prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+            for (auto &[k, r] : p->rkeys_) ucp_rkey_destroy(r);
+            p->rkeys_.clear();
+            void *req = ucp_ep_close_nbx(p->ep_, &prm);
+            if (UCS_PTR_IS_PTR(req)) {
+                while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+                ucp_request_free(req);
+            }
+            p->ep_ = nullptr;
+        }
+        peers_.clear();
+    }
+    stop_ = true;
+    ucp_worker_signal(worker_);
+    progress_.join();
+    regions_.clear();
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+}
+
+void UcxWorker::progress_loop() {
+    int efd = -1;
+    if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
+        TH_LOG(Error, "ucp_worker_get_efd failed; progress thread polls");
+        efd = -1;
+    }
+    while (!stop_.load(std::memory_order_relaxed)) {
+        while (ucp_worker_progress(worker_) != 0) {
+        }
+        if (efd < 0) {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            continue;
+        }
+        ucs_status_t st = ucp_worker_arm(worker_);
+        if (st == UCS_ERR_BUSY) continue;
+        pollfd pfd{efd, POLLIN, 0};
+        // The timeout only bounds how late a missed wake-up can be noticed.
+        poll(&pfd, 1, 100);
+    }
+}
+
+void UcxWorker::wake() { ucp_worker_signal(worker_); }
+
+RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
+    if (ptr == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "cannot register a null or empty buffer");
+    auto p = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard lk(mu_);
+    for (auto &r : regions_)
+        if (r->kind == kind && r->contains(p, n)) return r;
+    if (kind == TH_MEM_CUDA) {
+#ifndef TH_WITH_CUDA
+        fail(TH_ERR_UNSUPPORTED, "CUDA memory given, but this libtensorhub was built without CUDA");
+#endif
+    }
+    auto r = std::make_shared<MemRegion>();
+    r->base = p;
+    r->length = n;
+    r->kind = kind;
+    r->context = context_;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = ptr;
+    mp.length = n;
+    mp.memory_type = kind == TH_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    ucs_status_t st = ucp_mem_map(context_, &mp, &r->memh);
+    if (st != UCS_OK)
+        fail(TH_ERR_TRANSPORT, "cannot register ", n, " bytes of ", kind == TH_MEM_CUDA ? "CUDA" : "host",
+             " memory with UCX: ", ucs_status_string(st),
+             kind == TH_MEM_CUDA ? " (is UCX built with CUDA support?)" : "");
+    void *buf = nullptr;
+    size_t len = 0;
+    check(ucp_rkey_pack(context_, r->memh, &buf, &len), "ucp_rkey_pack");
+    r->rkey.assign(static_cast<uint8_t *>(buf), static_cast<uint8_t *>(buf) + len);
+    ucp_rkey_buffer_release(buf);
+    // Drop idle registrations beyond the cap, oldest first.
+    size_t idle = std::count_if(regions_.begin(), regions_.end(), [](auto &x) { return x.use_count() == 1; });
+    for (auto it = regions_.begin(); idle >= kMaxIdleRegions && it != regions_.end();) {
+        if (it->use_count() == 1) {
+            it = regions_.erase(it);
+            --idle;
+        } else {
+            ++it;
+        }
+    }
+    regions_.push_back(r);
+    return r;
+}
+
+size_t UcxWorker::registrations() const {
+    std::lock_guard lk(mu_);
+    return regions_.size();
+}
+
+PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address) {
+    std::lock_guard lk(mu_);
+    auto it = peers_.find(worker_id);
+    if (it != peers_.end() && !it->second->failed()) return it->second;
+    auto p = std::make_shared<Peer>();
+    p->worker_ = this;
+    p->worker_id_ = worker_id;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t *>(address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Peer::on_error;
+    ep.err_handler.arg = p.get();
+    ucs_status_t st = ucp_ep_create(worker_, &ep, &p->ep_);
+    if (st != UCS_OK)
+        fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+    if (it != peers_.end()) {
+        // The failed endpoint stays referenced by whoever still uses it; close it.
+        PeerRef old = it->second;
+        it->second = p;
+        ucp_request_param_t prm{};
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        std::lock_guard plk(old->mu_);
+        for (auto &[k, r] : old->rkeys_) ucp_rkey_destroy(r);
+        old->rkeys_.clear();
+        if (old->ep_ != nullptr) {
+            void *req = ucp_ep_close_nbx(old->ep_, &prm);
+            if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+            old->ep_ = nullptr;
+        }
+    } else {
+        peers_.emplace(worker_id, p);
+    }
+    return p;
+}
+
+void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
+    if (!peer) return;
+    int expected = UCS_OK;
+    if (peer->status_.compare_exchange_strong(expected, UCS_ERR_CANCELED))
+        TH_LOG(Info, "closing endpoint to worker ", peer->worker_id_, ": ", why);
+    std::lock_guard lk(mu_);
+    std::lock_guard plk(peer->mu_);
+    for (auto &[k, r] : peer->rkeys_) ucp_rkey_destroy(r);
+    peer->rkeys_.clear();
+    if (peer->ep_ != nullptr) {
+        ucp_request_param_t prm{};
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        void *req = ucp_ep_close_nbx(peer->ep_, &prm);
+        if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+        peer->ep_ = nullptr;
+    }
+    auto it = peers_.find(peer->worker_id_);
+    if (it != peers_.end() && it->second == peer) peers_.erase(it);
+    ucp_worker_signal(worker_);
+}
+
+void UcxWorker::on_get_done(void *request, ucs_status_t status, void *user_data) {
+    auto *g = static_cast<GetRequest *>(user_data);
+    g->cb(status);
+    delete g;
+    ucp_request_free(request);
+}
+
+void UcxWorker::get(const PeerRef &peer, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
+                    ucp_rkey_h rkey, GetCallback cb) {
+    std::unique_lock plk(peer->mu_);
+    if (peer->failed() || peer->ep_ == nullptr) {
+        plk.unlock();
+        cb(UCS_ERR_CONNECTION_RESET);
+        return;
+    }
+    auto *g = new GetRequest{std::move(cb)};
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = &UcxWorker::on_get_done;
+    prm.user_data = g;
+    if (local_region != nullptr) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        prm.memh = local_region->memh;
+    }
+    ucs_status_ptr_t req = ucp_get_nbx(peer->ep_, local, n, remote, rkey, &prm);
+    plk.unlock();
+    if (UCS_PTR_IS_PTR(req)) return;  // completes through on_get_done
+    g->cb(UCS_PTR_STATUS(req));       // completed (or failed) at once
+    delete g;
+}
+
+}  // namespace th

@@ -1,0 +1,117 @@
+// The UCX data plane of one process: a context and worker driven by an
+// event-driven progress thread, a registration cache for published and
+// destination buffers, endpoints to peers (with peer error handling) and
+// one-sided GETs with completion callbacks.
+//
+// Threading: the worker runs in UCS_THREAD_MODE_MULTI. Only the progress thread
+// calls ucp_worker_progress; any thread may post GETs. Completion callbacks run
+// on the progress thread and must be short and must not block.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "tensorhub/tensorhub.h"
+
+namespace th {
+
+class UcxWorker;
+
+// A registered piece of memory and its packed remote key.
+struct MemRegion {
+    uintptr_t base = 0;
+    uint64_t length = 0;
+    th_mem_kind kind = TH_MEM_HOST;
+    ucp_mem_h memh = nullptr;
+    std::vector<uint8_t> rkey;
+    ucp_context_h context = nullptr;
+    ~MemRegion();
+    bool contains(uintptr_t p, uint64_t n) const { return p >= base && p + n <= base + length; }
+};
+using RegionRef = std::shared_ptr<MemRegion>;
+
+// An endpoint to another worker. Fails (failed() true) on a peer error or when
+// force-closed; every GET still in flight then completes with an error.
+class Peer {
+  public:
+    ~Peer();
+    uint64_t worker_id() const { return worker_id_; }
+    bool failed() const { return status_.load() != UCS_OK; }
+    // Why the endpoint failed ("Endpoint timeout", "closed: no progress"...).
+    std::string failure() const;
+    // The unpacked remote key for a packed rkey of this peer (cached).
+    ucp_rkey_h rkey(const std::vector<uint8_t> &packed);
+
+  private:
+    friend class UcxWorker;
+    static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);
+    UcxWorker *worker_ = nullptr;
+    uint64_t worker_id_ = 0;
+    ucp_ep_h ep_ = nullptr;
+    // UCS_OK while usable; set once, by the error handler (progress thread,
+    // which must not take mu_) or by a forced close.
+    std::atomic<int> status_{UCS_OK};
+    std::mutex mu_;
+    std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
+};
+using PeerRef = std::shared_ptr<Peer>;
+
+// Called once per GET with its final status, on the progress thread.
+using GetCallback = std::function<void(ucs_status_t)>;
+
+class UcxWorker {
+  public:
+    UcxWorker();
+    ~UcxWorker();
+    UcxWorker(const UcxWorker &) = delete;
+    UcxWorker &operator=(const UcxWorker &) = delete;
+
+    // The packed worker address others connect to.
+    const std::vector<uint8_t> &address() const { return address_; }
+
+    // A registered region covering [ptr, ptr + n). Reuses a cached
+    // registration that covers it; registers (and caches) otherwise.
+    RegionRef register_memory(void *ptr, uint64_t n, th_mem_kind kind);
+
+    // The endpoint to worker_id at address, created on first use. A failed
+    // endpoint is replaced by a new one on the next call.
+    PeerRef peer(uint64_t worker_id, const std::vector<uint8_t> &address);
+    // Force-closes the endpoint to a peer (a stalled source): in-flight GETs
+    // complete with an error.
+    void close_peer(const PeerRef &peer, const std::string &why);
+
+    // Posts GET of n bytes at remote into local; cb runs once on completion.
+    void get(const PeerRef &peer, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
+             ucp_rkey_h rkey, GetCallback cb);
+    // Wakes the progress thread so posted operations move on.
+    void wake();
+
+    ucp_context_h context() const { return context_; }
+    size_t registrations() const;
+
+  private:
+    void progress_loop();
+    static void on_get_done(void *request, ucs_status_t status, void *user_data);
+
+    ucp_context_h context_ = nullptr;
+    ucp_worker_h worker_ = nullptr;
+    std::vector<uint8_t> address_;
+    std::thread progress_;
+    std::atomic<bool> stop_{false};
+
+    mutable std::mutex mu_;
+    std::vector<RegionRef> regions_;
+    std::unordered_map<uint64_t, PeerRef> peers_;
+};
+
+}  // namespace th

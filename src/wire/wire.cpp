@@ -1,0 +1,75 @@
+#include "wire/wire.hpp"
+
+#include "common/error.hpp"
+
+namespace th::wire {
+
+const Envelope *verify(const uint8_t *data, size_t size) {
+    if (data == nullptr || size < 8) fail(TH_ERR_PROTOCOL, "message too short (", size, " bytes)");
+    if (size > kMaxMessageBytes) fail(TH_ERR_PROTOCOL, "message too large (", size, " bytes)");
+    // Tight limits: our messages are at most a few levels deep.
+    flatbuffers::Verifier v(data, size, /*max_depth=*/16, /*max_tables=*/4u << 20);
+    if (!VerifyEnvelopeBuffer(v)) fail(TH_ERR_PROTOCOL, "message failed verification (", size, " bytes)");
+    const Envelope *env = GetEnvelope(data);
+    if (env->proto() != kProtocolVersion)
+        fail(TH_ERR_PROTOCOL, "protocol version ", env->proto(), " not supported (this build speaks ",
+             kProtocolVersion, ")");
+    if (env->body_type() == Body::NONE) fail(TH_ERR_PROTOCOL, "message has no body");
+    return env;
+}
+
+Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker) {
+    Builder b(256);
+    auto msg = b.CreateString(message);
+    return finish(b, h, CreateErrorReply(b, code, msg, unknown_worker));
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(
+    Builder &b, const std::vector<th::TensorSpec> &tensors) {
+    std::vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>> out;
+    out.reserve(tensors.size());
+    for (const auto &t : tensors)
+        out.push_back(CreateTensorSpec(b, b.CreateString(t.name), static_cast<uint8_t>(t.dtype),
+                                       b.CreateVector(t.shape), t.nbytes));
+    return b.CreateVector(out);
+}
+
+std::vector<th::TensorSpec> get_tensors(
+    const flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>> *v) {
+    std::vector<th::TensorSpec> out;
+    if (v == nullptr) return out;
+    out.reserve(v->size());
+    for (const auto *t : *v) {
+        th::TensorSpec s;
+        s.name = required(t->name(), "tensor name");
+        s.dtype = static_cast<th_dtype>(t->dtype());
+        if (th_dtype_size(s.dtype) == 0) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has unknown dtype ", int(t->dtype()));
+        if (t->shape() != nullptr) {
+            if (t->shape()->size() > TH_MAX_DIMS) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has too many dims");
+            s.shape.assign(t->shape()->begin(), t->shape()->end());
+        }
+        s.nbytes = t->nbytes();
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<Label>>> put_labels(Builder &b, const Labels &labels) {
+    std::vector<flatbuffers::Offset<Label>> out;
+    for (const auto &[k, v] : labels) out.push_back(CreateLabel(b, b.CreateString(k), b.CreateString(v)));
+    return b.CreateVector(out);
+}
+
+Labels get_labels(const flatbuffers::Vector<flatbuffers::Offset<Label>> *v) {
+    Labels out;
+    if (v == nullptr) return out;
+    for (const auto *l : *v) out[required(l->key(), "label key")] = l->value() ? l->value()->str() : "";
+    return out;
+}
+
+std::string required(const flatbuffers::String *s, const char *what) {
+    if (s == nullptr || s->size() == 0) fail(TH_ERR_PROTOCOL, what, " is missing");
+    return s->str();
+}
+
+}  // namespace th::wire

@@ -1,0 +1,56 @@
+// Encoding and decoding of control messages (schemas/tensorhub.fbs).
+// Every received buffer goes through verify() before any field is read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/layout.hpp"
+#include "common/labels.hpp"
+#include "tensorhub_generated.h"
+
+namespace th::wire {
+
+using namespace tensorhub::wire;
+using Bytes = std::vector<uint8_t>;
+using Builder = flatbuffers::FlatBufferBuilder;
+
+constexpr uint16_t kProtocolVersion = static_cast<uint16_t>(Proto::Version);
+// Cap on one control message, enforced by NNG and by the verifier.
+constexpr size_t kMaxMessageBytes = 64u << 20;
+
+// Checks buf is a well-formed Envelope of our protocol version; returns it or
+// throws Error(TH_ERR_PROTOCOL) saying what is wrong.
+const Envelope *verify(const uint8_t *data, size_t size);
+
+// Header fields of an envelope.
+struct Header {
+    uint64_t request_id = 0;
+    uint64_t worker_id = 0;
+    uint64_t epoch = 0;
+};
+
+// Finishes builder with an Envelope around body and returns the bytes.
+template <typename T>
+Bytes finish(Builder &b, const Header &h, flatbuffers::Offset<T> body) {
+    auto env = CreateEnvelope(b, kProtocolVersion, h.request_id, h.worker_id, h.epoch,
+                              BodyTraits<T>::enum_value, body.Union());
+    b.Finish(env);
+    return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker = false);
+
+// Conversions with range checks (throw Error(TH_ERR_PROTOCOL) on bad values).
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(
+    Builder &b, const std::vector<th::TensorSpec> &tensors);
+std::vector<th::TensorSpec> get_tensors(const flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>> *v);
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<Label>>> put_labels(Builder &b, const Labels &labels);
+Labels get_labels(const flatbuffers::Vector<flatbuffers::Offset<Label>> *v);
+
+// A string field that must be present and non-empty.
+std::string required(const flatbuffers::String *s, const char *what);
+
+}  // namespace th::wire
