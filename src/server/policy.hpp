@@ -25,6 +25,7 @@ struct Candidate {
     bool complete = false;      // holds every chunk; false: still filling
     uint32_t active_reads = 0;  // readers currently planned onto this worker
     uint64_t seq = 0;           // registration order of the replica
+    uint64_t bytes_served = 0;  // by this worker so far
 };
 
 struct PolicyConfig {
@@ -45,7 +46,8 @@ struct Request {
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.
 // Order: distance; then sources under the fan-out cap; then fewest active
-// readers; then complete before filling; then the oldest replica.
+// readers; then complete before filling; then the one that served the fewest
+// bytes (spreads load off the publisher); then the oldest replica.
 std::optional<size_t> choose_source(const Request &req, const std::vector<Candidate> &candidates,
                                     const PolicyConfig &cfg);
 

@@ -286,7 +286,8 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     for (auto &[id, r] : s.replicas) {
         auto wit = workers_.find(r.worker);
         if (wit == workers_.end() || wit->second.suspect) continue;
-        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq});
+        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
+                         wit->second.bytes_served});
         reps.push_back(&r);
     }
     auto chosen = choose_source(req, cands, cfg_.policy);

@@ -60,13 +60,16 @@ std::string Peer::failure() const {
 }
 
 UcxWorker::UcxWorker() {
+    // Larger TCP segments roughly double GET throughput over tcp (measured on
+    // loopback: ~1.3 -> ~2.5 GB/s). UCX reads transport settings from the
+    // environment only, so they are set there, once, unless the user set them.
+    static std::once_flag tuned;
+    std::call_once(tuned, [] {
+        setenv("UCX_TCP_TX_SEG_SIZE", "64K", /*overwrite=*/0);
+        setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
+    });
     ucp_config_t *config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-    // Larger TCP segments roughly double GET throughput over tcp (measured on
-    // loopback: ~1.3 -> ~2.8 GB/s). The user's UCX_* environment still wins.
-    const std::pair<const char *, const char *> tuned[] = {{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_RX_SEG_SIZE", "256K"}};
-    for (auto [name, value] : tuned)
-        if (std::getenv((std::string("UCX_") + name).c_str()) == nullptr) ucp_config_modify(config, name, value);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;

@@ -1,0 +1,20 @@
+/* The public header is C99 and safe to include twice. */
+#include "tensorhub/tensorhub.h"
+#include "tensorhub/tensorhub.h"
+
+int th_header_test_sizes(void);
+
+int th_header_test_sizes(void) {
+    th_tensor t;
+    th_server_config s;
+    th_client_config c;
+    th_publish_config p;
+    th_fetch_config f;
+    th_server_config_init(&s);
+    th_client_config_init(&c);
+    th_publish_config_init(&p);
+    th_fetch_config_init(&f);
+    (void)t;
+    return s.struct_size == sizeof s && c.struct_size == sizeof c && p.struct_size == sizeof p &&
+           f.struct_size == sizeof f && f.version == TH_LATEST && TH_VERSION_NUMBER == th_version_number();
+}

@@ -1,0 +1,281 @@
+// Bad input gets a clear error and changes nothing; a missing or restarted
+// server is reported or recovered from. In one process, public API only.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pattern.hpp"
+#include "tensorhub/tensorhub.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Buffers of one shard: n bfloat16 tensors "w0".."w{n-1}" of `bytes` each.
+struct Shard {
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<std::string> names;
+    std::vector<th_tensor> t;
+    Shard(int n, uint64_t bytes, uint64_t version = 0, uint32_t shard = 0) {
+        for (int i = 0; i < n; ++i) {
+            data.emplace_back(bytes);
+            names.push_back("w" + std::to_string(i));
+            if (version) th_tools::fill_pattern(data.back().data(), bytes, th_tools::pattern_seed(version, shard, i));
+        }
+        for (int i = 0; i < n; ++i) {
+            th_tensor v{};
+            v.name = names[i].c_str();
+            v.dtype = TH_DTYPE_BFLOAT16;
+            v.ndim = 1;
+            v.shape[0] = static_cast<int64_t>(bytes / 2);
+            v.data = data[i].data();
+            v.nbytes = bytes;
+            t.push_back(v);
+        }
+    }
+};
+
+th_server *start_server(const char *url = nullptr) {
+    th_server_config sc;
+    th_server_config_init(&sc);
+    if (url) sc.listen_url = url;
+    th_server *s = nullptr;
+    EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
+    return s;
+}
+
+th_client *connect(const std::string &url, const char *name, uint32_t timeout_ms = 5000) {
+    th_client_config cc;
+    th_client_config_init(&cc);
+    cc.server_url = url.c_str();
+    cc.worker_name = name;
+    cc.timeout_ms = timeout_ms;
+    cc.heartbeat_ms = 100;
+    th_client *c = nullptr;
+    EXPECT_EQ(th_client_create(&c, &cc), TH_OK) << th_last_error();
+    return c;
+}
+
+th_status publish(th_client *c, const char *model, uint64_t version, uint32_t shard, uint32_t num_shards, Shard &s,
+                  th_replica **out) {
+    th_publish_config pc;
+    th_publish_config_init(&pc);
+    pc.model = model;
+    pc.version = version;
+    pc.shard = shard;
+    pc.num_shards = num_shards;
+    pc.chunk_bytes = 64 << 10;
+    return th_publish(c, &pc, s.t.data(), s.t.size(), out);
+}
+
+th_status fetch(th_client *c, const char *model, uint64_t version, uint32_t shard, Shard &s, uint64_t *got = nullptr,
+                th_replica **out = nullptr, uint32_t timeout_ms = 10000) {
+    th_fetch_config fc;
+    th_fetch_config_init(&fc);
+    fc.model = model;
+    fc.version = version;
+    fc.shard = shard;
+    fc.timeout_ms = timeout_ms;
+    return th_fetch(c, &fc, s.t.data(), s.t.size(), got, out);
+}
+
+#define EXPECT_ERROR(call, code, text)                                                        \
+    do {                                                                                      \
+        th_status st_ = (call);                                                               \
+        EXPECT_EQ(st_, code) << th_status_str(st_) << ": " << th_last_error();                \
+        EXPECT_NE(std::string(th_last_error()).find(text), std::string::npos) << th_last_error(); \
+    } while (0)
+
+class Errors : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        server = start_server();
+        url = th_server_url(server);
+        pub = connect(url, "pub");
+        reader = connect(url, "reader");
+        ASSERT_EQ(publish(pub, "m", 1, 0, 1, src, &rep), TH_OK) << th_last_error();
+    }
+    void TearDown() override {
+        th_replica_release(rep);
+        th_client_destroy(reader);
+        th_client_destroy(pub);
+        th_server_destroy(server);
+    }
+    th_server *server = nullptr;
+    std::string url;
+    th_client *pub = nullptr, *reader = nullptr;
+    Shard src{3, 256 << 10, 1};
+    th_replica *rep = nullptr;
+};
+
+}  // namespace
+
+TEST_F(Errors, HappyPathWholeShardAndSingleTensorRange) {
+    Shard dst(3, 256 << 10);
+    uint64_t got = 0;
+    ASSERT_EQ(fetch(reader, "m", TH_LATEST, 0, dst, &got), TH_OK) << th_last_error();
+    EXPECT_EQ(got, 1u);
+    EXPECT_EQ(dst.data, src.data);
+
+    std::vector<uint8_t> part(5000);
+    th_tensor t{};
+    t.name = "slice";
+    t.dtype = TH_DTYPE_UINT8;
+    t.ndim = 1;
+    t.shape[0] = 5000;
+    t.data = part.data();
+    t.nbytes = part.size();
+    th_fetch_config fc;
+    th_fetch_config_init(&fc);
+    fc.model = "m";
+    fc.tensor = "w1";
+    fc.offset = 100001;  // odd, crosses a chunk boundary (64 KiB chunks)
+    fc.length = 5000;
+    ASSERT_EQ(th_fetch(reader, &fc, &t, 1, &got, nullptr), TH_OK) << th_last_error();
+    EXPECT_EQ(0, std::memcmp(part.data(), src.data[1].data() + 100001, 5000));
+    // A single-tensor fetch cannot serve.
+    th_replica *r = nullptr;
+    EXPECT_ERROR(th_fetch(reader, &fc, &t, 1, &got, &r), TH_ERR_INVALID_ARG, "whole-shard");
+    fc.tensor = "nope";
+    EXPECT_ERROR(th_fetch(reader, &fc, &t, 1, &got, nullptr), TH_ERR_NOT_FOUND, "'nope'");
+    fc.tensor = "w1";
+    fc.offset = (256 << 10) - 10;
+    EXPECT_ERROR(th_fetch(reader, &fc, &t, 1, &got, nullptr), TH_ERR_INVALID_ARG, "outside tensor 'w1'");
+}
+
+TEST_F(Errors, UnknownModelVersionAndShard) {
+    Shard dst(3, 256 << 10);
+    EXPECT_ERROR(fetch(reader, "nope", TH_LATEST, 0, dst), TH_ERR_NOT_FOUND, "model 'nope'");
+    EXPECT_ERROR(fetch(reader, "m", 7, 0, dst), TH_ERR_NOT_FOUND, "no version 7");
+    EXPECT_ERROR(fetch(reader, "m", 1, 5, dst), TH_ERR_INVALID_ARG, "shard 5 is out of range");
+    uint64_t v = 0;
+    EXPECT_ERROR(th_resolve(reader, "nope", TH_LATEST, &v), TH_ERR_NOT_FOUND, "'nope'");
+}
+
+TEST_F(Errors, NotCommittedUntilEveryShardIsPublished) {
+    Shard half(2, 64 << 10, 1);
+    th_replica *r0 = nullptr, *r1 = nullptr;
+    ASSERT_EQ(publish(pub, "tp", 1, 0, 2, half, &r0), TH_OK) << th_last_error();
+    Shard dst(2, 64 << 10);
+    EXPECT_ERROR(fetch(reader, "tp", 1, 0, dst), TH_ERR_NOT_COMMITTED, "1 of 2 shards");
+    EXPECT_ERROR(fetch(reader, "tp", TH_LATEST, 0, dst), TH_ERR_NOT_FOUND, "no committed version");
+    Shard other(2, 64 << 10, 1, 1);
+    ASSERT_EQ(publish(pub, "tp", 1, 1, 2, other, &r1), TH_OK) << th_last_error();
+    EXPECT_EQ(fetch(reader, "tp", TH_LATEST, 1, dst), TH_OK) << th_last_error();
+    EXPECT_EQ(dst.data, other.data);
+    th_replica_release(r0);
+    th_replica_release(r1);
+}
+
+TEST_F(Errors, LayoutMismatchNamesTheTensor) {
+    Shard small(3, 128 << 10);
+    EXPECT_ERROR(fetch(reader, "m", 1, 0, small), TH_ERR_LAYOUT_MISMATCH, "'w0' has 262144 bytes, 131072 given");
+    Shard fewer(2, 256 << 10);
+    EXPECT_ERROR(fetch(reader, "m", 1, 0, fewer), TH_ERR_LAYOUT_MISMATCH, "3 tensors, 2 given");
+    Shard renamed(3, 256 << 10);
+    renamed.t[2].name = "other";
+    EXPECT_ERROR(fetch(reader, "m", 1, 0, renamed), TH_ERR_LAYOUT_MISMATCH, "'other' given");
+    Shard retyped(3, 256 << 10);
+    retyped.t[1].dtype = TH_DTYPE_FLOAT16;
+    EXPECT_ERROR(fetch(reader, "m", 1, 0, retyped), TH_ERR_LAYOUT_MISMATCH, "float16 given");
+}
+
+TEST_F(Errors, NullOrInconsistentBuffers) {
+    Shard dst(3, 256 << 10);
+    dst.t[1].data = nullptr;
+    EXPECT_ERROR(fetch(reader, "m", 1, 0, dst), TH_ERR_INVALID_ARG, "'w1' has a null data pointer");
+    Shard bad(1, 1024, 2);
+    bad.t[0].nbytes = 1000;  // does not match bfloat16 x 512
+    th_replica *r = nullptr;
+    EXPECT_ERROR(publish(pub, "m", 2, 0, 1, bad, &r), TH_ERR_INVALID_ARG, "'w0': nbytes 1000");
+    bad.t[0].nbytes = 1024;
+    bad.t[0].data = nullptr;
+    EXPECT_ERROR(publish(pub, "m", 2, 0, 1, bad, &r), TH_ERR_INVALID_ARG, "null data pointer");
+    EXPECT_EQ(r, nullptr);
+}
+
+TEST_F(Errors, ConflictingPublishIsRejected) {
+    Shard other(2, 256 << 10, 1);
+    th_replica *r = nullptr;
+    EXPECT_ERROR(publish(reader, "m", 1, 0, 1, other, &r), TH_ERR_CONFLICT, "another layout");
+    EXPECT_ERROR(publish(reader, "m", 1, 0, 2, src, &r), TH_ERR_CONFLICT, "has 1 shards");
+    EXPECT_EQ(r, nullptr);
+    // Nothing changed: the original still serves.
+    Shard dst(3, 256 << 10);
+    EXPECT_EQ(fetch(reader, "m", 1, 0, dst), TH_OK) << th_last_error();
+}
+
+TEST_F(Errors, ReleasedReplicaIsNoLongerRouted) {
+    th_replica_release(rep);
+    rep = nullptr;
+    Shard dst(3, 256 << 10);
+    EXPECT_ERROR(fetch(reader, "m", 1, 0, dst), TH_ERR_UNAVAILABLE, "no live holder of model 'm' version 1 shard 0");
+}
+
+TEST_F(Errors, RegistrationIsReusedAcrossVersions) {
+    // Publishing v2 from the same buffers works and readers get v2's bytes.
+    th_tools::fill_pattern(src.data[0].data(), src.data[0].size(), 12345);
+    th_replica *r2 = nullptr;
+    ASSERT_EQ(publish(pub, "m", 2, 0, 1, src, &r2), TH_OK) << th_last_error();
+    th_replica_release(rep);
+    rep = r2;
+    Shard dst(3, 256 << 10);
+    uint64_t got = 0;
+    ASSERT_EQ(fetch(reader, "m", TH_LATEST, 0, dst, &got), TH_OK) << th_last_error();
+    EXPECT_EQ(got, 2u);
+    EXPECT_EQ(dst.data, src.data);
+}
+
+TEST(ServerErrors, UnreachableServerFailsWithinTheDeadline) {
+    th_client_config cc;
+    th_client_config_init(&cc);
+    cc.server_url = "tcp://127.0.0.1:1";
+    cc.timeout_ms = 300;
+    th_client *c = nullptr;
+    auto t0 = Clock::now();
+    EXPECT_ERROR(th_client_create(&c, &cc), TH_ERR_UNAVAILABLE, "tcp://127.0.0.1:1");
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
+    char *json = nullptr;
+    EXPECT_ERROR(th_server_status_json("tcp://127.0.0.1:1", 300, &json), TH_ERR_UNAVAILABLE, "cannot reach");
+}
+
+TEST(ServerErrors, ServerRestartedUnderTheClients) {
+    th_server *a = start_server();
+    std::string url = th_server_url(a);
+    th_client *pub = connect(url, "pub", 2000);
+    th_client *reader = connect(url, "reader", 2000);
+    Shard src(2, 128 << 10, 4);
+    th_replica *rep = nullptr;
+    ASSERT_EQ(publish(pub, "m", 4, 0, 1, src, &rep), TH_OK) << th_last_error();
+    th_server_destroy(a);
+
+    // While no server is up, calls fail within their deadline.
+    Shard dst(2, 128 << 10);
+    auto t0 = Clock::now();
+    EXPECT_NE(fetch(reader, "m", TH_LATEST, 0, dst, nullptr, nullptr, 1000), TH_OK);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+
+    // A new server on the same address learns the version back from the
+    // publisher, which registers again on its next heartbeat.
+    th_server *b = start_server(url.c_str());
+    ASSERT_NE(b, nullptr);
+    uint64_t got = 0;
+    th_status st = TH_ERR_UNAVAILABLE;
+    for (auto end = Clock::now() + std::chrono::seconds(10); Clock::now() < end;) {
+        st = fetch(reader, "m", TH_LATEST, 0, dst, &got);
+        if (st == TH_OK) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(st, TH_OK) << th_last_error();
+    EXPECT_EQ(got, 4u);
+    EXPECT_EQ(dst.data, src.data);
+    th_replica_release(rep);
+    th_client_destroy(reader);
+    th_client_destroy(pub);
+    th_server_destroy(b);
+}

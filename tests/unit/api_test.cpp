@@ -1,0 +1,83 @@
+// The C API's error plumbing and argument checks (no server needed).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "tensorhub/tensorhub.h"
+
+TEST(Api, StatusStringsAndVersion) {
+    EXPECT_STREQ(th_status_str(TH_OK), "ok");
+    EXPECT_STREQ(th_status_str(TH_ERR_TIMEOUT), "timed out");
+    EXPECT_STREQ(th_status_str(static_cast<th_status>(-999)), "unknown status");
+    EXPECT_EQ(th_version_number(), static_cast<uint32_t>(TH_VERSION_NUMBER));
+    EXPECT_EQ(std::string(th_version()), std::to_string(TH_VERSION_MAJOR) + "." + std::to_string(TH_VERSION_MINOR) + "." +
+                                             std::to_string(TH_VERSION_PATCH));
+    EXPECT_EQ(th_dtype_size(TH_DTYPE_BFLOAT16), 2u);
+    EXPECT_EQ(th_dtype_size(static_cast<th_dtype>(200)), 0u);
+}
+
+TEST(Api, LastErrorIsPerThreadAndNamesTheProblem) {
+    th_client *c = nullptr;
+    EXPECT_EQ(th_client_create(&c, nullptr), TH_ERR_INVALID_ARG);
+    EXPECT_EQ(c, nullptr);
+    std::string mine = th_last_error();
+    EXPECT_NE(mine.find("th_client_config is NULL"), std::string::npos) << mine;
+    std::thread([] { EXPECT_STREQ(th_last_error(), ""); }).join();
+    EXPECT_EQ(std::string(th_last_error()), mine);
+}
+
+TEST(Api, ConfigStructsMustBeInitialised) {
+    th_client_config cfg{};
+    th_client *c = nullptr;
+    EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(th_last_error()).find("th_client_config_init"), std::string::npos) << th_last_error();
+    th_client_config_init(&cfg);
+    EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);  // no server_url
+    EXPECT_NE(std::string(th_last_error()).find("server_url"), std::string::npos);
+    cfg.server_url = "tcp://127.0.0.1:1";
+    cfg.labels = "dc";
+    EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(th_last_error()).find("key=value"), std::string::npos);
+    cfg.labels = nullptr;
+    cfg.server_url = "bogus://x";
+    EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(th_last_error()).find("bogus://x"), std::string::npos) << th_last_error();
+}
+
+TEST(Api, OlderSmallerConfigStructsStillWork) {
+    // A program built against a header whose struct ended earlier passes a
+    // smaller struct_size: the missing fields take their defaults.
+    th_server_config cfg;
+    th_server_config_init(&cfg);
+    cfg.struct_size = offsetof(th_server_config, lease_ms);
+    th_server *s = nullptr;
+    ASSERT_EQ(th_server_create(&s, &cfg), TH_OK) << th_last_error();
+    EXPECT_NE(std::string(th_server_url(s)).find("tcp://127.0.0.1:"), std::string::npos);
+    th_server_destroy(s);
+}
+
+TEST(Api, NullHandlesAreHarmless) {
+    th_server_destroy(nullptr);
+    th_client_destroy(nullptr);
+    EXPECT_EQ(th_replica_release(nullptr), TH_OK);
+    th_free(nullptr);
+    EXPECT_EQ(th_client_worker_id(nullptr), 0u);
+    th_fetch_config f;
+    th_fetch_config_init(&f);
+    EXPECT_EQ(th_fetch(nullptr, &f, nullptr, 0, nullptr, nullptr), TH_ERR_INVALID_ARG);
+    uint64_t v = 0;
+    EXPECT_EQ(th_resolve(nullptr, "m", TH_LATEST, &v), TH_ERR_INVALID_ARG);
+}
+
+TEST(Api, ServerUrlInUseIsReported) {
+    th_server_config cfg;
+    th_server_config_init(&cfg);
+    th_server *a = nullptr, *b = nullptr;
+    ASSERT_EQ(th_server_create(&a, &cfg), TH_OK);
+    std::string url = th_server_url(a);
+    cfg.listen_url = url.c_str();
+    EXPECT_EQ(th_server_create(&b, &cfg), TH_ERR_UNAVAILABLE);
+    EXPECT_NE(std::string(th_last_error()).find(url), std::string::npos) << th_last_error();
+    th_server_destroy(a);
+}

@@ -1,0 +1,84 @@
+// Builders of well-formed requests for unit tests of the wire format and the
+// service.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "wire/replica_desc.hpp"
+#include "wire/wire.hpp"
+
+namespace th::test {
+
+using namespace th::wire;
+
+inline Header hdr(uint64_t worker, uint64_t req) { return Header{req, worker, 0}; }
+
+inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}) {
+    Builder b;
+    std::vector<uint8_t> addr = {1, 2, 3, 4};
+    return finish(b, hdr(worker, req),
+                  CreateHello(b, worker, b.CreateString("w" + std::to_string(worker)), put_labels(b, labels), b.CreateVector(addr)));
+}
+
+inline std::vector<th::TensorSpec> specs(uint64_t bytes_each, int n = 2, th_dtype dt = TH_DTYPE_UINT8) {
+    std::vector<th::TensorSpec> out;
+    for (int i = 0; i < n; ++i)
+        out.push_back({"t" + std::to_string(i), dt, {int64_t(bytes_each / th_dtype_size(dt))}, bytes_each});
+    return out;
+}
+
+inline th::ReplicaDesc desc_for(const std::vector<th::TensorSpec> &ts) {
+    th::ReplicaDesc d;
+    uint64_t total = 0;
+    for (auto &t : ts) {
+        d.places.push_back({0, total});
+        total += t.nbytes;
+    }
+    d.regions.push_back({0x10000, total, {9, 9}, 0});
+    d.regions.push_back({0x90000, 4096, {8, 8}, 0});
+    d.ctrl_region = 1;
+    d.ctrl_offset = 0;
+    return d;
+}
+
+inline Bytes publish(uint64_t worker, uint64_t req, const std::string &model, uint64_t version, uint32_t shard,
+                     uint32_t num_shards, const std::vector<th::TensorSpec> &ts, uint64_t replica_id,
+                     uint64_t chunk = 4096) {
+    Builder b;
+    return finish(b, hdr(worker, req),
+                  CreatePublish(b, b.CreateString(model), version, shard, num_shards, chunk, put_tensors(b, ts),
+                                put_desc(b, desc_for(ts)), replica_id));
+}
+
+inline Bytes plan(uint64_t worker, uint64_t req, const std::string &model, uint64_t version, uint32_t shard,
+                  uint64_t replica_id = 0, const std::vector<th::TensorSpec> *ts = nullptr) {
+    Builder b;
+    flatbuffers::Offset<wire::ReplicaDesc> d;
+    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> given;
+    if (replica_id && ts) d = put_desc(b, desc_for(*ts));
+    if (ts) given = put_tensors(b, *ts);
+    return finish(b, hdr(worker, req),
+                  CreatePlanFetch(b, b.CreateString(model), version, shard, 0, 0, d, replica_id, 0, given));
+}
+
+inline Bytes status(uint64_t req = 1) {
+    Builder b;
+    return finish(b, hdr(0, req), CreateStatusQuery(b));
+}
+
+inline const Envelope *env(const Bytes &b) { return verify(b.data(), b.size()); }
+
+inline int error_code(const Bytes &b) {
+    auto *e = env(b);
+    return e->body_type() == Body::ErrorReply ? e->body_as_ErrorReply()->code() : 0;
+}
+
+inline std::string error_text(const Bytes &b) {
+    auto *e = env(b);
+    return e->body_type() == Body::ErrorReply && e->body_as_ErrorReply()->message()
+               ? e->body_as_ErrorReply()->message()->str()
+               : "";
+}
+
+}  // namespace th::test

@@ -1,0 +1,203 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <regex>
+
+#include "client/client.hpp"
+#include "messages.hpp"
+#include "server/service.hpp"
+
+using namespace th;
+using namespace th::test;
+
+namespace {
+
+class ServiceTest : public ::testing::Test {
+  protected:
+    Service svc{ServiceConfig{}};
+    uint64_t req = 1;
+
+    Bytes call(const Bytes &m) { return svc.handle(m.data(), m.size()); }
+    void join(uint64_t worker, const Labels &l = {}) { ASSERT_EQ(error_code(call(hello(worker, req++, l))), 0); }
+    // The state as JSON, without the fields that move with the clock.
+    std::string state() {
+        Bytes s = call(status(req++));
+        std::string j = status_to_json(*env(s)->body_as_StatusReply());
+        return std::regex_replace(j, std::regex("\"(uptime_ms|last_seen_ms_ago)\":[0-9]+"), "");
+    }
+};
+
+}  // namespace
+
+TEST_F(ServiceTest, CommitsOnlyWhenAllShardsArePublished) {
+    join(1);
+    auto ts = specs(8192);
+    EXPECT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 2, ts, 100))), 0);
+    Builder b;
+    Bytes r = call(finish(b, hdr(1, req++), CreateResolve(b, b.CreateString("m"), UINT64_MAX)));
+    EXPECT_EQ(error_code(r), TH_ERR_NOT_FOUND);
+    EXPECT_NE(error_text(r).find("no committed version"), std::string::npos);
+    Builder b2;
+    r = call(finish(b2, hdr(1, req++), CreateResolve(b2, b2.CreateString("m"), 1)));
+    EXPECT_EQ(error_code(r), TH_ERR_NOT_COMMITTED);
+    EXPECT_NE(error_text(r).find("1 of 2 shards"), std::string::npos) << error_text(r);
+    EXPECT_EQ(error_code(call(plan(1, req++, "m", 1, 0))), TH_ERR_NOT_COMMITTED);
+
+    r = call(publish(1, req++, "m", 1, 1, 2, ts, 101));
+    ASSERT_EQ(env(r)->body_type(), Body::PublishReply);
+    EXPECT_TRUE(env(r)->body_as_PublishReply()->committed());
+    Builder b3;
+    r = call(finish(b3, hdr(1, req++), CreateResolve(b3, b3.CreateString("m"), UINT64_MAX)));
+    ASSERT_EQ(env(r)->body_type(), Body::ResolveReply);
+    EXPECT_EQ(env(r)->body_as_ResolveReply()->version(), 1u);
+    EXPECT_EQ(env(r)->body_as_ResolveReply()->num_shards(), 2u);
+}
+
+TEST_F(ServiceTest, RejectsConflictingPublishes) {
+    join(1);
+    join(2);
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 5, 0, 2, ts, 100))), 0);
+    std::string before = state();
+    Bytes r = call(publish(2, req++, "m", 5, 0, 2, specs(4096), 200));  // other layout
+    EXPECT_EQ(error_code(r), TH_ERR_CONFLICT);
+    EXPECT_NE(error_text(r).find("another layout"), std::string::npos) << error_text(r);
+    r = call(publish(2, req++, "m", 5, 1, 3, ts, 201));  // other shard count
+    EXPECT_EQ(error_code(r), TH_ERR_CONFLICT);
+    EXPECT_NE(error_text(r).find("2 shards"), std::string::npos) << error_text(r);
+    r = call(publish(2, req++, "m", 5, 1, 2, ts, 202, 8192));  // other chunk size
+    EXPECT_EQ(error_code(r), TH_ERR_CONFLICT);
+    r = call(publish(2, req++, "m", 5, 1, 2, specs(8192, 2, TH_DTYPE_FLOAT32), 203));  // dtype of t0 differs
+    EXPECT_EQ(error_code(r), TH_ERR_CONFLICT);
+    EXPECT_NE(error_text(r).find("'t0'"), std::string::npos) << error_text(r);
+    r = call(publish(2, req++, "m", 5, 2, 2, ts, 204));  // shard out of range
+    EXPECT_EQ(error_code(r), TH_ERR_INVALID_ARG);
+    EXPECT_EQ(state(), before);  // nothing changed
+    // The same layout from another worker adds a replica.
+    EXPECT_EQ(error_code(call(publish(2, req++, "m", 5, 0, 2, ts, 205))), 0);
+    // Once v5 commits, an older new version is refused.
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 5, 1, 2, ts, 101))), 0);
+    r = call(publish(1, req++, "m", 4, 0, 1, ts, 102));
+    EXPECT_EQ(error_code(r), TH_ERR_CONFLICT);
+    EXPECT_NE(error_text(r).find("older than the latest"), std::string::npos) << error_text(r);
+}
+
+TEST_F(ServiceTest, PlansRouteToReplicasAndCheckTheReadersLayout) {
+    join(1);
+    join(2);
+    join(3);
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100))), 0);
+    Bytes r = call(plan(2, req++, "m", UINT64_MAX, 0, 200, &ts));
+    ASSERT_EQ(env(r)->body_type(), Body::PlanReply) << error_text(r);
+    const PlanReply *p = env(r)->body_as_PlanReply();
+    EXPECT_EQ(p->version(), 1u);
+    EXPECT_EQ(p->total_bytes(), 16384u);
+    ASSERT_EQ(p->ranges()->size(), 1u);
+    EXPECT_EQ(p->ranges()->Get(0)->worker_id(), 1u);
+    EXPECT_EQ(p->ranges()->Get(0)->num_chunks(), 4u);
+    // The second reader follows the first (filling, idle) rather than the busy publisher.
+    r = call(plan(3, req++, "m", UINT64_MAX, 0, 300, &ts));
+    ASSERT_EQ(env(r)->body_type(), Body::PlanReply) << error_text(r);
+    EXPECT_EQ(env(r)->body_as_PlanReply()->ranges()->Get(0)->worker_id(), 2u);
+    EXPECT_FALSE(env(r)->body_as_PlanReply()->ranges()->Get(0)->complete());
+
+    auto wrong = specs(4096);
+    r = call(plan(3, req++, "m", 1, 0, 0, &wrong));
+    EXPECT_EQ(error_code(r), TH_ERR_LAYOUT_MISMATCH);
+    EXPECT_NE(error_text(r).find("8192 bytes, 4096 given"), std::string::npos) << error_text(r);
+    r = call(plan(3, req++, "m", 1, 3));
+    EXPECT_EQ(error_code(r), TH_ERR_INVALID_ARG);
+    EXPECT_NE(error_text(r).find("shard 3 is out of range"), std::string::npos) << error_text(r);
+    r = call(plan(3, req++, "nope", 1, 0));
+    EXPECT_EQ(error_code(r), TH_ERR_NOT_FOUND);
+    EXPECT_NE(error_text(r).find("'nope'"), std::string::npos);
+    r = call(plan(3, req++, "m", 9, 0));
+    EXPECT_EQ(error_code(r), TH_ERR_NOT_FOUND);
+    EXPECT_NE(error_text(r).find("no version 9"), std::string::npos);
+}
+
+TEST_F(ServiceTest, NoHolderMeansUnavailableAtOnce) {
+    join(1);
+    join(2);
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100))), 0);
+    Builder b;
+    ASSERT_EQ(error_code(call(finish(b, hdr(1, req++), CreateRelease(b, 100)))), 0);
+    Bytes r = call(plan(2, req++, "m", UINT64_MAX, 0));
+    EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE);
+    EXPECT_NE(error_text(r).find("no live holder of model 'm' version 1 shard 0"), std::string::npos) << error_text(r);
+}
+
+TEST_F(ServiceTest, UnknownWorkersAreToldToRegister) {
+    Bytes r = call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100));
+    ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
+    EXPECT_TRUE(env(r)->body_as_ErrorReply()->unknown_worker());
+}
+
+TEST_F(ServiceTest, GarbageGetsAnErrorAndChangesNothing) {
+    join(1);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, specs(8192), 100))), 0);
+    std::string before = state();
+    std::mt19937 rng(7);
+    Bytes good = publish(1, 999, "m", 2, 0, 1, specs(8192), 101);
+    for (int i = 0; i < 500; ++i) {
+        Bytes g = good;
+        if (i % 2 == 0) {
+            g.resize(rng() % (g.size() - 16));  // the tail may be padding
+        } else {
+            for (auto &x : g) x = static_cast<uint8_t>(rng());
+        }
+        Bytes r = call(g);
+        EXPECT_EQ(error_code(r), TH_ERR_PROTOCOL);
+    }
+    Bytes huge(wire::kMaxMessageBytes + 1, 0);
+    EXPECT_EQ(error_code(call(huge)), TH_ERR_PROTOCOL);
+    EXPECT_EQ(state(), before);
+}
+
+TEST_F(ServiceTest, CorruptedRequestsAlwaysGetAWellFormedReply) {
+    join(1);
+    Bytes good = publish(1, 999, "m", 2, 0, 1, specs(8192), 101);
+    for (size_t i = 0; i < good.size(); ++i)
+        for (uint8_t flip : {0x01, 0x80, 0xff}) {
+            Bytes g = good;
+            g[i] ^= flip;
+            Bytes r = call(g);
+            EXPECT_NO_THROW(verify(r.data(), r.size()));
+        }
+}
+
+TEST_F(ServiceTest, RetriedRequestsAreAppliedOnce) {
+    join(1);
+    Bytes m = publish(1, 555, "m", 1, 0, 1, specs(8192), 100);
+    Bytes a = call(m), b = call(m);
+    EXPECT_EQ(a, b);
+    std::string s = state();
+    EXPECT_EQ(s.find("\"replica_id\":100"), s.rfind("\"replica_id\":100"));
+}
+
+TEST_F(ServiceTest, ExpiredLeasesDropWorkersAndTheirReplicas) {
+    join(1);
+    join(2);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, specs(8192), 100))), 0);
+    EXPECT_EQ(svc.expire(now_ms() + ServiceConfig{}.lease_ms + 1), 2u);
+    EXPECT_EQ(state().find("\"worker_id\":1,"), std::string::npos);
+    Bytes r = call(hello(2, req++));
+    r = call(plan(2, req++, "m", UINT64_MAX, 0));
+    EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE);
+}
+
+TEST_F(ServiceTest, ForgetsVersionsNobodyHoldsExceptTheLatest) {
+    join(1);
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100))), 0);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 2, 0, 1, ts, 101))), 0);
+    Builder b;
+    ASSERT_EQ(error_code(call(finish(b, hdr(1, req++), CreateRelease(b, 100)))), 0);
+    Bytes r = call(plan(1, req++, "m", 1, 0));
+    EXPECT_EQ(error_code(r), TH_ERR_NOT_FOUND);
+    Builder b2;
+    ASSERT_EQ(error_code(call(finish(b2, hdr(1, req++), CreateRelease(b2, 101)))), 0);
+    EXPECT_NE(state().find("\"latest\":2"), std::string::npos);  // still the latest, unavailable
+}
