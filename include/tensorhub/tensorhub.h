@@ -61,7 +61,9 @@ typedef enum th_status {
     TH_ERR_NO_MEMORY = -10,      /* allocation failed */
     TH_ERR_CLOSED = -11,         /* the handle is shutting down */
     TH_ERR_UNSUPPORTED = -12,    /* not built in (e.g. CUDA memory without CUDA) */
-    TH_ERR_INTERNAL = -13        /* a bug in tensorhub: please report it */
+    TH_ERR_INTERNAL = -13,       /* a bug in tensorhub: please report it */
+    TH_ERR_RETAINED = -14        /* the last complete copy of a required version
+                                    cannot be given up (retention policy "fail") */
 } th_status;
 
 /* A static, human-readable name for a status code. Never NULL. Thread-safe. */
@@ -168,6 +170,17 @@ TH_API void th_server_destroy(th_server *server);
 
 typedef struct th_client th_client;
 
+/* What a client does when a replica it is about to mutate or release is the
+ * last complete copy of a version that is still required (the newest committed
+ * one, a pinned one, or one a reader is fetching). */
+typedef enum th_retention {
+    TH_RETAIN_SPILL = 0, /* copy the bytes into library-owned host memory and
+                            serve that copy until the version is no longer required */
+    TH_RETAIN_WAIT = 1,  /* wait (up to mutation_wait_ms) for a filling replica to
+                            complete; spill if none completes in time */
+    TH_RETAIN_FAIL = 2   /* refuse with TH_ERR_RETAINED */
+} th_retention;
+
 typedef struct th_client_config {
     size_t struct_size;
     const char *server_url;  /* required, e.g. "tcp://10.0.0.1:7070" */
@@ -178,6 +191,9 @@ typedef struct th_client_config {
     uint32_t chunk_timeout_ms; /* a chunk GET with no completion for this long fails
                                   its source. Default 5000. */
     uint32_t max_inflight;   /* chunk GETs in flight per fetch. Default 8. */
+    th_retention retention;  /* default TH_RETAIN_SPILL */
+    uint32_t mutation_wait_ms; /* how long begin-mutation waits for reads in flight
+                                  on the replica to drain. Default 5000. */
 } th_client_config;
 
 /* Fills cfg with defaults. Must be called before th_client_create. */
@@ -237,10 +253,30 @@ TH_API uint64_t th_replica_version(const th_replica *replica);
 
 /* Withdraws the replica and frees the handle: the server stops routing reads
  * to it, and its control word's generation changes first, so a reader still
- * reading it discards what it read and re-reads from another holder. After it
- * returns, the caller may overwrite the buffers. NULL is a no-op.
- * Returns the status of telling the server; the handle is freed either way. */
+ * reading it discards what it read and re-reads from another holder. If it is
+ * the last complete copy of a required version, the client's retention policy
+ * applies first (see th_retention). After it returns, the caller may overwrite
+ * the buffers. NULL is a no-op. Returns the status of telling the server; the
+ * handle is freed either way, except on TH_ERR_RETAINED (retention policy
+ * "fail"), where nothing changed and the handle stays valid. */
 TH_API th_status th_replica_release(th_replica *replica);
+
+/* Prepares to overwrite the replica's buffers (an optimizer step, loading the
+ * next version in place): the server stops routing new reads to it; if it is
+ * the last complete copy of a required version, the client's retention policy
+ * applies (spill into an owned copy, wait for another replica, or fail with
+ * TH_ERR_RETAINED); then it waits up to mutation_wait_ms for reads in flight
+ * to drain, and marks the buffers as changing (readers that still read them
+ * discard what they read and re-read elsewhere). After TH_OK the caller may
+ * overwrite the buffers; th_replica_release completes the mutation. Publishing
+ * the next version from the same buffers reuses their registration.
+ * Thread-safe with respect to other replicas; not to be called twice. */
+TH_API th_status th_replica_begin_mutation(th_replica *replica);
+
+/* Keeps (model, version) required until th_unpin: its holders spill rather
+ * than lose it. Pins held by a client end with it. */
+TH_API th_status th_pin(th_client *client, const char *model, uint64_t version);
+TH_API th_status th_unpin(th_client *client, const char *model, uint64_t version);
 
 /* ------------------------------------------------------------------------- */
 /* Fetch                                                                      */
@@ -280,6 +316,22 @@ TH_API th_status th_fetch(th_client *client, const th_fetch_config *cfg,
  * TH_ERR_NOT_COMMITTED (that version exists but is incomplete). */
 TH_API th_status th_resolve(th_client *client, const char *model, uint64_t version,
                             uint64_t *out_version);
+
+/* Waits until model has a committed version newer than newer_than (pass 0 for
+ * "any"), without polling the server: the server publishes commits as events;
+ * a missed event is caught by a query. *out_version receives that version.
+ * Errors: TH_ERR_TIMEOUT when none appears within timeout_ms. */
+TH_API th_status th_wait_for_version(th_client *client, const char *model, uint64_t newer_than,
+                                     uint32_t timeout_ms, uint64_t *out_version);
+
+/* Describes a shard of a committed version (a number or TH_LATEST) as JSON, so
+ * that a reader can allocate its buffers before fetching:
+ * {"model":..., "version":V, "num_shards":N, "shard":S, "chunk_bytes":C,
+ *  "total_bytes":T, "tensors":[{"name":..., "dtype":"bfloat16",
+ *  "dtype_id":6, "shape":[...], "nbytes":B}, ...]}.
+ * *out_json is allocated by the library; free it with th_free. */
+TH_API th_status th_describe_json(th_client *client, const char *model, uint64_t version, uint32_t shard,
+                                  char **out_json);
 
 /* ------------------------------------------------------------------------- */
 /* Status                                                                     */

@@ -49,15 +49,20 @@ std::vector<th::Buffer> buffers(const th_tensor *tensors, size_t n) {
         const th_tensor &t = tensors[i];
         if (t.name == nullptr) fail(TH_ERR_INVALID_ARG, "tensor ", i, " has no name");
         if (t.ndim > TH_MAX_DIMS) fail(TH_ERR_INVALID_ARG, "tensor '", t.name, "' has ndim ", t.ndim, " > ", TH_MAX_DIMS);
-        if (t.mem_kind != TH_MEM_HOST && t.mem_kind != TH_MEM_CUDA)
-            fail(TH_ERR_INVALID_ARG, "tensor '", t.name, "' has unknown memory kind ", static_cast<int>(t.mem_kind));
+        // Read the enums as raw numbers: a C caller may pass any int.
+        uint32_t dtype = 0, kind = 0;
+        std::memcpy(&dtype, &t.dtype, sizeof dtype);
+        std::memcpy(&kind, &t.mem_kind, sizeof kind);
+        if (!th::dtype_known(dtype)) fail(TH_ERR_INVALID_ARG, "tensor '", t.name, "' has unknown dtype ", dtype);
+        if (kind != TH_MEM_HOST && kind != TH_MEM_CUDA)
+            fail(TH_ERR_INVALID_ARG, "tensor '", t.name, "' has unknown memory kind ", kind);
         th::Buffer b;
         b.spec.name = t.name;
-        b.spec.dtype = t.dtype;
+        b.spec.dtype = static_cast<th_dtype>(dtype);
         b.spec.shape.assign(t.shape, t.shape + t.ndim);
         b.spec.nbytes = t.nbytes;
         b.data = t.data;
-        b.kind = t.mem_kind;
+        b.kind = static_cast<th_mem_kind>(kind);
         out.push_back(std::move(b));
     }
     return out;
@@ -75,6 +80,9 @@ char *copy_string(const std::string &s) {
 extern "C" {
 
 const char *th_status_str(th_status status) {
+    int32_t raw = 0;
+    std::memcpy(&raw, &status, sizeof raw);
+    if (raw > 0 || raw < TH_ERR_RETAINED) return "unknown status";
     switch (status) {
         case TH_OK: return "ok";
         case TH_ERR_INVALID_ARG: return "invalid argument";
@@ -90,6 +98,7 @@ const char *th_status_str(th_status status) {
         case TH_ERR_CLOSED: return "closed";
         case TH_ERR_UNSUPPORTED: return "unsupported";
         case TH_ERR_INTERNAL: return "internal error";
+        case TH_ERR_RETAINED: return "required version retained";
     }
     return "unknown status";
 }
@@ -107,6 +116,9 @@ const char *th_version(void) {
 uint32_t th_version_number(void) { return TH_VERSION_NUMBER; }
 
 size_t th_dtype_size(th_dtype dtype) {
+    uint32_t raw = 0;
+    std::memcpy(&raw, &dtype, sizeof raw);
+    if (!th::dtype_known(raw)) return 0;
     switch (dtype) {
         case TH_DTYPE_UINT8:
         case TH_DTYPE_INT8:
@@ -166,6 +178,8 @@ void th_client_config_init(th_client_config *cfg) {
     cfg->heartbeat_ms = 1000;
     cfg->chunk_timeout_ms = 5000;
     cfg->max_inflight = 8;
+    cfg->retention = TH_RETAIN_SPILL;
+    cfg->mutation_wait_ms = 5000;
 }
 
 th_status th_client_create(th_client **out, const th_client_config *cfg) {
@@ -182,6 +196,11 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         cc.heartbeat_ms = c.heartbeat_ms;
         cc.chunk_timeout_ms = c.chunk_timeout_ms;
         cc.max_inflight = c.max_inflight;
+        uint32_t retention = 0;
+        std::memcpy(&retention, &c.retention, sizeof retention);
+        if (retention > TH_RETAIN_FAIL) fail(TH_ERR_INVALID_ARG, "unknown retention policy ", retention);
+        cc.retention = static_cast<th_retention>(retention);
+        cc.mutation_wait_ms = c.mutation_wait_ms;
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
         *out = cl.release();
@@ -219,10 +238,14 @@ uint64_t th_replica_version(const th_replica *replica) { return replica ? replic
 th_status th_replica_release(th_replica *replica) {
     if (replica == nullptr) return TH_OK;
     std::unique_ptr<th_replica> owned(replica);
-    return th::guard([&] {
+    th_status st = th::guard([&] {
         th::Client *c = th::replica_client(*owned->impl);
         if (c != nullptr) c->release(*owned->impl);
     });
+    // Refused by the retention policy: the replica still serves; the caller
+    // keeps the handle.
+    if (st == TH_ERR_RETAINED) owned.release();
+    return st;
 }
 
 void th_fetch_config_init(th_fetch_config *cfg) {
@@ -254,6 +277,47 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
             r->impl = std::move(res.replica);
             *out_replica = r.release();
         }
+    });
+}
+
+th_status th_replica_begin_mutation(th_replica *replica) {
+    return th::guard([&] {
+        if (replica == nullptr) fail(TH_ERR_INVALID_ARG, "replica is NULL");
+        th::Client *c = th::replica_client(*replica->impl);
+        if (c == nullptr) fail(TH_ERR_CLOSED, "the replica's client was destroyed");
+        c->begin_mutation(*replica->impl);
+    });
+}
+
+th_status th_pin(th_client *client, const char *model, uint64_t version) {
+    return th::guard([&] {
+        if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
+        client->impl->pin(model, version, true);
+    });
+}
+
+th_status th_unpin(th_client *client, const char *model, uint64_t version) {
+    return th::guard([&] {
+        if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
+        client->impl->pin(model, version, false);
+    });
+}
+
+th_status th_wait_for_version(th_client *client, const char *model, uint64_t newer_than, uint32_t timeout_ms,
+                              uint64_t *out_version) {
+    return th::guard([&] {
+        if (client == nullptr || model == nullptr || out_version == nullptr)
+            fail(TH_ERR_INVALID_ARG, "client, model and out_version must not be NULL");
+        *out_version = client->impl->wait_for_version(model, newer_than, timeout_ms);
+    });
+}
+
+th_status th_describe_json(th_client *client, const char *model, uint64_t version, uint32_t shard, char **out_json) {
+    return th::guard([&] {
+        if (client == nullptr || model == nullptr || out_json == nullptr)
+            fail(TH_ERR_INVALID_ARG, "client, model and out_json must not be NULL");
+        *out_json = nullptr;
+        *out_json = copy_string(client->impl->describe_json(model, version, shard));
     });
 }
 

@@ -5,7 +5,9 @@
 #include <random>
 
 #include "common/error.hpp"
+#include "common/faults.hpp"
 #include "common/log.hpp"
+#include "transport/memory_kind.hpp"
 
 namespace th {
 
@@ -19,6 +21,15 @@ uint64_t random_id() {
     uint64_t id = 0;
     while (id == 0) id = (uint64_t(rd()) << 32) ^ rd();
     return id;
+}
+
+// The server announces its event URL as it bound it ("tcp://0.0.0.0:port" when
+// it listens on all interfaces): dial the host we reach the server at instead.
+std::string reachable_events_url(const std::string &server_url, const std::string &events_url) {
+    if (server_url.rfind("tcp", 0) != 0 || events_url.rfind("tcp", 0) != 0) return events_url;
+    size_t s = server_url.rfind(':'), e = events_url.rfind(':');
+    if (s == std::string::npos || e == std::string::npos) return events_url;
+    return server_url.substr(0, s) + events_url.substr(e);
 }
 
 }  // namespace
@@ -61,11 +72,14 @@ Client::~Client() {
     }
     for (Replica *r : held) {
         try {
-            release(*r);
+            release(*r, /*retain=*/false);  // the process is going away: nothing to spill into
         } catch (const std::exception &e) {
             TH_LOG(Info, "releasing replica ", r->id_, " at shutdown: ", e.what());
         }
+        // Detached: the handle stays valid for th_replica_release, but it
+        // must not keep registrations alive past the UCX context.
         r->client_ = nullptr;
+        r->regions_.clear();
     }
     try {
         call([](Builder &b, const Header &h) { return wire::finish(b, h, CreateGoodbye(b)); },
@@ -73,6 +87,11 @@ Client::~Client() {
     } catch (const std::exception &e) {
         TH_LOG(Info, "goodbye to the server failed: ", e.what());
     }
+    {
+        std::lock_guard lk(reg_mu_);
+        owned_.clear();
+    }
+    events_.reset();
     rpc_.reset();
     ctrl_.reset();
     ucx_.reset();
@@ -98,9 +117,9 @@ Bytes Client::call_raw(const std::function<Bytes(Builder &, const Header &)> &bu
             reregister(deadline);
             continue;
         }
-        th_status code = static_cast<th_status>(e->code());
-        if (code >= 0 || code < TH_ERR_INTERNAL || e->unknown_worker()) code = e->unknown_worker() ? TH_ERR_UNAVAILABLE : TH_ERR_PROTOCOL;
-        throw Error(code, e->message() ? e->message()->str() : "server error without message");
+        if (e->unknown_worker())
+            fail(TH_ERR_UNAVAILABLE, "the server does not accept this worker: ", e->message() ? e->message()->str() : "");
+        throw_reply_error(*e, "request");
     }
 }
 
@@ -111,13 +130,39 @@ void Client::hello(const Deadline &deadline) {
                             b.CreateVector(ucx_->address()));
     Bytes reply = rpc_->call(finish(b, h, body), deadline);
     const Envelope *env = verify(reply.data(), reply.size());
-    if (env->body_type() == Body::ErrorReply) {
-        const ErrorReply *e = env->body_as_ErrorReply();
-        throw Error(static_cast<th_status>(e->code()), e->message() ? e->message()->str() : "registration refused");
-    }
+    if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "Hello");
     if (env->body_type() != Body::HelloReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Hello");
-    epoch_ = env->body_as_HelloReply()->server_epoch();
+    const HelloReply *r = env->body_as_HelloReply();
+    epoch_ = r->server_epoch();
     registrations_++;
+    std::string events = r->events_url() ? r->events_url()->str() : "";
+    if (!events.empty()) {
+        events = reachable_events_url(cfg_.server_url, events);
+        if (!events_ || events_->url() != events) {
+            events_.reset();
+            events_ = std::make_unique<Subscriber>(events, [this](const uint8_t *d, size_t n) { on_event(d, n); });
+        }
+    }
+}
+
+void Client::on_event(const uint8_t *data, size_t size) {
+    if (faults().drop_events) return;
+    try {
+        const Envelope *env = verify(data, size);
+        if (env->body_type() != Body::Event) return;
+        const wire::Event *e = env->body_as_Event();
+        std::lock_guard lk(ev_mu_);
+        if (event_seq_ != 0 && e->seq() != event_seq_ + 1) event_gap_ = true;
+        event_seq_ = e->seq();
+        if (e->kind() == EventKind::Committed && e->model()) {
+            uint64_t &v = latest_seen_[e->model()->str()];
+            v = std::max(v, e->version());
+        }
+    } catch (const Error &e) {
+        TH_LOG(Warn, "ignoring a malformed server event: ", e.what());
+        return;
+    }
+    ev_cv_.notify_all();
 }
 
 // After a server restart (or after being reported unreachable) the server has
@@ -136,8 +181,14 @@ void Client::heartbeat_loop() {
     while (!hb_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms), [this] { return stop_; })) {
         lk.unlock();
         try {
-            call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
-                 Deadline(cfg_.heartbeat_ms * 2));
+            Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
+                               Deadline(cfg_.heartbeat_ms * 2));
+            const Envelope *env = GetEnvelope(reply.data());
+            if (env->body_type() == Body::HeartbeatReply && env->body_as_HeartbeatReply()->drop() &&
+                env->body_as_HeartbeatReply()->drop()->size() > 0) {
+                const auto *d = env->body_as_HeartbeatReply()->drop();
+                drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
+            }
             if (warned) TH_LOG(Warn, "server ", cfg_.server_url, " answers heartbeats again");
             warned = false;
         } catch (const std::exception &e) {
@@ -186,7 +237,7 @@ void Client::send_publish(const Replica &r, const Deadline &deadline) {
     Bytes reply = call(
         [&](Builder &b, const Header &h) {
             auto body = CreatePublish(b, b.CreateString(r.model_), r.version_, r.shard_, r.num_shards_, r.chunk_bytes_,
-                                      put_tensors(b, specs), put_desc(b, r.desc_), r.id_);
+                                      put_tensors(b, specs), put_desc(b, r.desc_), r.id_, r.owned_);
             return finish(b, h, body);
         },
         deadline);
@@ -225,11 +276,167 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
     return r;
 }
 
-void Client::release(Replica &r) {
+void Client::release(Replica &r, bool retain) {
+    Deadline d(cfg_.timeout_ms);
+    if (retain && !r.mutating_ && r.complete_) prepare_to_give_up(r, d);
     forget(&r);
     ctrl_->release(r.ctrl_.word);  // readers still on it see the generation change
-    Deadline d(cfg_.timeout_ms);
     call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id_)); }, d);
+}
+
+uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {
+    auto ask = [&](Body kind) {
+        Bytes reply = call(
+            [&](Builder &b, const Header &h) {
+                return kind == Body::BeginMutation ? finish(b, h, CreateBeginMutation(b, r.id_))
+                                                   : finish(b, h, CreateCancelMutation(b, r.id_));
+            },
+            deadline);
+        return reply;
+    };
+    Bytes reply = ask(Body::BeginMutation);
+    auto state = [&] { return GetEnvelope(reply.data())->body_as_BeginMutationReply(); };
+    if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
+    if (state()->last_copy()) {
+        std::string what = str("replica of model '", r.model_, "' version ", r.version_, " shard ", r.shard_,
+                               " is the last complete copy of a required version");
+        if (cfg_.retention == TH_RETAIN_FAIL) {
+            ask(Body::CancelMutation);
+            fail(TH_ERR_RETAINED, what, " (retention policy: fail)");
+        }
+        // wait: give a filling replica the chance to complete first.
+        Deadline wait = deadline.capped(cfg_.mutation_wait_ms);
+        while (cfg_.retention == TH_RETAIN_WAIT && state()->last_copy() && state()->filling() > 0 && !wait.expired()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            reply = ask(Body::BeginMutation);
+        }
+        if (state()->last_copy()) {
+            TH_LOG(Info, what, ": keeping an owned copy");
+            spill(r);
+        }
+    }
+    return state()->active_reads();
+}
+
+void Client::begin_mutation(Replica &r) {
+    if (r.mutating_) fail(TH_ERR_INVALID_ARG, "begin_mutation was already called on this replica");
+    Deadline deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms);
+    uint32_t active = prepare_to_give_up(r, deadline);
+    // Let the reads already planned onto it finish; past the wait the seqlock
+    // still protects them (they re-read elsewhere).
+    Deadline drain = deadline.capped(cfg_.mutation_wait_ms);
+    while (active > 0 && !drain.expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        Bytes reply = call([&](Builder &b, const Header &h) { return finish(b, h, CreateBeginMutation(b, r.id_)); },
+                           deadline);
+        active = GetEnvelope(reply.data())->body_as_BeginMutationReply()->active_reads();
+    }
+    if (active > 0) TH_LOG(Info, "replica ", r.id_, ": ", active, " reads still in flight after ", cfg_.mutation_wait_ms,
+                          " ms; they will re-read elsewhere");
+    r.ctrl_.word->generation.fetch_add(1);  // odd: changing
+    r.mutating_ = true;
+}
+
+void Client::spill(const Replica &r) {
+    uint64_t total = 0;
+    for (const Buffer &b : r.buffers_) total += b.spec.nbytes;
+    auto copy = std::make_unique<Replica>();
+    copy->model_ = r.model_;
+    copy->version_ = r.version_;
+    copy->shard_ = r.shard_;
+    copy->num_shards_ = r.num_shards_;
+    copy->chunk_bytes_ = r.chunk_bytes_;
+    copy->owned_ = true;
+    copy->storage_.reset(static_cast<uint8_t *>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)));
+    if (!copy->storage_) fail(TH_ERR_NO_MEMORY, "cannot allocate ", total, " bytes for an owned copy");
+    std::vector<Buffer> buffers;
+    uint64_t offset = 0;
+    for (const Buffer &b : r.buffers_) {
+        Buffer nb = b;
+        nb.data = copy->storage_.get() + offset;
+        nb.kind = TH_MEM_HOST;
+        copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
+        offset += b.spec.nbytes;
+        buffers.push_back(nb);
+    }
+    prepare_replica(copy, buffers);
+    copy->ctrl_.word->chunks_done.store(Layout([&] {
+        std::vector<TensorSpec> specs;
+        for (const Buffer &b : copy->buffers_) specs.push_back(b.spec);
+        return specs;
+    }(), copy->chunk_bytes_).num_chunks());
+    copy->complete_ = true;
+    send_publish(*copy, Deadline(cfg_.timeout_ms));
+    remember(copy.get());
+    std::lock_guard lk(reg_mu_);
+    owned_[copy->id_] = std::move(copy);
+}
+
+void Client::drop_owned(const std::vector<uint64_t> &ids) {
+    for (uint64_t id : ids) {
+        std::unique_ptr<Replica> r;
+        {
+            std::lock_guard lk(reg_mu_);
+            auto it = owned_.find(id);
+            if (it == owned_.end()) continue;
+            r = std::move(it->second);
+            owned_.erase(it);
+        }
+        TH_LOG(Info, "freeing the owned copy of '", r->model_, "' version ", r->version_, " shard ", r->shard_,
+               ": no longer required");
+        try {
+            release(*r, /*retain=*/false);
+        } catch (const std::exception &e) {
+            TH_LOG(Warn, "releasing an owned copy: ", e.what());
+        }
+        void *base = r->storage_.get();
+        r.reset();
+        ucx_->forget_memory(base);
+    }
+}
+
+void Client::pin(const std::string &model, uint64_t version, bool on) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    call([&](Builder &b, const Header &h) { return finish(b, h, CreatePin(b, b.CreateString(model), version, on)); },
+         Deadline(cfg_.timeout_ms));
+}
+
+uint64_t Client::wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    Deadline deadline(timeout_ms);
+    // Events say when to look; the query is the truth. A catch-up query also
+    // runs after a gap in the event sequence, and at least once a second in
+    // case events are lost entirely.
+    constexpr uint32_t kCatchUpMs = 1000;
+    for (;;) {
+        try {
+            uint64_t v = resolve(model, UINT64_MAX);
+            if (v > newer_than) return v;
+        } catch (const Error &e) {
+            if (e.code() != TH_ERR_NOT_FOUND) throw;
+        }
+        std::unique_lock lk(ev_mu_);
+        event_gap_ = false;
+        Deadline slice = deadline.capped(kCatchUpMs);
+        ev_cv_.wait_until(lk, slice.at(), [&] {
+            auto it = latest_seen_.find(model);
+            return event_gap_ || (it != latest_seen_.end() && it->second > newer_than);
+        });
+        if (deadline.expired())
+            fail(TH_ERR_TIMEOUT, "no version of model '", model, "' newer than ", newer_than, " was committed within ",
+                 timeout_ms, " ms");
+    }
+}
+
+std::string Client::describe_json(const std::string &model, uint64_t version, uint32_t shard) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    Bytes reply = call(
+        [&](Builder &b, const Header &h) { return finish(b, h, CreateDescribe(b, b.CreateString(model), version, shard)); },
+        Deadline(cfg_.timeout_ms));
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::DescribeReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Describe");
+    const DescribeReply *d = env->body_as_DescribeReply();
+    return describe_to_json(model, shard, *d);
 }
 
 uint64_t Client::resolve(const std::string &model, uint64_t version) {
@@ -265,10 +472,7 @@ std::string query_status(const std::string &url, uint32_t timeout_ms) {
     h.request_id = 1;
     Bytes reply = rpc.call(wire::finish(b, h, CreateStatusQuery(b)), Deadline(timeout_ms));
     const Envelope *env = verify(reply.data(), reply.size());
-    if (env->body_type() == Body::ErrorReply) {
-        const ErrorReply *e = env->body_as_ErrorReply();
-        throw Error(static_cast<th_status>(e->code()), e->message() ? e->message()->str() : "status query refused");
-    }
+    if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "status query");
     if (env->body_type() != Body::StatusReply) fail(TH_ERR_PROTOCOL, "unexpected reply to StatusQuery");
     return status_to_json(*env->body_as_StatusReply());
 }

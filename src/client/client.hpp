@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "common/labels.hpp"
 #include "common/layout.hpp"
 #include "control/rpc.hpp"
+#include "control/subscriber.hpp"
 #include "server/state.hpp"
 #include "transport/ucx.hpp"
 #include "wire/wire.hpp"
@@ -32,6 +34,8 @@ struct ClientConfig {
     uint32_t heartbeat_ms = 1000;
     uint32_t chunk_timeout_ms = 5000;
     uint32_t max_inflight = 8;
+    th_retention retention = TH_RETAIN_SPILL;
+    uint32_t mutation_wait_ms = 5000;
 };
 
 // Caller memory holding one tensor of a replica or a fetch destination.
@@ -66,6 +70,12 @@ class Replica {
     ReplicaDesc desc_;
     ControlPage::Slot ctrl_{};
     bool complete_ = false;
+    bool mutating_ = false;  // begin_mutation succeeded: its buffers may change
+    bool owned_ = false;     // a copy in library memory, made for retention
+    struct FreeDeleter {
+        void operator()(uint8_t *p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, FreeDeleter> storage_;  // owned copies only
 };
 
 struct FetchRequest {
@@ -95,7 +105,13 @@ class Client {
                                      uint64_t chunk_bytes, std::vector<Buffer> buffers);
     FetchResult fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve);
     uint64_t resolve(const std::string &model, uint64_t version);
-    void release(Replica &replica);
+    // Withdraws the replica. With retain, the retention policy applies first
+    // when it is the last complete copy of a required version.
+    void release(Replica &replica, bool retain = true);
+    void begin_mutation(Replica &replica);
+    void pin(const std::string &model, uint64_t version, bool on);
+    uint64_t wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms);
+    std::string describe_json(const std::string &model, uint64_t version, uint32_t shard);
     std::string status_json();
 
     // Sends a request built by build(builder, header) and returns the reply
@@ -114,6 +130,12 @@ class Client {
     void hello(const Deadline &deadline);
     void reregister(const Deadline &deadline);
     void heartbeat_loop();
+    void on_event(const uint8_t *data, size_t size);
+    // Asks the server to stop routing to r and applies the retention policy;
+    // returns the number of reads still planned onto it.
+    uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);
+    void spill(const Replica &r);
+    void drop_owned(const std::vector<uint64_t> &ids);
     Replica *prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer> &buffers);
     void send_publish(const Replica &r, const Deadline &deadline);
     void remember(Replica *r);
@@ -130,8 +152,17 @@ class Client {
     std::atomic<uint64_t> epoch_{0};
     std::atomic<uint64_t> registrations_{0};  // bumped each time we (re)register
 
-    std::mutex reg_mu_;  // serializes re-registration and guards held_
+    std::mutex reg_mu_;  // serializes re-registration and guards held_ and owned_
     std::map<uint64_t, Replica *> held_;
+    std::map<uint64_t, std::unique_ptr<Replica>> owned_;  // spilled copies, by id
+
+    // Server events (commits) and what they told us.
+    std::mutex ev_mu_;
+    std::condition_variable ev_cv_;
+    std::map<std::string, uint64_t> latest_seen_;
+    uint64_t event_seq_ = 0;
+    bool event_gap_ = false;
+    std::unique_ptr<Subscriber> events_;
 
     std::mutex hb_mu_;
     std::condition_variable hb_cv_;
@@ -144,8 +175,9 @@ wire::Bytes Client::call(Build &&build, const Deadline &deadline) {
     return call_raw(std::forward<Build>(build), deadline);
 }
 
-// Renders a StatusReply as JSON.
+// Renders a StatusReply / DescribeReply as JSON.
 std::string status_to_json(const wire::StatusReply &s);
+std::string describe_to_json(const std::string &model, uint32_t shard, const wire::DescribeReply &d);
 
 // Asks the server at url for its status without registering a worker.
 std::string query_status(const std::string &url, uint32_t timeout_ms);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <thread>
+
 #include "common/error.hpp"
+#include "common/faults.hpp"
 #include "common/log.hpp"
 #include "wire/replica_desc.hpp"
 
@@ -18,6 +21,7 @@ constexpr auto kFollowPoll = std::chrono::microseconds(200);
 
 struct Fetch::Source {
     uint64_t worker = 0;
+    uint64_t replica = 0;
     PeerRef peer;
     th::ReplicaDesc desc;
     std::vector<ucp_rkey_h> rkeys;  // per region
@@ -34,7 +38,8 @@ struct Fetch::Source {
     uint32_t chunk_inflight = 0;
     bool failed = false;
     bool retired = false;
-    bool report = false;  // tell the server this source failed
+    bool report = false;  // its worker failed: exclude it and tell the server
+                          // (false: only this replica changed under us)
     std::string why;
     Clock::time_point last_progress = Clock::now();
 };
@@ -165,9 +170,11 @@ void Fetch::plan(const Deadline &deadline) {
             flatbuffers::Offset<wire::ReplicaDesc> desc;
             if (replica_) desc = put_desc(b, replica_->desc_);
             auto ex = b.CreateVector(exclude_);
+            auto ex_replicas = b.CreateVector(exclude_replicas_);
             flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
             if (!req_.tensor) specs = put_tensors(b, given);
-            auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs);
+            auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs,
+                                        ex_replicas);
             return wire::finish(b, h, body);
         },
         deadline);
@@ -180,6 +187,7 @@ void Fetch::plan(const Deadline &deadline) {
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<Source>();
         s->worker = r->worker_id();
+        s->replica = r->replica_id();
         s->desc = get_desc(r->replica());
         check_desc(s->desc, layout_.tensors());
         if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
@@ -222,6 +230,7 @@ void Fetch::issue_ctrl(Source &s) {
 }
 
 void Fetch::issue_chunk(Source &s, uint32_t chunk) {
+    if (faults().chunk_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().chunk_delay_us));
     std::vector<Piece> ps = pieces(chunk);
     struct Op {
         std::shared_ptr<Mailbox> box;
@@ -316,7 +325,7 @@ void Fetch::handle(const Event &e) {
         confirmed_++;
         uint64_t n = 0;
         for (const Piece &p : pieces(u.first)) n += p.length;
-        bytes_from_[s.worker] += n;
+        bytes_from_[{s.worker, s.replica}] += n;
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
@@ -345,8 +354,12 @@ void Fetch::retire_failed_sources() {
         s.retired = true;
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
+        if (!s.report) {
+            exclude_replicas_.push_back(s.replica);
+            continue;
+        }
         exclude_.push_back(s.worker);
-        if (s.report) {
+        {
             try {
                 client_.call(
                     [&](Builder &b, const Header &h) {
@@ -485,7 +498,7 @@ void Fetch::finish(bool ok) {
         client_.call(
             [&](Builder &b, const Header &h) {
                 std::vector<flatbuffers::Offset<SourceBytes>> from;
-                for (auto &[w, n] : bytes_from_) from.push_back(CreateSourceBytes(b, w, n));
+                for (auto &[src, n] : bytes_from_) from.push_back(CreateSourceBytes(b, src.first, n, src.second));
                 auto body = CreateFetchDone(b, b.CreateString(req_.model), version_, req_.shard, rid, ok, b.CreateVector(from));
                 return wire::finish(b, h, body);
             },

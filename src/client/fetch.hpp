@@ -77,8 +77,9 @@ class Fetch {
     std::vector<uint8_t> state_;                 // per chunk in [first_chunk_, end_chunk_)
     uint32_t needed_ = 0, confirmed_ = 0;
     uint32_t served_prefix_ = 0;
-    std::vector<uint64_t> exclude_;
-    std::map<uint64_t, uint64_t> bytes_from_;  // worker -> bytes confirmed
+    std::vector<uint64_t> exclude_;           // workers that failed
+    std::vector<uint64_t> exclude_replicas_;  // replicas that changed under us
+    std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from_;  // (worker, replica) -> bytes confirmed
     uint32_t inflight_ = 0;
     uint64_t event_seq_ = 0;
 

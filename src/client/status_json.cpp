@@ -108,6 +108,8 @@ std::string status_to_json(const wire::StatusReply &s) {
                     j.key("version"), j.num(v->version());
                     j.key("num_shards"), j.num(v->num_shards());
                     j.key("committed"), j.boolean(v->committed());
+                    j.key("pinned"), j.boolean(v->pinned());
+                    j.key("required"), j.boolean(v->required());
                     j.key("shards"), j.open('[');
                     if (v->shards())
                         for (const auto *sh : *v->shards()) {
@@ -125,6 +127,9 @@ std::string status_to_json(const wire::StatusReply &s) {
                                     j.key("complete"), j.boolean(r->complete());
                                     j.key("chunks_done"), j.num(r->chunks_done());
                                     j.key("bytes_served"), j.num(r->bytes_served());
+                                    j.key("owned"), j.boolean(r->owned());
+                                    j.key("mutating"), j.boolean(r->mutating());
+                                    j.key("active_reads"), j.num(r->active_reads());
                                     j.close('}');
                                 }
                             j.close(']');
@@ -147,6 +152,32 @@ std::string status_to_json(const wire::StatusReply &s) {
             j.close(']');
             j.close('}');
         }
+    j.close(']');
+    j.close('}');
+    return j.out;
+}
+
+std::string describe_to_json(const std::string &model, uint32_t shard, const wire::DescribeReply &d) {
+    Json j;
+    j.open('{');
+    j.key("model"), j.str(model);
+    j.key("version"), j.num(d.version());
+    j.key("num_shards"), j.num(d.num_shards());
+    j.key("shard"), j.num(shard);
+    j.key("chunk_bytes"), j.num(d.chunk_bytes());
+    j.key("total_bytes"), j.num(d.total_bytes());
+    j.key("tensors"), j.open('[');
+    for (const TensorSpec &t : wire::get_tensors(d.tensors())) {
+        j.open('{');
+        j.key("name"), j.str(t.name);
+        j.key("dtype"), j.str(dtype_name(t.dtype));
+        j.key("dtype_id"), j.num(static_cast<uint64_t>(t.dtype));
+        j.key("shape"), j.open('[');
+        for (int64_t x : t.shape) j.num(static_cast<uint64_t>(x));
+        j.close(']');
+        j.key("nbytes"), j.num(t.nbytes);
+        j.close('}');
+    }
     j.close(']');
     j.close('}');
     return j.out;

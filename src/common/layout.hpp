@@ -76,4 +76,9 @@ std::string describe_mismatch(const std::vector<TensorSpec> &published,
 
 const char *dtype_name(th_dtype dtype);
 
+// Whether a raw number (from the wire or a C caller) names a th_dtype. Raw
+// values are checked before they become a th_dtype: an enum holding a value
+// it does not define is undefined behaviour in C++.
+inline bool dtype_known(uint32_t raw) { return raw <= TH_DTYPE_UINT64; }
+
 }  // namespace th

@@ -41,13 +41,15 @@ struct Request {
     // A still-filling source is only eligible when it registered before the
     // reader, so that followers never form a cycle.
     uint64_t reader_seq = 0;
-    std::vector<uint64_t> exclude;  // workers that failed this reader
+    std::vector<uint64_t> exclude;           // workers that failed this reader
+    std::vector<uint64_t> exclude_replicas;  // replicas that changed under it
 };
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.
 // Order: distance; then sources under the fan-out cap; then fewest active
-// readers; then complete before filling; then the one that served the fewest
-// bytes (spreads load off the publisher); then the oldest replica.
+// readers; then the one that served the fewest bytes (keeps load off the
+// publisher, whose uplink stalls training, and lets chains form); then
+// complete before filling; then the oldest replica.
 std::optional<size_t> choose_source(const Request &req, const std::vector<Candidate> &candidates,
                                     const PolicyConfig &cfg);
 

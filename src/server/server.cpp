@@ -1,21 +1,63 @@
 #include "server/server.hpp"
 
+#include <nng/protocol/pubsub0/pub.h>
+
 #include "common/deadline.hpp"
+#include "common/error.hpp"
 
 namespace th {
 
-Server::Server(const std::string &listen_url, ServiceConfig cfg) : service_(cfg) {
-    rpc_ = std::make_unique<RpcServer>(listen_url,
-                                       [this](const uint8_t *d, size_t n) { return service_.handle(d, n); });
+namespace {
+
+// Events go to a second port on the same host: "tcp://h:7070" -> "tcp://h:0";
+// other transports get a sibling address.
+std::string events_listen_url(const std::string &url) {
+    if (url.rfind("tcp", 0) == 0) {
+        size_t colon = url.rfind(':');
+        if (colon != std::string::npos && colon > url.find("://") + 2) return url.substr(0, colon) + ":0";
+    }
+    return url + "-events";
+}
+
+}  // namespace
+
+Server::Server(const std::string &listen_url, ServiceConfig cfg) {
+    if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
+    nng_listener listener;
+    std::string events = events_listen_url(listen_url);
+    if (int rv = nng_listen(pub_, events.c_str(), &listener, 0); rv != 0) {
+        nng_close(pub_);
+        fail(TH_ERR_INVALID_ARG, "cannot listen for events on '", events, "': ", nng_error(rv));
+    }
+    events_url_ = events;
+    int port = 0;
+    if (events.rfind("tcp", 0) == 0 && nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+        events_url_ = events.substr(0, events.rfind(':')) + ":" + std::to_string(port);
+    cfg.events_url = events_url_;
+    // Subscribers that fall behind lose events (they catch up by asking), so
+    // sending never blocks a request handler.
+    cfg.publish_event = [this](const wire::Bytes &ev) {
+        nng_send(pub_, const_cast<uint8_t *>(ev.data()), ev.size(), NNG_FLAG_NONBLOCK);
+    };
     uint32_t period = std::max<uint32_t>(cfg.lease_ms / 4, 10);
-    lease_thread_ = std::thread([this, period] {
-        std::unique_lock lk(mu_);
-        while (!cv_.wait_for(lk, std::chrono::milliseconds(period), [this] { return stop_; })) {
-            lk.unlock();
-            service_.expire(now_ms());
-            lk.lock();
-        }
-    });
+    service_ = std::make_unique<Service>(cfg);
+    try {
+        rpc_ = std::make_unique<RpcServer>(listen_url,
+                                           [this](const uint8_t *d, size_t n) { return service_->handle(d, n); });
+    } catch (...) {
+        nng_close(pub_);
+        throw;
+    }
+    lease_thread_ = std::thread([this, period] { lease_loop(period); });
+}
+
+void Server::lease_loop(uint32_t period_ms) {
+    std::unique_lock lk(mu_);
+    while (!cv_.wait_for(lk, std::chrono::milliseconds(period_ms), [this] { return stop_; })) {
+        lk.unlock();
+        service_->expire(now_ms());
+        lk.lock();
+    }
 }
 
 Server::~Server() {
@@ -25,7 +67,8 @@ Server::~Server() {
     }
     cv_.notify_all();
     lease_thread_.join();
-    rpc_.reset();
+    rpc_.reset();  // no handler runs after this, so no event is sent either
+    nng_close(pub_);
 }
 
 }  // namespace th

@@ -1,6 +1,6 @@
-// The metadata server runtime: the Service behind an NNG REP socket, plus a
-// timer thread that expires worker leases. Used by th_server_* and by the
-// tensorhub-server binary.
+// The metadata server runtime: the Service behind an NNG REP socket, an NNG
+// PUB socket for events, and a timer thread that expires worker leases. Used
+// by th_server_* and by the tensorhub-server binary.
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <nng/nng.h>
 
 #include "control/rpc.hpp"
 #include "server/service.hpp"
@@ -19,11 +21,14 @@ class Server {
     Server(const std::string &listen_url, ServiceConfig cfg);
     ~Server();
     const std::string &url() const { return rpc_->url(); }
-    Service &service() { return service_; }
+    const std::string &events_url() const { return events_url_; }
+    Service &service() { return *service_; }
 
   private:
-    void lease_loop();
-    Service service_;
+    void lease_loop(uint32_t period_ms);
+    nng_socket pub_ = NNG_SOCKET_INITIALIZER;
+    std::string events_url_;
+    std::unique_ptr<Service> service_;
     std::unique_ptr<RpcServer> rpc_;
     std::mutex mu_;
     std::condition_variable cv_;

@@ -51,7 +51,8 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         }
         Bytes reply = dispatch(*env, h);
         bool mutating = env->body_type() == Body::Publish || env->body_type() == Body::FetchDone ||
-                        env->body_type() == Body::Release || env->body_type() == Body::PlanFetch;
+                        env->body_type() == Body::Release || env->body_type() == Body::PlanFetch ||
+                        env->body_type() == Body::Pin;
         if (mutating && h.worker_id != 0) {
             replies_[key] = reply;
             reply_order_.push_back(key);
@@ -74,7 +75,11 @@ Bytes Service::dispatch(const Envelope &env, const Header &h) {
     if (env.body_type() != Body::Hello && env.body_type() != Body::StatusQuery) known_worker(h.worker_id);
     switch (env.body_type()) {
         case Body::Hello: return on_hello(env, h);
-        case Body::Heartbeat: return ack(h);
+        case Body::Heartbeat: return on_heartbeat(h);
+        case Body::BeginMutation: return on_begin_mutation(env, h);
+        case Body::CancelMutation: return on_cancel_mutation(env, h);
+        case Body::Pin: return on_pin(env, h);
+        case Body::Describe: return on_describe(env, h);
         case Body::Publish: return on_publish(env, h);
         case Body::Resolve: return on_resolve(env, h);
         case Body::PlanFetch: return on_plan(env, h);
@@ -121,7 +126,7 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     w.last_seen_ms = now_ms();
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
     Builder b(64);
-    return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms));
+    return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms, b.CreateString(cfg_.events_url)));
 }
 
 ModelInfo &Service::model(const std::string &name) {
@@ -209,7 +214,8 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     ReplicaInfo &r = s.replicas[m->replica_id()];
     r.id = m->replica_id();
     r.worker = h.worker_id;
-    r.publisher = true;
+    r.publisher = !m->owned();
+    r.owned = m->owned();
     r.complete = true;
     r.chunks_done = s.num_chunks;
     r.seq = next_seq_++;
@@ -219,6 +225,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
         v.committed = true;
         if (!mi.latest || v.number > *mi.latest) mi.latest = v.number;
         TH_LOG(Info, "model '", name, "' version ", v.number, " committed (", v.num_shards, " shards)");
+        emit(EventKind::Committed, name, v.number);
         prune(mi);
     }
     Builder b(64);
@@ -281,11 +288,12 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     req.reader_worker = h.worker_id;
     req.reader_seq = reader_seq;
     if (m->exclude()) req.exclude.assign(m->exclude()->begin(), m->exclude()->end());
+    if (m->exclude_replicas()) req.exclude_replicas.assign(m->exclude_replicas()->begin(), m->exclude_replicas()->end());
     std::vector<Candidate> cands;
     std::vector<const ReplicaInfo *> reps;
     for (auto &[id, r] : s.replicas) {
         auto wit = workers_.find(r.worker);
-        if (wit == workers_.end() || wit->second.suspect) continue;
+        if (wit == workers_.end() || wit->second.suspect || r.mutating) continue;
         cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
                          wit->second.bytes_served});
         reps.push_back(&r);
@@ -298,29 +306,39 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
         fail(TH_ERR_UNAVAILABLE, "every holder of model '", name, "' version ", v.number, " shard ", m->shard(),
              " failed this reader (", holders, " tried)");
     }
-    const ReplicaInfo &src = *reps[*chosen];
+    ReplicaInfo &src = s.replicas.at(reps[*chosen]->id);
     WorkerInfo &sw = workers_.at(src.worker);
     // Move the reader's active read to the new source.
     end_reads(h.worker_id, key);
     sw.active_reads++;
-    active_[{h.worker_id, active_key(key)}] = {src.worker};
+    src.active_reads++;
+    active_[{h.worker_id, active_key(key)}] = {src.id};
 
     Builder b(1024);
     auto range = CreateSourceRange(b, src.worker, b.CreateVector(sw.ucx_address), put_desc(b, src.desc), src.complete,
-                                   first, count);
+                                   first, count, src.id);
     std::vector<fb::Offset<SourceRange>> ranges{range};
     auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges));
     return finish(b, h, reply);
 }
 
-void Service::end_reads(uint64_t reader, const ReplicaKey &key) {
-    auto it = active_.find({reader, active_key(key)});
+void Service::end_reads(uint64_t reader, const ReplicaKey &key) { end_reads_of({reader, active_key(key)}); }
+
+void Service::end_reads_of(const ActiveKey &key) {
+    auto it = active_.find(key);
     if (it == active_.end()) return;
-    for (uint64_t src : it->second) {
-        auto wit = workers_.find(src);
-        if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
-    }
+    std::vector<uint64_t> sources = std::move(it->second);
     active_.erase(it);
+    for (uint64_t rid : sources) {
+        auto idx = replica_index_.find(rid);
+        if (idx == replica_index_.end()) continue;  // removed meanwhile; its counts went with it
+        const ReplicaKey &k = idx->second;
+        ReplicaInfo &r = models_.at(k.model).versions.at(k.version).shards[k.shard].replicas.at(rid);
+        if (r.active_reads > 0) r.active_reads--;
+        auto wit = workers_.find(r.worker);
+        if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
+        if (r.mutating && r.active_reads == 0) emit(EventKind::Drained, k.model, k.version, rid);
+    }
 }
 
 Bytes Service::on_progress(const Envelope &env, const Header &h) {
@@ -349,11 +367,9 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
         for (const auto *sb : *m->bytes_from()) {
             auto wit = workers_.find(sb->worker_id());
             if (wit != workers_.end()) wit->second.bytes_served += sb->bytes();
-            for (auto &[id, r] : v->shards[m->shard()].replicas)
-                if (r.worker == sb->worker_id()) {
-                    r.bytes_served += sb->bytes();
-                    break;
-                }
+            auto &replicas = v->shards[m->shard()].replicas;
+            auto rit = replicas.find(sb->replica_id());
+            if (rit != replicas.end() && rit->second.worker == sb->worker_id()) rit->second.bytes_served += sb->bytes();
             if (m->ok()) v->reads.push_back({h.worker_id, sb->worker_id(), m->shard(), sb->bytes()});
         }
         constexpr size_t kMaxReads = 4096;
@@ -405,7 +421,12 @@ void Service::remove_replica(uint64_t replica_id) {
     ReplicaKey k = it->second;
     replica_index_.erase(it);
     ModelInfo &m = models_.at(k.model);
-    m.versions.at(k.version).shards[k.shard].replicas.erase(replica_id);
+    auto &replicas = m.versions.at(k.version).shards[k.shard].replicas;
+    const ReplicaInfo &r = replicas.at(replica_id);
+    // Readers still planned onto it stop loading its worker.
+    auto wit = workers_.find(r.worker);
+    if (wit != workers_.end()) wit->second.active_reads -= std::min(wit->second.active_reads, r.active_reads);
+    replicas.erase(replica_id);
     prune(m);
 }
 
@@ -415,9 +436,106 @@ void Service::prune(ModelInfo &m) {
     for (auto it = m.versions.begin(); it != m.versions.end();) {
         const VersionInfo &v = it->second;
         bool empty = std::all_of(v.shards.begin(), v.shards.end(), [](auto &s) { return s.replicas.empty(); });
-        if (empty && (!m.latest || v.number != *m.latest)) it = m.versions.erase(it);
-        else ++it;
+        if (empty && (!m.latest || v.number != *m.latest) && !m.pins.count(v.number)) {
+            emit(EventKind::Retired, m.name, v.number);
+            it = m.versions.erase(it);
+        } else {
+            ++it;
+        }
     }
+}
+
+bool Service::is_required(const ModelInfo &m, const VersionInfo &v) const {
+    if (m.latest && *m.latest == v.number) return true;
+    if (m.pins.count(v.number)) return true;
+    for (const ShardInfo &s : v.shards)
+        for (const auto &[id, r] : s.replicas)
+            if (r.active_reads > 0) return true;
+    return false;
+}
+
+void Service::emit(EventKind kind, const std::string &model, uint64_t version, uint64_t replica_id) {
+    if (!cfg_.publish_event) return;
+    Builder b(128);
+    Header h;
+    h.epoch = epoch_;
+    cfg_.publish_event(finish(b, h, CreateEvent(b, ++event_seq_, kind, b.CreateString(model), version, replica_id)));
+}
+
+ReplicaInfo &Service::own_replica(uint64_t replica_id, uint64_t worker, ReplicaKey *key) {
+    auto it = replica_index_.find(replica_id);
+    if (it == replica_index_.end()) fail(TH_ERR_NOT_FOUND, "replica ", replica_id, " is not registered");
+    const ReplicaKey &k = it->second;
+    ReplicaInfo &r = models_.at(k.model).versions.at(k.version).shards[k.shard].replicas.at(replica_id);
+    if (r.worker != worker) fail(TH_ERR_INVALID_ARG, "replica ", replica_id, " belongs to another worker");
+    if (key) *key = k;
+    return r;
+}
+
+Bytes Service::on_heartbeat(const Header &h) {
+    // Owned copies whose version nobody needs any more can be freed.
+    std::vector<uint64_t> drop;
+    for (auto &[id, key] : replica_index_) {
+        ModelInfo &m = models_.at(key.model);
+        VersionInfo &v = m.versions.at(key.version);
+        const ReplicaInfo &r = v.shards[key.shard].replicas.at(id);
+        if (r.worker == h.worker_id && r.owned && !is_required(m, v)) drop.push_back(id);
+    }
+    Builder b(64);
+    return finish(b, h, CreateHeartbeatReply(b, b.CreateVector(drop)));
+}
+
+Bytes Service::on_begin_mutation(const Envelope &env, const Header &h) {
+    ReplicaKey k;
+    ReplicaInfo &r = own_replica(env.body_as_BeginMutation()->replica_id(), h.worker_id, &k);
+    r.mutating = true;
+    ModelInfo &m = models_.at(k.model);
+    VersionInfo &v = m.versions.at(k.version);
+    const ShardInfo &s = v.shards[k.shard];
+    uint32_t others = 0, filling = 0;
+    for (const auto &[id, o] : s.replicas) {
+        if (id == r.id || o.mutating) continue;
+        auto wit = workers_.find(o.worker);
+        if (wit == workers_.end() || wit->second.suspect) continue;
+        (o.complete ? others : filling)++;
+    }
+    bool last = r.complete && v.committed && others == 0 && is_required(m, v);
+    Builder b(64);
+    return finish(b, h, CreateBeginMutationReply(b, r.active_reads, last, filling));
+}
+
+Bytes Service::on_cancel_mutation(const Envelope &env, const Header &h) {
+    own_replica(env.body_as_CancelMutation()->replica_id(), h.worker_id).mutating = false;
+    return ack(h);
+}
+
+Bytes Service::on_pin(const Envelope &env, const Header &h) {
+    const Pin *p = env.body_as_Pin();
+    std::string name = required(p->model(), "model name");
+    if (p->on()) {
+        VersionInfo &v = committed_version(name, p->version());
+        models_.at(name).pins[v.number].insert(h.worker_id);
+    } else {
+        ModelInfo &m = model(name);
+        auto it = m.pins.find(p->version());
+        if (it == m.pins.end() || !it->second.erase(h.worker_id))
+            fail(TH_ERR_NOT_FOUND, "version ", p->version(), " of '", name, "' is not pinned by this worker");
+        if (it->second.empty()) m.pins.erase(it);
+        prune(m);
+    }
+    return ack(h);
+}
+
+Bytes Service::on_describe(const Envelope &env, const Header &h) {
+    const Describe *d = env.body_as_Describe();
+    std::string name = required(d->model(), "model name");
+    VersionInfo &v = committed_version(name, d->version());
+    if (d->shard() >= v.num_shards)
+        fail(TH_ERR_INVALID_ARG, "shard ", d->shard(), " is out of range: version ", v.number, " of '", name, "' has ",
+             v.num_shards, " shards");
+    const ShardInfo &s = v.shards[d->shard()];
+    Builder b(1024);
+    return finish(b, h, CreateDescribeReply(b, v.number, v.num_shards, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors)));
 }
 
 void Service::remove_worker(uint64_t worker_id) {
@@ -427,16 +545,16 @@ void Service::remove_worker(uint64_t worker_id) {
         if (r.worker == worker_id) gone.push_back(id);
     }
     for (uint64_t id : gone) remove_replica(id);
-    for (auto it = active_.begin(); it != active_.end();) {
-        if (it->first.first == worker_id) {
-            for (uint64_t src : it->second) {
-                auto wit = workers_.find(src);
-                if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
-            }
-            it = active_.erase(it);
-        } else {
-            ++it;
+    std::vector<ActiveKey> reads;
+    for (auto &[key, srcs] : active_)
+        if (key.first == worker_id) reads.push_back(key);
+    for (auto &key : reads) end_reads_of(key);
+    for (auto &[name, m] : models_) {
+        for (auto it = m.pins.begin(); it != m.pins.end();) {
+            it->second.erase(worker_id);
+            it = it->second.empty() ? m.pins.erase(it) : std::next(it);
         }
+        prune(m);
     }
     workers_.erase(worker_id);
 }
@@ -470,13 +588,14 @@ Bytes Service::on_status(const Header &h) {
                 const ShardInfo &s = v.shards[i];
                 std::vector<fb::Offset<ReplicaStatus>> reps;
                 for (auto &[rid, r] : s.replicas)
-                    reps.push_back(CreateReplicaStatus(b, rid, r.worker, r.chunks_done, r.complete, r.bytes_served, r.publisher));
+                    reps.push_back(CreateReplicaStatus(b, rid, r.worker, r.chunks_done, r.complete, r.bytes_served,
+                                                       r.publisher, r.owned, r.mutating, r.active_reads));
                 shards.push_back(CreateShardStatus(b, i, s.total_bytes, s.num_chunks, b.CreateVector(reps)));
             }
             std::vector<fb::Offset<ReadStatus>> reads;
             for (auto &r : v.reads) reads.push_back(CreateReadStatus(b, r.reader, r.source, r.shard, r.bytes));
-            versions.push_back(CreateVersionStatus(b, num, v.num_shards, v.committed, b.CreateVector(shards),
-                                                   b.CreateVector(reads)));
+            versions.push_back(CreateVersionStatus(b, num, v.num_shards, v.committed, m.pins.count(num) > 0,
+                                                   is_required(m, v), b.CreateVector(shards), b.CreateVector(reads)));
         }
         models.push_back(CreateModelStatus(b, b.CreateString(name), m.latest.value_or(0), m.latest.has_value(),
                                            b.CreateVector(versions)));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -20,6 +21,9 @@ struct ServiceConfig {
     uint32_t lease_ms = 10000;
     uint32_t heartbeat_ms = 1000;
     PolicyConfig policy;
+    std::string events_url;  // told to clients in HelloReply
+    // Sends one event to subscribers (must not block); may be empty.
+    std::function<void(const wire::Bytes &)> publish_event;
 };
 
 class Service {
@@ -47,7 +51,18 @@ class Service {
     wire::Bytes on_source_failed(const Env &env, const wire::Header &h);
     wire::Bytes on_release(const Env &env, const wire::Header &h);
     wire::Bytes on_status(const wire::Header &h);
+    wire::Bytes on_heartbeat(const wire::Header &h);
+    wire::Bytes on_begin_mutation(const Env &env, const wire::Header &h);
+    wire::Bytes on_cancel_mutation(const Env &env, const wire::Header &h);
+    wire::Bytes on_pin(const Env &env, const wire::Header &h);
+    wire::Bytes on_describe(const Env &env, const wire::Header &h);
     wire::Bytes ack(const wire::Header &h);
+
+    // A version must stay readable: the newest committed, pinned, or being read.
+    bool is_required(const ModelInfo &m, const VersionInfo &v) const;
+    // The replica a (sender-owned) request names, or throws.
+    ReplicaInfo &own_replica(uint64_t replica_id, uint64_t worker, ReplicaKey *key = nullptr);
+    void emit(wire::EventKind kind, const std::string &model, uint64_t version, uint64_t replica_id = 0);
 
     WorkerInfo &known_worker(uint64_t id);
     ModelInfo &model(const std::string &name);
@@ -55,7 +70,9 @@ class Service {
     VersionInfo &committed_version(const std::string &model_name, uint64_t version);
     void remove_replica(uint64_t replica_id);
     void remove_worker(uint64_t worker_id);
+    using ActiveKey = std::pair<uint64_t, std::string>;  // (reader, shard of a version)
     void end_reads(uint64_t reader, const ReplicaKey &key);
+    void end_reads_of(const ActiveKey &key);
     void prune(ModelInfo &m);
 
     ServiceConfig cfg_;
@@ -65,9 +82,10 @@ class Service {
     std::map<uint64_t, WorkerInfo> workers_;
     std::map<std::string, ModelInfo> models_;
     std::unordered_map<uint64_t, ReplicaKey> replica_index_;
-    // Sources a reader is currently planned onto, per (reader, shard of a version).
-    std::map<std::pair<uint64_t, std::string>, std::vector<uint64_t>> active_;
+    // Source replicas a reader is currently planned onto, per (reader, shard of a version).
+    std::map<ActiveKey, std::vector<uint64_t>> active_;
     uint64_t next_seq_ = 1;
+    uint64_t event_seq_ = 0;
     // Replies to recent mutating requests, so a resent request is answered
     // again instead of applied twice.
     std::map<std::pair<uint64_t, uint64_t>, wire::Bytes> replies_;

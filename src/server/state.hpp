@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct ReplicaInfo {
     uint64_t id = 0;
     uint64_t worker = 0;
     bool publisher = false;
+    bool owned = false;     // a library-owned copy kept for retention
+    bool mutating = false;  // its holder is about to overwrite it: not routed to
+    uint32_t active_reads = 0;
     bool complete = false;
     uint32_t chunks_done = 0;
     uint64_t seq = 0;
@@ -66,6 +70,7 @@ struct ModelInfo {
     std::string name;
     std::map<uint64_t, VersionInfo> versions;
     std::optional<uint64_t> latest;  // newest committed version
+    std::map<uint64_t, std::set<uint64_t>> pins;  // version -> workers pinning it
 };
 
 // Where a replica lives.

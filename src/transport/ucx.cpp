@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "transport/memory_kind.hpp"
 
 namespace th {
 
@@ -154,11 +155,7 @@ RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
     std::lock_guard lk(mu_);
     for (auto &r : regions_)
         if (r->kind == kind && r->contains(p, n)) return r;
-    if (kind == TH_MEM_CUDA) {
-#ifndef TH_WITH_CUDA
-        fail(TH_ERR_UNSUPPORTED, "CUDA memory given, but this libtensorhub was built without CUDA");
-#endif
-    }
+    check_memory_kind(ptr, kind);
     auto r = std::make_shared<MemRegion>();
     r->base = p;
     r->length = n;
@@ -192,6 +189,12 @@ RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
     }
     regions_.push_back(r);
     return r;
+}
+
+void UcxWorker::forget_memory(const void *base) {
+    auto p = reinterpret_cast<uintptr_t>(base);
+    std::lock_guard lk(mu_);
+    std::erase_if(regions_, [&](const RegionRef &r) { return r->base == p && r.use_count() == 1; });
 }
 
 size_t UcxWorker::registrations() const {

@@ -96,6 +96,10 @@ class UcxWorker {
     // Wakes the progress thread so posted operations move on.
     void wake();
 
+    // Drops cached registrations starting at base that no replica uses any
+    // more: call before freeing memory the library allocated.
+    void forget_memory(const void *base);
+
     ucp_context_h context() const { return context_; }
     size_t registrations() const;
 

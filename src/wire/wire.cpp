@@ -42,8 +42,8 @@ std::vector<th::TensorSpec> get_tensors(
     for (const auto *t : *v) {
         th::TensorSpec s;
         s.name = required(t->name(), "tensor name");
+        if (!dtype_known(t->dtype())) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has unknown dtype ", int(t->dtype()));
         s.dtype = static_cast<th_dtype>(t->dtype());
-        if (th_dtype_size(s.dtype) == 0) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has unknown dtype ", int(t->dtype()));
         if (t->shape() != nullptr) {
             if (t->shape()->size() > TH_MAX_DIMS) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has too many dims");
             s.shape.assign(t->shape()->begin(), t->shape()->end());
@@ -65,6 +65,13 @@ Labels get_labels(const flatbuffers::Vector<flatbuffers::Offset<Label>> *v) {
     if (v == nullptr) return out;
     for (const auto *l : *v) out[required(l->key(), "label key")] = l->value() ? l->value()->str() : "";
     return out;
+}
+
+void throw_reply_error(const ErrorReply &e, const char *context) {
+    int32_t code = e.code();
+    std::string msg = e.message() ? e.message()->str() : str(context, ": server error without message");
+    if (code >= 0 || code < TH_ERR_RETAINED) throw Error(TH_ERR_PROTOCOL, str("unknown status ", code, ": ", msg));
+    throw Error(static_cast<th_status>(code), msg);
 }
 
 std::string required(const flatbuffers::String *s, const char *what) {

@@ -50,6 +50,10 @@ std::vector<th::TensorSpec> get_tensors(const flatbuffers::Vector<flatbuffers::O
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<Label>>> put_labels(Builder &b, const Labels &labels);
 Labels get_labels(const flatbuffers::Vector<flatbuffers::Offset<Label>> *v);
 
+// Throws the Error an ErrorReply carries. Codes a peer sends are checked:
+// an unknown one becomes TH_ERR_PROTOCOL.
+[[noreturn]] void throw_reply_error(const ErrorReply &e, const char *context);
+
 // A string field that must be present and non-empty.
 std::string required(const flatbuffers::String *s, const char *what);
 

@@ -9,87 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "pattern.hpp"
-#include "tensorhub/tensorhub.h"
+
+#include "harness.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Buffers of one shard: n bfloat16 tensors "w0".."w{n-1}" of `bytes` each.
-struct Shard {
-    std::vector<std::vector<uint8_t>> data;
-    std::vector<std::string> names;
-    std::vector<th_tensor> t;
-    Shard(int n, uint64_t bytes, uint64_t version = 0, uint32_t shard = 0) {
-        for (int i = 0; i < n; ++i) {
-            data.emplace_back(bytes);
-            names.push_back("w" + std::to_string(i));
-            if (version) th_tools::fill_pattern(data.back().data(), bytes, th_tools::pattern_seed(version, shard, i));
-        }
-        for (int i = 0; i < n; ++i) {
-            th_tensor v{};
-            v.name = names[i].c_str();
-            v.dtype = TH_DTYPE_BFLOAT16;
-            v.ndim = 1;
-            v.shape[0] = static_cast<int64_t>(bytes / 2);
-            v.data = data[i].data();
-            v.nbytes = bytes;
-            t.push_back(v);
-        }
-    }
-};
-
-th_server *start_server(const char *url = nullptr) {
-    th_server_config sc;
-    th_server_config_init(&sc);
-    if (url) sc.listen_url = url;
-    th_server *s = nullptr;
-    EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
-    return s;
-}
-
-th_client *connect(const std::string &url, const char *name, uint32_t timeout_ms = 5000) {
-    th_client_config cc;
-    th_client_config_init(&cc);
-    cc.server_url = url.c_str();
-    cc.worker_name = name;
-    cc.timeout_ms = timeout_ms;
-    cc.heartbeat_ms = 100;
-    th_client *c = nullptr;
-    EXPECT_EQ(th_client_create(&c, &cc), TH_OK) << th_last_error();
-    return c;
-}
-
-th_status publish(th_client *c, const char *model, uint64_t version, uint32_t shard, uint32_t num_shards, Shard &s,
-                  th_replica **out) {
-    th_publish_config pc;
-    th_publish_config_init(&pc);
-    pc.model = model;
-    pc.version = version;
-    pc.shard = shard;
-    pc.num_shards = num_shards;
-    pc.chunk_bytes = 64 << 10;
-    return th_publish(c, &pc, s.t.data(), s.t.size(), out);
-}
-
-th_status fetch(th_client *c, const char *model, uint64_t version, uint32_t shard, Shard &s, uint64_t *got = nullptr,
-                th_replica **out = nullptr, uint32_t timeout_ms = 10000) {
-    th_fetch_config fc;
-    th_fetch_config_init(&fc);
-    fc.model = model;
-    fc.version = version;
-    fc.shard = shard;
-    fc.timeout_ms = timeout_ms;
-    return th_fetch(c, &fc, s.t.data(), s.t.size(), got, out);
-}
-
-#define EXPECT_ERROR(call, code, text)                                                        \
-    do {                                                                                      \
-        th_status st_ = (call);                                                               \
-        EXPECT_EQ(st_, code) << th_status_str(st_) << ": " << th_last_error();                \
-        EXPECT_NE(std::string(th_last_error()).find(text), std::string::npos) << th_last_error(); \
-    } while (0)
+using namespace th_test;
 
 class Errors : public ::testing::Test {
   protected:
@@ -210,11 +135,22 @@ TEST_F(Errors, ConflictingPublishIsRejected) {
     EXPECT_EQ(fetch(reader, "m", 1, 0, dst), TH_OK) << th_last_error();
 }
 
-TEST_F(Errors, ReleasedReplicaIsNoLongerRouted) {
-    th_replica_release(rep);
+TEST_F(Errors, ALastHolderThatLeavesMakesTheVersionUnavailableAtOnce) {
+    // A client that shuts down takes its replicas with it (nothing to spill
+    // into): readers get a clear error at once, not a wait.
+    th_replica_release(rep);  // spilled: the version is required, so it stays readable
     rep = nullptr;
     Shard dst(3, 256 << 10);
-    EXPECT_ERROR(fetch(reader, "m", 1, 0, dst), TH_ERR_UNAVAILABLE, "no live holder of model 'm' version 1 shard 0");
+    ASSERT_EQ(fetch(reader, "m", 1, 0, dst), TH_OK) << th_last_error();
+    th_client_destroy(pub);
+    pub = nullptr;
+    th_client *third = connect(url, "third");
+    Shard other(3, 256 << 10);
+    // The reader above fetched without serving, so no holder is left.
+    auto t0 = Clock::now();
+    EXPECT_ERROR(fetch(third, "m", 1, 0, other), TH_ERR_UNAVAILABLE, "no live holder of model 'm' version 1 shard 0");
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+    th_client_destroy(third);
 }
 
 TEST_F(Errors, RegistrationIsReusedAcrossVersions) {
@@ -278,4 +214,17 @@ TEST(ServerErrors, ServerRestartedUnderTheClients) {
     th_client_destroy(reader);
     th_client_destroy(pub);
     th_server_destroy(b);
+}
+
+TEST(ServerErrors, ClientDestroyedBeforeItsReplicaHandles) {
+    // Destroying a client withdraws what it holds; the handles stay valid only
+    // to be released afterwards.
+    th_server *s = start_server();
+    th_client *c = connect(th_server_url(s), "short-lived");
+    Shard w(2, 64 << 10, 1);
+    th_replica *r = nullptr;
+    ASSERT_EQ(publish(c, "m", 1, 0, 1, w, &r), TH_OK) << th_last_error();
+    th_client_destroy(c);
+    EXPECT_EQ(th_replica_release(r), TH_OK);
+    th_server_destroy(s);
 }

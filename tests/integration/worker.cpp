@@ -6,6 +6,14 @@
 //                  --shards S --shard-kb K [--tensors T] [--labels L]
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
+//   th_test_worker wait --server URL --model M --newer-than V [--timeout-ms T]
+//   th_test_worker publish-loop ... --versions N --shards S --delay-ms D
+//                  publishes versions 1..N, shard by shard with a delay between
+//   th_test_worker fetch-loop ... --shards S --for-ms T
+//                  resolves LATEST once per round and fetches every shard of
+//                  that version; prints "ok rounds=R versions=K"
+// The environment's TENSORHUB_FAULT_* hooks apply (see src/common/faults.hpp).
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -42,7 +50,7 @@ struct Shard {
     std::vector<std::string> names;
     std::vector<th_tensor> views;
     Shard(uint64_t bytes, int tensors) {
-        uint64_t per = bytes / tensors / 2 * 2;
+        uint64_t per = bytes / tensors / 2 * 2;  // bfloat16 [per / 2], as tests/integration/harness.hpp
         for (int t = 0; t < tensors; ++t) {
             data.emplace_back(per);
             names.push_back("w" + std::to_string(t));
@@ -51,9 +59,8 @@ struct Shard {
             th_tensor v{};
             v.name = names[t].c_str();
             v.dtype = TH_DTYPE_BFLOAT16;
-            v.ndim = 2;
-            v.shape[0] = 2;
-            v.shape[1] = static_cast<int64_t>(per / 4);
+            v.ndim = 1;
+            v.shape[0] = static_cast<int64_t>(per / 2);
             v.data = data[t].data();
             v.nbytes = per;
             views.push_back(v);
@@ -146,6 +153,81 @@ int main(int argc, char **argv) {
             if (r) held.push_back(r);
         }
         std::printf("ok worker=%llu version=%llu\n", (unsigned long long)th_client_worker_id(c), (unsigned long long)version);
+    } else if (role == "wait") {
+        uint64_t got = 0;
+        check(th_wait_for_version(c, model.c_str(), args.get_u64("newer-than", 0),
+                                  static_cast<uint32_t>(args.get_u64("wait-ms", 10000)), &got),
+              "wait");
+        std::printf("ok version=%llu\n", (unsigned long long)got);
+    } else if (role == "publish-loop") {
+        // Two buffer sets per shard: version v lives in set v % 2, which is
+        // rewritten only after the replicas of v - 2 were released.
+        uint32_t n = static_cast<uint32_t>(args.get_u64("shards", 1));
+        uint64_t versions = args.get_u64("versions", 10), delay = args.get_u64("delay-ms", 20);
+        std::vector<Shard> sets[2];
+        for (auto &set : sets)
+            for (uint32_t s = 0; s < n; ++s) set.emplace_back(shard_bytes, tensors);
+        std::vector<th_replica *> by_version[2];
+        for (uint64_t v = 1; v <= versions && !g_stop; ++v) {
+            auto &set = sets[v % 2];
+            for (th_replica *r : by_version[v % 2]) check(th_replica_release(r), "release");
+            by_version[v % 2].clear();
+            for (uint32_t s = 0; s < n; ++s) {
+                for (int t = 0; t < tensors; ++t)
+                    th_tools::fill_pattern(set[s].data[t].data(), set[s].data[t].size(), th_tools::pattern_seed(v, s, t));
+                th_publish_config pc;
+                th_publish_config_init(&pc);
+                pc.model = model.c_str();
+                pc.version = v;
+                pc.shard = s;
+                pc.num_shards = n;
+                pc.chunk_bytes = args.get_u64("chunk-kb", 64) << 10;
+                th_replica *r = nullptr;
+                check(th_publish(c, &pc, set[s].views.data(), set[s].views.size(), &r), "publish");
+                by_version[v % 2].push_back(r);
+                usleep(static_cast<useconds_t>(delay * 1000));
+            }
+        }
+        std::printf("ready published=%llu\n", (unsigned long long)versions);
+        for (auto &rs : by_version)
+            for (th_replica *r : rs) held.push_back(r);
+    } else if (role == "fetch-loop") {
+        uint32_t n = static_cast<uint32_t>(args.get_u64("shards", 1));
+        for (uint32_t s = 0; s < n; ++s) shards.emplace_back(shard_bytes, tensors);
+        auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.get_u64("for-ms", 2000));
+        uint64_t rounds = 0, last = 0, distinct = 0;
+        while (std::chrono::steady_clock::now() < end) {
+            uint64_t version = 0;
+            if (th_resolve(c, model.c_str(), TH_LATEST, &version) != TH_OK) {
+                usleep(2000);
+                continue;
+            }
+            for (uint32_t s = 0; s < n; ++s) {
+                th_fetch_config fc;
+                th_fetch_config_init(&fc);
+                fc.model = model.c_str();
+                fc.version = version;
+                fc.shard = s;
+                uint64_t got = 0;
+                th_status st = th_fetch(c, &fc, shards[s].views.data(), shards[s].views.size(), &got, nullptr);
+                // A version the publisher already dropped is an honest miss, never a mix.
+                if (st == TH_ERR_NOT_FOUND || st == TH_ERR_UNAVAILABLE) break;
+                check(st, "fetch");
+                for (int t = 0; t < tensors; ++t) {
+                    size_t bad = th_tools::check_pattern(shards[s].data[t].data(), shards[s].data[t].size(),
+                                                         th_tools::pattern_seed(version, s, t));
+                    if (bad != shards[s].data[t].size()) {
+                        std::printf("mixed version=%llu shard=%u tensor=%d byte=%zu\n", (unsigned long long)version, s, t, bad);
+                        std::fflush(stdout);
+                        return 3;
+                    }
+                }
+            }
+            rounds++;
+            if (version != last) distinct++;
+            last = version;
+        }
+        std::printf("ok rounds=%llu versions=%llu\n", (unsigned long long)rounds, (unsigned long long)distinct);
     } else {
         die("unknown role " + role);
     }

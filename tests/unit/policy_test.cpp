@@ -61,6 +61,10 @@ TEST(Policy, SpreadsLoadOffBusySources) {
     Labels me = L("a", "r1", "h0"), x = L("a", "r1", "h1"), y = L("a", "r1", "h2");
     std::vector<Candidate> c = {{1, 11, &x, true, 0, 1, 1000}, {2, 12, &y, true, 0, 2, 10}};
     EXPECT_EQ(choose_source(Request{&me, 99, 0, {}}, c, {}), 1u);
+    // An idle publisher that already served the shard loses to an idle
+    // filling reader: the next reader joins the chain.
+    c = {{1, 11, &x, true, 0, 1, 1000}, {2, 12, &y, false, 0, 2, 0}};
+    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}}, c, {}), 1u);
 }
 
 TEST(Policy, ExcludesSelfFailedAndYoungerFillingReplicas) {

@@ -88,10 +88,14 @@ TEST(Wire, RejectsOtherProtocolVersion) {
 }
 
 TEST(Wire, RejectsBadTensorValues) {
-    auto ts = specs(100);
-    ts[0].dtype = static_cast<th_dtype>(77);
-    Bytes m = publish(42, 7, "policy", 5, 0, 1, ts, 99);
-    EXPECT_THROW(get_tensors(env(m)->body_as_Publish()->tensors()), Error);
+    Builder b;
+    std::vector<int64_t> shape = {4};
+    std::vector<flatbuffers::Offset<wire::TensorSpec>> bad = {
+        CreateTensorSpec(b, b.CreateString("x"), /*dtype=*/77, b.CreateVector(shape), 4)};
+    auto v = b.CreateVector(bad);
+    b.Finish(v);
+    auto *decoded = flatbuffers::GetRoot<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>>(b.GetBufferPointer());
+    EXPECT_THROW(get_tensors(decoded), Error);
     auto good = specs(100);
     th::ReplicaDesc d = desc_for(good);
     d.places[1].offset = 1u << 30;  // outside the region

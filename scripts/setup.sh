@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what building and testing tensorhub needs on Debian 12, when it is
+# missing. Safe to run again. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+debs=(build-essential cmake pkg-config libucx-dev ucx-utils libnng-dev libflatbuffers-dev
+      flatbuffers-compiler libgtest-dev nlohmann-json3-dev iproute2 python3 python3-pip)
+[ "${TH_SETUP_GO:-1}" = 1 ] && debs+=(golang-go)
+
+missing=()
+for p in "${debs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

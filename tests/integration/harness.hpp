@@ -1,0 +1,146 @@
+// A small harness for tests that use the public API: an embedded server,
+// clients, shards of known bytes, and child processes (nng's NUTS_MARRY idea).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pattern.hpp"
+#include "proc.hpp"
+#include "tensorhub/tensorhub.h"
+
+namespace th_test {
+
+using Clock = std::chrono::steady_clock;
+
+// Buffers of one shard: n bfloat16 tensors "w0".."w{n-1}" of `bytes` each.
+struct Shard {
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<std::string> names;
+    std::vector<th_tensor> t;
+    Shard(int n, uint64_t bytes, uint64_t version = 0, uint32_t shard = 0) {
+        for (int i = 0; i < n; ++i) {
+            data.emplace_back(bytes);
+            names.push_back("w" + std::to_string(i));
+            if (version) th_tools::fill_pattern(data.back().data(), bytes, th_tools::pattern_seed(version, shard, i));
+        }
+        for (int i = 0; i < n; ++i) {
+            th_tensor v{};
+            v.name = names[i].c_str();
+            v.dtype = TH_DTYPE_BFLOAT16;
+            v.ndim = 1;
+            v.shape[0] = static_cast<int64_t>(bytes / 2);
+            v.data = data[i].data();
+            v.nbytes = bytes;
+            t.push_back(v);
+        }
+    }
+};
+
+inline th_server *start_server(const char *url = nullptr) {
+    th_server_config sc;
+    th_server_config_init(&sc);
+    if (url) sc.listen_url = url;
+    th_server *s = nullptr;
+    EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
+    return s;
+}
+
+inline th_client *connect(const std::string &url, const char *name, uint32_t timeout_ms = 5000,
+                          th_retention retention = TH_RETAIN_SPILL, const char *labels = nullptr) {
+    th_client_config cc;
+    th_client_config_init(&cc);
+    cc.retention = retention;
+    cc.labels = labels;
+    cc.mutation_wait_ms = 2000;
+    cc.server_url = url.c_str();
+    cc.worker_name = name;
+    cc.timeout_ms = timeout_ms;
+    cc.heartbeat_ms = 100;
+    th_client *c = nullptr;
+    EXPECT_EQ(th_client_create(&c, &cc), TH_OK) << th_last_error();
+    return c;
+}
+
+inline th_status publish(th_client *c, const char *model, uint64_t version, uint32_t shard, uint32_t num_shards, Shard &s,
+                  th_replica **out) {
+    th_publish_config pc;
+    th_publish_config_init(&pc);
+    pc.model = model;
+    pc.version = version;
+    pc.shard = shard;
+    pc.num_shards = num_shards;
+    pc.chunk_bytes = 64 << 10;
+    return th_publish(c, &pc, s.t.data(), s.t.size(), out);
+}
+
+inline th_status fetch(th_client *c, const char *model, uint64_t version, uint32_t shard, Shard &s, uint64_t *got = nullptr,
+                th_replica **out = nullptr, uint32_t timeout_ms = 10000) {
+    th_fetch_config fc;
+    th_fetch_config_init(&fc);
+    fc.model = model;
+    fc.version = version;
+    fc.shard = shard;
+    fc.timeout_ms = timeout_ms;
+    return th_fetch(c, &fc, s.t.data(), s.t.size(), got, out);
+}
+
+#define EXPECT_ERROR(call, code, text)                                                        \
+    do {                                                                                      \
+        th_status st_ = (call);                                                               \
+        EXPECT_EQ(st_, code) << th_status_str(st_) << ": " << th_last_error();                \
+        EXPECT_NE(std::string(th_last_error()).find(text), std::string::npos) << th_last_error(); \
+    } while (0)
+
+
+inline uint64_t field(const std::string &line, const std::string &key) {
+    size_t at = line.find(key + "=");
+    if (at == std::string::npos) return 0;
+    return std::stoull(line.substr(at + key.size() + 1));
+}
+
+inline nlohmann::json server_status(const std::string &url) {
+    char *out = nullptr;
+    EXPECT_EQ(th_server_status_json(url.c_str(), 5000, &out), TH_OK) << th_last_error();
+    auto j = nlohmann::json::parse(out ? out : "{}");
+    th_free(out);
+    return j;
+}
+
+// The status entry of one version, or null.
+inline nlohmann::json version_status(const nlohmann::json &s, const std::string &model, uint64_t v) {
+    for (const auto &m : s["models"])
+        if (m["name"] == model)
+            for (const auto &ver : m["versions"])
+                if (ver["version"].get<uint64_t>() == v) return ver;
+    return nullptr;
+}
+
+// Waits up to ms for pred(status) to hold.
+template <typename Pred>
+bool eventually(const std::string &url, Pred pred, int ms = 10000) {
+    auto end = Clock::now() + std::chrono::milliseconds(ms);
+    while (Clock::now() < end) {
+        if (pred(server_status(url))) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}
+
+// The worker binary, with extra environment variables.
+inline std::vector<std::string> worker(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    std::vector<std::string> out = {"/usr/bin/env"};
+    out.insert(out.end(), env.begin(), env.end());
+    out.push_back(TH_TEST_WORKER);
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+}
+
+}  // namespace th_test

@@ -1,0 +1,203 @@
+// The ROS mechanisms through the public API: the mutability contract, the
+// retention protocol, pins, and notifications.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "harness.hpp"
+
+using namespace th_test;
+
+namespace {
+
+class Ros : public ::testing::Test {
+  protected:
+    th_server *server = start_server();
+    std::string url = th_server_url(server);
+    void TearDown() override { th_server_destroy(server); }
+
+    // Owned copies of (model, v) in the status.
+    int owned(const std::string &model, uint64_t v) {
+        auto ver = version_status(server_status(url), model, v);
+        int n = 0;
+        if (!ver.is_null())
+            for (const auto &sh : ver["shards"])
+                for (const auto &r : sh["replicas"]) n += r["owned"].get<bool>();
+        return n;
+    }
+};
+
+void scribble(Shard &s) {
+    for (auto &d : s.data) std::memset(d.data(), 0xee, d.size());
+}
+
+}  // namespace
+
+TEST_F(Ros, MutatingTheOnlyHolderSpillsSoTheVersionStaysReadable) {
+    th_client *trainer = connect(url, "trainer");
+    th_client *reader = connect(url, "reader");
+    Shard w(2, 1 << 20, 1);
+    Shard v1 = w;  // what version 1 was
+    th_replica *r1 = nullptr;
+    ASSERT_EQ(publish(trainer, "policy", 1, 0, 1, w, &r1), TH_OK) << th_last_error();
+    // Optimizer step in place, before any reader came.
+    ASSERT_EQ(th_replica_begin_mutation(r1), TH_OK) << th_last_error();
+    scribble(w);
+    EXPECT_EQ(owned("policy", 1), 1);
+    Shard got(2, 1 << 20);
+    ASSERT_EQ(fetch(reader, "policy", 1, 0, got), TH_OK) << th_last_error();
+    EXPECT_EQ(got.data, v1.data);
+    EXPECT_EQ(th_replica_release(r1), TH_OK);
+
+    // Version 2 from the same buffers; once it has a reader, version 1 is no
+    // longer required and its owned copy goes away.
+    for (int i = 0; i < 2; ++i) th_tools::fill_pattern(w.data[i].data(), w.data[i].size(), th_tools::pattern_seed(2, 0, i));
+    th_replica *r2 = nullptr;
+    ASSERT_EQ(publish(trainer, "policy", 2, 0, 1, w, &r2), TH_OK) << th_last_error();
+    uint64_t v = 0;
+    ASSERT_EQ(fetch(reader, "policy", TH_LATEST, 0, got, &v), TH_OK) << th_last_error();
+    EXPECT_EQ(v, 2u);
+    EXPECT_TRUE(eventually(url, [&](const nlohmann::json &s) { return version_status(s, "policy", 1).is_null(); }))
+        << server_status(url).dump(1);
+    th_replica_release(r2);
+    th_client_destroy(reader);
+    th_client_destroy(trainer);
+}
+
+TEST_F(Ros, RetentionPolicyFailRefusesAndKeepsServing) {
+    th_client *trainer = connect(url, "trainer", 5000, TH_RETAIN_FAIL);
+    Shard w(1, 256 << 10, 1);
+    th_replica *r1 = nullptr;
+    ASSERT_EQ(publish(trainer, "policy", 1, 0, 1, w, &r1), TH_OK);
+    EXPECT_ERROR(th_replica_begin_mutation(r1), TH_ERR_RETAINED, "last complete copy of a required version");
+    EXPECT_ERROR(th_replica_release(r1), TH_ERR_RETAINED, "model 'policy' version 1 shard 0");
+    // Still served, handle still valid.
+    th_client *reader = connect(url, "reader");
+    Shard got(1, 256 << 10);
+    ASSERT_EQ(fetch(reader, "policy", 1, 0, got), TH_OK) << th_last_error();
+    EXPECT_EQ(got.data, w.data);
+    // Once another complete copy exists, giving it up is fine.
+    th_replica *copy = nullptr;
+    ASSERT_EQ(fetch(reader, "policy", 1, 0, got, nullptr, &copy), TH_OK);
+    EXPECT_EQ(th_replica_release(r1), TH_OK) << th_last_error();
+    EXPECT_EQ(owned("policy", 1), 0);
+    th_replica_release(copy);
+    th_client_destroy(reader);
+    th_client_destroy(trainer);
+}
+
+TEST_F(Ros, PinnedVersionsOutliveTheirHolders) {
+    th_client *trainer = connect(url, "trainer");
+    th_client *reader = connect(url, "reader");
+    Shard a(1, 128 << 10, 1), b(1, 128 << 10, 2);
+    th_replica *r1 = nullptr, *r2 = nullptr;
+    ASSERT_EQ(publish(trainer, "m", 1, 0, 1, a, &r1), TH_OK);
+    ASSERT_EQ(th_pin(reader, "m", 1), TH_OK) << th_last_error();
+    ASSERT_EQ(publish(trainer, "m", 2, 0, 1, b, &r2), TH_OK);
+    ASSERT_EQ(th_replica_release(r1), TH_OK);  // v1 is pinned: spilled
+    Shard got(1, 128 << 10);
+    ASSERT_EQ(fetch(reader, "m", 1, 0, got), TH_OK) << th_last_error();
+    EXPECT_EQ(got.data, a.data);
+    ASSERT_EQ(th_unpin(reader, "m", 1), TH_OK);
+    EXPECT_ERROR(th_unpin(reader, "m", 1), TH_ERR_NOT_FOUND, "not pinned");
+    EXPECT_ERROR(th_pin(reader, "m", 9), TH_ERR_NOT_FOUND, "no version 9");
+    EXPECT_TRUE(eventually(url, [&](const nlohmann::json &s) { return version_status(s, "m", 1).is_null(); }));
+    th_replica_release(r2);
+    th_client_destroy(reader);
+    th_client_destroy(trainer);
+}
+
+TEST_F(Ros, ReaderSlowedOnPurposeNeverReturnsMixedBytesWhenItsSourceMutates) {
+    // The trainer waits only 100 ms for reads to drain, far less than the
+    // slowed read takes, so it overwrites while the reader is mid-read.
+    th_client_config cc;
+    th_client_config_init(&cc);
+    cc.server_url = url.c_str();
+    cc.worker_name = "trainer";
+    cc.mutation_wait_ms = 100;
+    th_client *trainer = nullptr;
+    ASSERT_EQ(th_client_create(&trainer, &cc), TH_OK) << th_last_error();
+    // 16 MiB in 64 KiB chunks, 3 ms per chunk: the read takes ~0.75 s.
+    Shard w(4, 4 << 20, 1);
+    th_replica *r1 = nullptr;
+    ASSERT_EQ(publish(trainer, "slow", 1, 0, 1, w, &r1), TH_OK);
+    Proc reader(worker({"fetch", "--server", url, "--name", "slowpoke", "--model", "slow", "--shard-kb", "16384",
+                        "--tensors", "4", "--no-serve"},
+                       {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
+    ASSERT_TRUE(eventually(url, [&](const nlohmann::json &s) {
+        auto v = version_status(s, "slow", 1);
+        return !v.is_null() && v["shards"][0]["replicas"][0]["active_reads"].get<int>() > 0;
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    // The trainer overwrites mid-read. The reader must notice (generation) and
+    // re-read from the owned copy the trainer spilled.
+    ASSERT_EQ(th_replica_begin_mutation(r1), TH_OK) << th_last_error();
+    scribble(w);
+    std::string l = reader.line(60000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // the worker checks every byte against version 1
+    // The reader finished from the owned copy: part of its bytes came from it.
+    auto v = version_status(server_status(url), "slow", 1);
+    EXPECT_EQ(owned("slow", 1), 1);
+    uint64_t from_copy = 0;
+    for (const auto &r : v["shards"][0]["replicas"])
+        if (r["owned"].get<bool>()) from_copy = r["bytes_served"];
+    EXPECT_GT(from_copy, 0u) << v.dump(1);
+    EXPECT_LT(from_copy, 16u << 20) << "the reader re-read everything: the mutation came too early";
+    th_replica_release(r1);
+    th_client_destroy(trainer);
+}
+
+TEST_F(Ros, WaitForVersionWakesOnCommitAndCatchesUpWithoutEvents) {
+    th_client *trainer = connect(url, "trainer");
+    th_client *rollout = connect(url, "rollout");
+    Shard w(1, 64 << 10, 1);
+    th_replica *r1 = nullptr, *r2 = nullptr, *r3 = nullptr;
+    ASSERT_EQ(publish(trainer, "m", 1, 0, 1, w, &r1), TH_OK);
+    uint64_t got = 0;
+    ASSERT_EQ(th_wait_for_version(rollout, "m", 0, 1000, &got), TH_OK) << th_last_error();
+    EXPECT_EQ(got, 1u);
+    EXPECT_ERROR(th_wait_for_version(rollout, "m", 1, 300, &got), TH_ERR_TIMEOUT, "newer than 1");
+
+    auto waiter = std::async(std::launch::async, [&] {
+        uint64_t v = 0;
+        th_status st = th_wait_for_version(rollout, "m", 1, 10000, &v);
+        return std::make_pair(st, v);
+    });
+    // A second waiter that ignores every event still sees the commit.
+    Proc deaf(worker({"wait", "--server", url, "--model", "m", "--newer-than", "1", "--wait-ms", "10000"},
+                     {"TENSORHUB_FAULT_DROP_EVENTS=1"}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_EQ(publish(trainer, "m", 2, 0, 1, w, &r2), TH_OK);
+    auto [st, v] = waiter.get();
+    EXPECT_EQ(st, TH_OK) << th_last_error();
+    EXPECT_EQ(v, 2u);
+    std::string l = deaf.line(15000);
+    EXPECT_EQ(l, "ok version=2");
+    ASSERT_EQ(publish(trainer, "m", 3, 0, 1, w, &r3), TH_OK);
+    th_replica_release(r1);
+    th_replica_release(r2);
+    th_replica_release(r3);
+    th_client_destroy(rollout);
+    th_client_destroy(trainer);
+}
+
+TEST_F(Ros, DescribeGivesTheLayoutToAllocateFrom) {
+    th_client *trainer = connect(url, "trainer");
+    Shard w(3, 64 << 10, 1);
+    th_replica *r = nullptr;
+    ASSERT_EQ(publish(trainer, "m", 5, 0, 1, w, &r), TH_OK);
+    char *json = nullptr;
+    ASSERT_EQ(th_describe_json(trainer, "m", TH_LATEST, 0, &json), TH_OK) << th_last_error();
+    auto d = nlohmann::json::parse(json);
+    th_free(json);
+    EXPECT_EQ(d["version"], 5);
+    EXPECT_EQ(d["total_bytes"], 3 * (64 << 10));
+    ASSERT_EQ(d["tensors"].size(), 3u);
+    EXPECT_EQ(d["tensors"][1]["name"], "w1");
+    EXPECT_EQ(d["tensors"][1]["dtype"], "bfloat16");
+    EXPECT_EQ(d["tensors"][1]["dtype_id"], TH_DTYPE_BFLOAT16);
+    EXPECT_EQ(d["tensors"][1]["shape"][0], 32768);
+    EXPECT_ERROR(th_describe_json(trainer, "m", 5, 3, &json), TH_ERR_INVALID_ARG, "shard 3 is out of range");
+    th_replica_release(r);
+    th_client_destroy(trainer);
+}

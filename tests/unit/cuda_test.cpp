@@ -1,0 +1,107 @@
+// CUDA device memory: published from the GPU and fetched by another client.
+// Skips, saying why, where there is no CUDA build, no device, or a UCX
+// without CUDA transports (Debian's).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tensorhub/tensorhub.h"
+#include "transport/memory_kind.hpp"
+
+#ifdef TH_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+th_tensor tensor(void *p, uint64_t n, th_mem_kind kind) {
+    th_tensor t{};
+    t.name = "w";
+    t.dtype = TH_DTYPE_UINT8;
+    t.ndim = 1;
+    t.shape[0] = static_cast<int64_t>(n);
+    t.data = p;
+    t.nbytes = n;
+    t.mem_kind = kind;
+    return t;
+}
+
+struct Env {
+    th_server *server = nullptr;
+    th_client *a = nullptr, *b = nullptr;
+    Env() {
+        th_server_config sc;
+        th_server_config_init(&sc);
+        EXPECT_EQ(th_server_create(&server, &sc), TH_OK);
+        th_client_config cc;
+        th_client_config_init(&cc);
+        cc.server_url = th_server_url(server);
+        EXPECT_EQ(th_client_create(&a, &cc), TH_OK) << th_last_error();
+        EXPECT_EQ(th_client_create(&b, &cc), TH_OK) << th_last_error();
+    }
+    ~Env() {
+        th_client_destroy(b);
+        th_client_destroy(a);
+        th_server_destroy(server);
+    }
+};
+
+}  // namespace
+
+TEST(Cuda, MemoryKindIsCheckedBeforeRegistration) {
+    Env env;
+    std::vector<uint8_t> host(1 << 16, 7);
+    th_tensor t = tensor(host.data(), host.size(), TH_MEM_CUDA);
+    th_publish_config pc;
+    th_publish_config_init(&pc);
+    pc.model = "gpu";
+    pc.version = 1;
+    th_replica *r = nullptr;
+    th_status st = th_publish(env.a, &pc, &t, 1, &r);
+    std::string msg = th_last_error();
+    if (th::cuda_available()) {
+        EXPECT_EQ(st, TH_ERR_INVALID_ARG) << msg;
+        EXPECT_NE(msg.find("not CUDA device memory"), std::string::npos) << msg;
+    } else {
+        EXPECT_EQ(st, TH_ERR_UNSUPPORTED) << msg;
+        EXPECT_NE(msg.find("CUDA"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(r, nullptr);
+}
+
+TEST(Cuda, PublishFromDeviceMemoryAndFetchToHost) {
+#ifndef TH_WITH_CUDA
+    GTEST_SKIP() << "built without TH_WITH_CUDA";
+#else
+    if (!th::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine";
+    Env env;
+    const size_t n = 8 << 20;
+    std::vector<uint8_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = static_cast<uint8_t>(i * 131 + 7);
+    void *dev = nullptr;
+    ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dev, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+    th_tensor t = tensor(dev, n, TH_MEM_CUDA);
+    th_publish_config pc;
+    th_publish_config_init(&pc);
+    pc.model = "gpu";
+    pc.version = 1;
+    th_replica *r = nullptr;
+    th_status st = th_publish(env.a, &pc, &t, 1, &r);
+    if (st == TH_ERR_TRANSPORT && std::string(th_last_error()).find("CUDA support") != std::string::npos) {
+        cudaFree(dev);
+        GTEST_SKIP() << "this UCX has no CUDA transports: " << th_last_error();
+    }
+    ASSERT_EQ(st, TH_OK) << th_last_error();
+    std::vector<uint8_t> got(n);
+    th_tensor d = tensor(got.data(), n, TH_MEM_HOST);
+    th_fetch_config fc;
+    th_fetch_config_init(&fc);
+    fc.model = "gpu";
+    ASSERT_EQ(th_fetch(env.b, &fc, &d, 1, nullptr, nullptr), TH_OK) << th_last_error();
+    EXPECT_EQ(got, want);
+    th_replica_release(r);
+    cudaFree(dev);
+#endif
+}
