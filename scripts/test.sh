@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything and runs every test: C/C++
-# (ctest), then the same unit and single-process tests under ASan+UBSan.
-# Exits non-zero if anything fails.
+# (ctest), the Python, Rust and Go bindings, then the C/C++ unit tests again
+# under ASan+UBSan. Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,6 +10,13 @@ echo "== build"
 scripts/build.sh
 echo "== C/C++ tests"
 (cd "${TH_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 300)
+
+echo "== Python binding"
+bindings/python/run_tests.sh
+echo "== Rust binding"
+bindings/rust/run_tests.sh
+echo "== Go binding"
+bindings/go/run_tests.sh
 
 if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
     echo "== C/C++ unit and single-process tests under AddressSanitizer + UBSan"
