@@ -168,3 +168,66 @@ TEST(Cluster, ReadersNeverAssembleShardsOfTwoVersions) {
     }
     EXPECT_EQ(pub.line(60000).rfind("ready", 0), 0u);
 }
+
+namespace {
+
+// A publisher and a second complete holder (r1), then a slowed reader that
+// starts on r1 (it served nothing yet, the publisher did). Returns r1's
+// worker id and leaves the slow reader mid-read.
+struct FailoverSetup {
+    ServerGuard srv;
+    std::unique_ptr<Proc> pub, r1, slow;
+    uint64_t r1_id = 0;
+    FailoverSetup() {
+        pub = std::make_unique<Proc>(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "f",
+                                             "--shard-kb", "16384", "--tensors", "4", "--chunk-kb", "64"}));
+        EXPECT_EQ(pub->line().rfind("ready", 0), 0u);
+        r1 = std::make_unique<Proc>(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "f", "--shard-kb",
+                                            "16384", "--tensors", "4", "--heartbeat-ms", "200"}));
+        std::string l = r1->line();
+        EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+        r1_id = field(l, "worker");
+        slow = std::make_unique<Proc>(worker({"fetch", "--server", srv.url, "--name", "slow", "--model", "f", "--shard-kb",
+                                              "16384", "--tensors", "4", "--no-serve", "--chunk-timeout-ms", "1000"},
+                                             {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
+        // Wait until it reads from r1.
+        EXPECT_TRUE(eventually(srv.url, [&](const nlohmann::json &s) {
+            for (const auto &w : s["workers"])
+                if (w["worker_id"].get<uint64_t>() == r1_id && w["active_reads"].get<int>() > 0) return true;
+            return false;
+        }));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+};
+
+}  // namespace
+
+TEST(Failover, SourceKilledMidTransferTheReaderFinishesFromAnotherReplica) {
+    FailoverSetup f;
+    auto t0 = Clock::now();
+    kill(f.r1->pid(), SIGKILL);
+    std::string l = f.slow->line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // every byte checked by the worker
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(20));
+}
+
+TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
+    FailoverSetup f;
+    kill(f.r1->pid(), SIGSTOP);
+    std::string l = f.slow->line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+    // Reported unreachable: not routed to while paused.
+    auto r1_holds = [&](const nlohmann::json &s) {
+        auto v = version_status(s, "f", 1);
+        for (const auto &r : v["shards"][0]["replicas"])
+            if (r["worker_id"].get<uint64_t>() == f.r1_id && r["complete"].get<bool>()) return true;
+        return false;
+    };
+    kill(f.r1->pid(), SIGCONT);
+    // Back: its next heartbeat is refused, it registers again with its replica.
+    EXPECT_TRUE(eventually(f.srv.url, r1_holds, 10000)) << server_status(f.srv.url).dump(1);
+    Proc again(worker({"fetch", "--server", f.srv.url, "--name", "again", "--model", "f", "--shard-kb", "16384",
+                       "--tensors", "4", "--no-serve"}));
+    std::string l2 = again.line(30000);
+    EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+}

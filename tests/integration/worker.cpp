@@ -99,6 +99,8 @@ int main(int argc, char **argv) {
     cc.worker_name = name.c_str();
     cc.labels = labels.c_str();
     cc.timeout_ms = static_cast<uint32_t>(args.get_u64("timeout-ms", 10000));
+    cc.chunk_timeout_ms = static_cast<uint32_t>(args.get_u64("chunk-timeout-ms", 5000));
+    cc.heartbeat_ms = static_cast<uint32_t>(args.get_u64("heartbeat-ms", 1000));
     th_client *c = nullptr;
     check(th_client_create(&c, &cc), "connect");
 
