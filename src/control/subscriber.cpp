@@ -33,9 +33,11 @@ Subscriber::Subscriber(const std::string &url, Handler handler) : url_(url), han
 }
 
 Subscriber::~Subscriber() {
+    // Let the receive loop end on its own (it wakes every 100 ms) before the
+    // socket closes: closing under a blocked receive can hang in NNG 1.5.
     stop_ = true;
-    nng_close(sock_);
     thread_.join();
+    nng_close(sock_);
 }
 
 }  // namespace th
