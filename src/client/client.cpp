@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <thread>
 
 #include "common/error.hpp"
 #include "common/faults.hpp"
@@ -50,10 +51,32 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
         gethostname(host, sizeof host - 1);
         cfg_.labels["host"] = host;
     }
+    for (size_t pos = 0; pos <= cfg_.server_url.size();) {
+        size_t comma = std::min(cfg_.server_url.find(',', pos), cfg_.server_url.size());
+        std::string url = cfg_.server_url.substr(pos, comma - pos);
+        if (!url.empty()) servers_.push_back(url);
+        pos = comma + 1;
+    }
+    if (servers_.empty()) fail(TH_ERR_INVALID_ARG, "server_url names no server");
     ucx_ = std::make_unique<UcxWorker>();
     ctrl_ = std::make_unique<ControlPage>(*ucx_);
-    rpc_ = std::make_unique<RpcClient>(cfg_.server_url);
-    hello(Deadline(cfg_.timeout_ms));
+    // With several servers, start with the one of the newest epoch: a server
+    // that was paused or cut off and came back is behind the one that took
+    // over. Otherwise the first that answers, each given its share of the time.
+    Deadline deadline(cfg_.timeout_ms);
+    size_t first = servers_.size() > 1 ? newest_server(deadline) : 0;
+    for (size_t i = first;; ++i) {
+        current_ = i % servers_.size();
+        rpc_ = std::make_shared<RpcClient>(servers_[current_]);
+        try {
+            size_t left = servers_.size() - std::min(i - first, servers_.size() - 1);
+            hello(deadline.capped(std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(left), 1)));
+            break;
+        } catch (const Error &e) {
+            if ((e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT) || deadline.expired()) throw;
+            TH_LOG(Info, "server ", servers_[current_], " did not answer: ", e.what());
+        }
+    }
     heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
 
@@ -97,23 +120,100 @@ Client::~Client() {
     ucx_.reset();
 }
 
+size_t Client::newest_server(const Deadline &deadline) {
+    size_t best = 0;
+    uint64_t best_epoch = 0;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+        try {
+            RpcClient rpc(servers_[i]);
+            Builder b(64);
+            Header h;
+            h.request_id = next_request_++;
+            uint32_t share = std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(servers_.size() - i), 1);
+            Bytes reply = rpc.call(finish(b, h, CreatePing(b)), deadline.capped(share));
+            const Envelope *env = verify(reply.data(), reply.size());
+            TH_LOG(Debug, "server ", servers_[i], " answers with epoch ", env->epoch());
+            if (env->body_type() == Body::Pong && env->body_as_Pong()->server_epoch() > best_epoch) {
+                best = i;
+                best_epoch = env->body_as_Pong()->server_epoch();
+            }
+        } catch (const Error &e) {
+            TH_LOG(Info, "server ", servers_[i], " did not answer: ", e.what());
+        }
+    }
+    TH_LOG(Info, "starting with server ", servers_[best], " (epoch ", best_epoch, ")");
+    return best;
+}
+
 Header Client::header() {
     Header h;
     h.request_id = next_request_++;
     h.worker_id = worker_id_;
-    h.epoch = epoch_.load();
+    h.epoch = max_epoch_.load();
     return h;
 }
 
-Bytes Client::call_raw(const std::function<Bytes(Builder &, const Header &)> &build, const Deadline &deadline) {
-    for (int attempt = 0;; ++attempt) {
-        Builder b(512);
-        Bytes reply = rpc_->call(build(b, header()), deadline);
+std::shared_ptr<RpcClient> Client::rpc() {
+    std::lock_guard lk(rpc_mu_);
+    return rpc_;
+}
+
+// Moves to the next server of the list and registers there (with everything
+// we hold), unless another thread already moved on from `from`.
+void Client::fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, const Deadline &deadline) {
+    {
+        std::lock_guard lk(rpc_mu_);
+        if (rpc_ != from) return;
+        current_ = (current_ + 1) % servers_.size();
+        TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", servers_[current_]);
+        rpc_ = std::make_shared<RpcClient>(servers_[current_]);
+        // Going round the whole list: give the servers a moment.
+        if (current_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, deadline.remaining_ms())));
+    }
+    reregister(deadline);
+}
+
+Bytes Client::call_raw(const std::function<Bytes(Builder &, const Header &)> &build, const Deadline &deadline,
+                       bool recover) {
+    for (int reregistered = 0;;) {
+        std::shared_ptr<RpcClient> rpc = this->rpc();
+        Bytes reply;
+        try {
+            Builder b(512);
+            // With servers to fail over to, one server may use only half of
+            // the time left, so that the next one still gets a chance.
+            bool can_fail_over = recover && servers_.size() > 1;
+            Deadline attempt = can_fail_over ? deadline.capped(std::max(deadline.remaining_ms() / 2, 1)) : deadline;
+            reply = rpc->call(build(b, header()), attempt);
+        } catch (const Error &e) {
+            // Not answering: the next server of the list, while time is left.
+            // A server that does not answer in time (dead, paused, cut off)
+            // is left for the next; should it come back, epochs fence it.
+            bool next = e.code() == TH_ERR_UNAVAILABLE || e.code() == TH_ERR_TIMEOUT;
+            if (!recover || !next || servers_.size() == 1 || deadline.expired()) throw;
+            try {
+                fail_over(rpc, e.what(), deadline);
+            } catch (const Error &) {
+                if (deadline.expired()) throw;
+            }
+            continue;
+        }
         const Envelope *env = verify(reply.data(), reply.size());
+        bool stale = env->epoch() < max_epoch_.load() ||
+                     (env->body_type() == Body::ErrorReply && env->body_as_ErrorReply()->stale_server());
+        if (stale) {
+            std::string why = str("stale (epoch ", env->epoch(), ", newest seen ", max_epoch_.load(), ")");
+            if (!recover || (servers_.size() == 1 && reregistered++ >= 2))
+                fail(TH_ERR_UNAVAILABLE, "the server at ", rpc->url(), " is ", why);
+            // With one server (restarted with a clock behind), saying Hello
+            // again makes it take over above the epoch we saw.
+            servers_.size() == 1 ? reregister(deadline) : fail_over(rpc, why, deadline);
+            continue;
+        }
         if (env->body_type() != Body::ErrorReply) return reply;
         const ErrorReply *e = env->body_as_ErrorReply();
-        if (e->unknown_worker() && attempt == 0) {
-            TH_LOG(Warn, "the server (", rpc_->url(), ") does not know this worker; registering again");
+        if (e->unknown_worker() && recover && reregistered++ < 2) {
+            TH_LOG(Warn, "the server (", rpc->url(), ") does not know this worker; registering again");
             reregister(deadline);
             continue;
         }
@@ -128,16 +228,19 @@ void Client::hello(const Deadline &deadline) {
     Header h = header();
     auto body = CreateHello(b, worker_id_, b.CreateString(cfg_.worker_name), put_labels(b, cfg_.labels),
                             b.CreateVector(ucx_->address()));
-    Bytes reply = rpc_->call(finish(b, h, body), deadline);
+    std::shared_ptr<RpcClient> rpc = this->rpc();
+    Bytes reply = rpc->call(finish(b, h, body), deadline);
     const Envelope *env = verify(reply.data(), reply.size());
     if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "Hello");
     if (env->body_type() != Body::HelloReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Hello");
     const HelloReply *r = env->body_as_HelloReply();
-    epoch_ = r->server_epoch();
+    uint64_t seen = max_epoch_.load();
+    while (seen < r->server_epoch() && !max_epoch_.compare_exchange_weak(seen, r->server_epoch())) {
+    }
     registrations_++;
     std::string events = r->events_url() ? r->events_url()->str() : "";
     if (!events.empty()) {
-        events = reachable_events_url(cfg_.server_url, events);
+        events = reachable_events_url(rpc->url(), events);
         if (!events_ || events_->url() != events) {
             events_.reset();
             events_ = std::make_unique<Subscriber>(events, [this](const uint8_t *d, size_t n) { on_event(d, n); });
@@ -171,8 +274,10 @@ void Client::on_event(const uint8_t *data, size_t size) {
 void Client::reregister(const Deadline &deadline) {
     std::lock_guard lk(reg_mu_);
     hello(deadline);
+    // Without recovery: a failure here surfaces to the call that asked for
+    // re-registration, which decides whether to try the next server.
     for (auto &[id, r] : held_)
-        if (r->complete_) send_publish(*r, deadline);
+        if (r->complete_ && !r->mutating_) send_publish(*r, deadline, /*recover=*/false);
 }
 
 void Client::heartbeat_loop() {
@@ -182,7 +287,7 @@ void Client::heartbeat_loop() {
         lk.unlock();
         try {
             Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
-                               Deadline(cfg_.heartbeat_ms * 2));
+                               Deadline(cfg_.timeout_ms));
             const Envelope *env = GetEnvelope(reply.data());
             if (env->body_type() == Body::HeartbeatReply && env->body_as_HeartbeatReply()->drop() &&
                 env->body_as_HeartbeatReply()->drop()->size() > 0) {
@@ -231,16 +336,16 @@ Replica *Client::prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer
     return r.get();
 }
 
-void Client::send_publish(const Replica &r, const Deadline &deadline) {
+void Client::send_publish(const Replica &r, const Deadline &deadline, bool recover) {
     std::vector<TensorSpec> specs;
     for (const Buffer &b : r.buffers_) specs.push_back(b.spec);
-    Bytes reply = call(
+    Bytes reply = call_raw(
         [&](Builder &b, const Header &h) {
             auto body = CreatePublish(b, b.CreateString(r.model_), r.version_, r.shard_, r.num_shards_, r.chunk_bytes_,
                                       put_tensors(b, specs), put_desc(b, r.desc_), r.id_, r.owned_);
             return finish(b, h, body);
         },
-        deadline);
+        deadline, recover);
     if (GetEnvelope(reply.data())->body_type() != Body::PublishReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Publish");
 }
 

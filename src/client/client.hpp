@@ -27,7 +27,7 @@
 namespace th {
 
 struct ClientConfig {
-    std::string server_url;
+    std::string server_url;  // one URL, or an ordered comma-separated list to fail over along
     std::string worker_name;
     Labels labels;
     uint32_t timeout_ms = 10000;
@@ -125,8 +125,10 @@ class Client {
 
   private:
     friend class Fetch;
+    // recover: on "unknown worker", a stale or an unreachable server,
+    // register again or fail over and retry. Off inside re-registration.
     wire::Bytes call_raw(const std::function<wire::Bytes(wire::Builder &, const wire::Header &)> &build,
-                         const Deadline &deadline);
+                         const Deadline &deadline, bool recover = true);
     void hello(const Deadline &deadline);
     void reregister(const Deadline &deadline);
     void heartbeat_loop();
@@ -137,7 +139,7 @@ class Client {
     void spill(const Replica &r);
     void drop_owned(const std::vector<uint64_t> &ids);
     Replica *prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer> &buffers);
-    void send_publish(const Replica &r, const Deadline &deadline);
+    void send_publish(const Replica &r, const Deadline &deadline, bool recover = true);
     void remember(Replica *r);
     void forget(Replica *r);
     wire::Header header();
@@ -146,10 +148,19 @@ class Client {
     uint64_t worker_id_;
     std::unique_ptr<UcxWorker> ucx_;
     std::unique_ptr<ControlPage> ctrl_;
-    std::unique_ptr<RpcClient> rpc_;
+    // The server in use: servers_[current_], reached through rpc_. Swapped
+    // under rpc_mu_ on failover; callers hold their own reference.
+    std::shared_ptr<RpcClient> rpc();
+    // Index of the answering server with the newest epoch (0 if none answers).
+    size_t newest_server(const Deadline &deadline);
+    void fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, const Deadline &deadline);
+    std::vector<std::string> servers_;
+    size_t current_ = 0;
+    std::mutex rpc_mu_;
+    std::shared_ptr<RpcClient> rpc_;
+    std::atomic<uint64_t> max_epoch_{0};  // the newest server epoch seen: older servers are stale
     std::atomic<uint64_t> next_request_{1};
     std::atomic<uint64_t> next_replica_{1};
-    std::atomic<uint64_t> epoch_{0};
     std::atomic<uint64_t> registrations_{0};  // bumped each time we (re)register
 
     std::mutex reg_mu_;  // serializes re-registration and guards held_ and owned_

@@ -38,12 +38,24 @@ Service::Service(ServiceConfig cfg) : cfg_(cfg), epoch_(new_epoch()), start_ms_(
 
 Bytes Service::handle(const uint8_t *data, size_t size) {
     Header h;
-    h.epoch = epoch_;
     try {
         const Envelope *env = verify(data, size);
         h.request_id = env->request_id();
         h.worker_id = env->worker_id();
         std::lock_guard lk(mu_);
+        // Epochs fence a stale server. A worker that says Hello with an epoch
+        // at least ours has been served by a newer server that is gone: we
+        // take over above it. Any other request from a worker that knows a
+        // newer epoch means we are the stale one.
+        if (env->epoch() >= epoch_ && env->body_type() == Body::Hello) {
+            TH_LOG(Warn, "taking over from a server of epoch ", env->epoch(), " (was ", epoch_.load(), ")");
+            epoch_ = env->epoch() + 1;
+        }
+        h.epoch = epoch_;
+        if (env->epoch() > epoch_)
+            return error_reply(h, TH_ERR_UNAVAILABLE,
+                               str("this server is stale (epoch ", epoch_.load(), "; the worker has seen epoch ", env->epoch(), ")"),
+                               false, true);
         auto key = std::make_pair(h.worker_id, h.request_id);
         if (h.worker_id != 0) {
             auto it = replies_.find(key);
@@ -63,15 +75,21 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         }
         return reply;
     } catch (const Error &e) {
+        h.epoch = epoch_;
         if (e.code() == TH_ERR_PROTOCOL) TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
         return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED);
     } catch (const std::exception &e) {
+        h.epoch = epoch_;
         TH_LOG(Error, "request failed: ", e.what());
         return error_reply(h, TH_ERR_INTERNAL, str("server error: ", e.what()));
     }
 }
 
 Bytes Service::dispatch(const Envelope &env, const Header &h) {
+    if (env.body_type() == Body::Ping) {
+        Builder b(64);
+        return finish(b, h, CreatePong(b, epoch_));
+    }
     if (env.body_type() != Body::Hello && env.body_type() != Body::StatusQuery) known_worker(h.worker_id);
     switch (env.body_type()) {
         case Body::Hello: return on_hello(env, h);
@@ -105,7 +123,7 @@ Bytes Service::ack(const Header &h) {
 WorkerInfo &Service::known_worker(uint64_t id) {
     auto it = workers_.find(id);
     if (id == 0 || it == workers_.end())
-        fail(TH_ERR_CLOSED, "worker ", id, " is not registered with this server (epoch ", epoch_, ")");
+        fail(TH_ERR_CLOSED, "worker ", id, " is not registered with this server (epoch ", epoch_.load(), ")");
     if (it->second.suspect)
         fail(TH_ERR_CLOSED, "worker ", id, " was reported unreachable; it must register again");
     it->second.last_seen_ms = now_ms();

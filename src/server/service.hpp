@@ -3,6 +3,7 @@
 // handle() directly) and thread-safe (one mutex around the state).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -37,7 +38,7 @@ class Service {
     // Drops workers whose lease ran out (and their replicas); returns how many.
     size_t expire(uint64_t now_ms);
 
-    uint64_t epoch() const { return epoch_; }
+    uint64_t epoch() const { return epoch_.load(); }
 
   private:
     using Env = wire::Envelope;
@@ -76,7 +77,7 @@ class Service {
     void prune(ModelInfo &m);
 
     ServiceConfig cfg_;
-    uint64_t epoch_;
+    std::atomic<uint64_t> epoch_;  // grows when this server takes over from another
     uint64_t start_ms_;
     std::mutex mu_;
     std::map<uint64_t, WorkerInfo> workers_;

@@ -18,10 +18,10 @@ const Envelope *verify(const uint8_t *data, size_t size) {
     return env;
 }
 
-Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker) {
+Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker, bool stale_server) {
     Builder b(256);
     auto msg = b.CreateString(message);
-    return finish(b, h, CreateErrorReply(b, code, msg, unknown_worker));
+    return finish(b, h, CreateErrorReply(b, code, msg, unknown_worker, stale_server));
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(

@@ -231,3 +231,79 @@ TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
     std::string l2 = again.line(30000);
     EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
 }
+
+namespace {
+
+// A tensorhub-server process; url() once it listens.
+struct ServerProc {
+    Proc proc{{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"}};
+    std::string url;
+    ServerProc() {
+        std::string l = proc.line(10000);
+        EXPECT_EQ(l.rfind("listening on ", 0), 0u) << l;
+        url = l.substr(13);
+    }
+    uint64_t epoch() { return server_status(url)["server_epoch"].get<uint64_t>(); }
+};
+
+}  // namespace
+
+TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
+    ServerProc a, b;
+    const std::string both = a.url + "," + b.url;
+    const std::vector<std::string> fast = {"--heartbeat-ms", "200", "--timeout-ms", "1500"};
+    auto with = [&](std::vector<std::string> args) {
+        args.insert(args.end(), fast.begin(), fast.end());
+        return worker(args);
+    };
+    Proc pub(with({"publish", "--server", both, "--name", "trainer", "--model", "ha", "--shard-kb", "2048"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    auto fetch_ok = [&](const std::string &name) {
+        // Retries while the trainer has not yet registered with the new server.
+        for (int i = 0; i < 40; ++i) {
+            Proc r(with({"fetch", "--server", both, "--name", name, "--model", "ha", "--shard-kb", "2048", "--no-serve", "--exit"}));
+            std::string l = r.line(30000);
+            if (l.rfind("ok", 0) == 0) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
+        return false;
+    };
+    ASSERT_TRUE(fetch_ok("before"));
+
+    // Clients start on the server with the newest epoch: `used` below.
+    ServerProc &used = a.epoch() > b.epoch() ? a : b, &other = &used == &a ? b : a;
+    auto registered = [](ServerProc &srv, const std::string &name) {
+        nlohmann::json s = server_status(srv.url);
+        for (const auto &w : s["workers"])
+            if (w["name"] == name) return true;
+        return false;
+    };
+    ASSERT_TRUE(registered(used, "trainer"));
+
+    // It pauses: the trainer's heartbeat times out, it moves to the other
+    // server and declares its replica there, which takes over above the
+    // paused server's epoch.
+    uint64_t paused_epoch = used.epoch();
+    kill(used.proc.pid(), SIGSTOP);
+    EXPECT_TRUE(fetch_ok("during"));
+    EXPECT_GT(other.epoch(), paused_epoch);
+    // It comes back stale: new clients pick the newer server, the trainer
+    // stays there, and the stale one forgets the trainer when its lease ends.
+    kill(used.proc.pid(), SIGCONT);
+    EXPECT_TRUE(fetch_ok("after-resume"));
+    EXPECT_TRUE(registered(other, "trainer"));
+    EXPECT_TRUE(eventually(used.url, [](const nlohmann::json &s) {
+        for (const auto &w : s["workers"])
+            if (w["name"] == "trainer") return false;
+        return true;
+    }));
+
+    // The new leader dies for good: everyone goes round the list to the
+    // server that was stale, which takes over above the dead one's epoch.
+    uint64_t leader_epoch = other.epoch();
+    kill(other.proc.pid(), SIGKILL);
+    EXPECT_TRUE(fetch_ok("after-leader-died"));
+    EXPECT_GT(used.epoch(), leader_epoch);
+    EXPECT_TRUE(registered(used, "trainer"));
+    EXPECT_EQ(pub.stop(), 0);
+}

@@ -23,7 +23,7 @@ TEST(Policy, PrefersCloserSources) {
            far = L("b", "r1", "h1");
     std::vector<Candidate> c = {{1, 11, &far, true, 0, 1}, {2, 12, &dc, true, 0, 2}, {3, 13, &rack, true, 0, 3},
                                 {4, 14, &host, true, 0, 4}};
-    Request r{&me, 99, 0, {}};
+    Request r{&me, 99, 0, {}, {}};
     EXPECT_EQ(choose_source(r, c, {}), 3u);
     c.pop_back();
     EXPECT_EQ(choose_source(r, c, {}), 2u);
@@ -37,7 +37,7 @@ TEST(Policy, LeastLoadedThenCap) {
     Labels me = L("a", "r1", "h0"), x = L("a", "r1", "h1"), y = L("a", "r1", "h2");
     // Same distance: fewer active readers wins.
     std::vector<Candidate> c = {{1, 11, &x, true, 3, 1}, {2, 12, &y, true, 1, 2}};
-    Request r{&me, 99, 0, {}};
+    Request r{&me, 99, 0, {}, {}};
     EXPECT_EQ(choose_source(r, c, {}), 1u);
     // A source at the cap loses to one under it even if that one is filling.
     c = {{1, 11, &x, true, 2, 1}, {2, 12, &y, false, 1, 2}};
@@ -54,31 +54,31 @@ TEST(Policy, LeastLoadedThenCap) {
 TEST(Policy, CompleteBeforeFillingAtEqualLoad) {
     Labels me = L("a", "r1", "h0"), x = L("a", "r1", "h1"), y = L("a", "r1", "h2");
     std::vector<Candidate> c = {{1, 11, &x, false, 0, 1}, {2, 12, &y, true, 0, 2}};
-    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}}, c, {}), 1u);
+    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 1u);
 }
 
 TEST(Policy, SpreadsLoadOffBusySources) {
     Labels me = L("a", "r1", "h0"), x = L("a", "r1", "h1"), y = L("a", "r1", "h2");
     std::vector<Candidate> c = {{1, 11, &x, true, 0, 1, 1000}, {2, 12, &y, true, 0, 2, 10}};
-    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}}, c, {}), 1u);
+    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 1u);
     // An idle publisher that already served the shard loses to an idle
     // filling reader: the next reader joins the chain.
     c = {{1, 11, &x, true, 0, 1, 1000}, {2, 12, &y, false, 0, 2, 0}};
-    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}}, c, {}), 1u);
+    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 1u);
 }
 
 TEST(Policy, ExcludesSelfFailedAndYoungerFillingReplicas) {
     Labels me = L("a", "r1", "h0"), x = L("a", "r1", "h1");
     std::vector<Candidate> c = {{99, 11, &x, true, 0, 1}};
-    EXPECT_FALSE(choose_source(Request{&me, 99, 0, {}}, c, {}));  // itself
+    EXPECT_FALSE(choose_source(Request{&me, 99, 0, {}, {}}, c, {}));  // itself
     c = {{5, 11, &x, true, 0, 1}};
-    EXPECT_FALSE(choose_source(Request{&me, 99, 0, {5}}, c, {}));  // failed before
+    EXPECT_FALSE(choose_source(Request{&me, 99, 0, {5}, {}}, c, {}));  // failed before
     // A filling replica registered after the reader's own would let two readers
     // wait for each other.
     c = {{5, 11, &x, false, 0, 10}};
-    EXPECT_FALSE(choose_source(Request{&me, 99, 7, {}}, c, {}));
-    EXPECT_EQ(choose_source(Request{&me, 99, 12, {}}, c, {}), 0u);
-    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}}, c, {}), 0u);  // a non-serving reader may follow anyone
+    EXPECT_FALSE(choose_source(Request{&me, 99, 7, {}, {}}, c, {}));
+    EXPECT_EQ(choose_source(Request{&me, 99, 12, {}, {}}, c, {}), 0u);
+    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 0u);  // a non-serving reader may follow anyone
 }
 
 TEST(Policy, OneReaderPerDatacenterCrossesTheWan) {
@@ -86,13 +86,13 @@ TEST(Policy, OneReaderPerDatacenterCrossesTheWan) {
     // follow replicas inside dc b even while those are filling.
     Labels pub = L("a", "r1", "p"), r1 = L("b", "r1", "h1"), r2 = L("b", "r1", "h2"), r3 = L("b", "r2", "h3");
     std::vector<Candidate> c = {{1, 11, &pub, true, 0, 1}};
-    EXPECT_EQ(choose_source(Request{&r1, 2, 2, {}}, c, {}), 0u);
+    EXPECT_EQ(choose_source(Request{&r1, 2, 2, {}, {}}, c, {}), 0u);
     c.push_back({2, 12, &r1, false, 0, 2});
     c[0].active_reads = 1;
-    EXPECT_EQ(choose_source(Request{&r2, 3, 3, {}}, c, {}), 1u);
+    EXPECT_EQ(choose_source(Request{&r2, 3, 3, {}, {}}, c, {}), 1u);
     c.push_back({3, 13, &r2, false, 0, 3});
     c[1].active_reads = 1;
-    auto pick = choose_source(Request{&r3, 4, 4, {}}, c, {});
+    auto pick = choose_source(Request{&r3, 4, 4, {}, {}}, c, {});
     ASSERT_TRUE(pick);
     EXPECT_NE(*pick, 0u);
 }
