@@ -1,0 +1,452 @@
+// tensorhub-fetch-bench: single-stream fetch throughput against the physical
+// limit of the same transport.
+//
+// The parent starts an embedded server and four processes: a tensorhub
+// publisher and reader, and a plain-UCX target and reader. For each size the
+// publisher publishes one shard (a few float32 tensors) and the reader
+// th_fetch()es it (not serving it on); the raw pair moves the same bytes with
+// ucp_get_nbx, with the same chunk size and GETs in flight. Repetitions of
+// the two alternate, so both see the same machine noise. Destinations are
+// faulted in before every timed transfer, and each size is warmed up once
+// untimed (registration, endpoints) and verified once, byte for byte.
+//
+//   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
+//                         [--inflight 8] [--tensors 4] [--smoke]
+//
+// Prints a table and, last, one JSON line for the largest size.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "bench_proc.hpp"
+#include "bench_util.hpp"
+#include "pattern.hpp"
+#include "raw_ucx.hpp"
+#include "tensorhub/tensorhub.h"
+
+using namespace th_bench;
+using th_tools::human_bytes;
+
+namespace {
+
+struct Options {
+    std::vector<uint64_t> sizes_mb = {64, 256, 1024};
+    unsigned reps = 5;
+    uint64_t chunk_bytes = 4ull << 20;
+    unsigned inflight = 8;
+    unsigned tensors = 4;
+};
+
+// How long one command may take (a fill, a transfer, a verification) before
+// it counts as hung: generous, since the machine may be slow and noisy.
+// Slower than 10 MB/s means something is stuck, not slow.
+Millis budget(uint64_t bytes) { return Millis(30000 + bytes / 10'000); }
+
+constexpr Millis kIdleLimit{30 * 60 * 1000};  // a child waiting for its next command
+
+void check(th_status st, const char *what) {
+    if (st != TH_OK) fail(what, ": ", th_status_str(st), ": ", th_last_error());
+}
+
+// ---------------------------------------------------------------------------
+// Shards: the tensors published and fetched.
+
+struct Shard {
+    std::vector<PageBuffer> buffers;
+    std::vector<std::string> names;
+    std::vector<th_tensor> views;
+
+    Shard(uint64_t bytes, unsigned tensors) {
+        uint64_t per = bytes / tensors;
+        for (unsigned t = 0; t < tensors; ++t) {
+            buffers.emplace_back(per);
+            names.push_back("layers." + std::to_string(t) + ".weight");
+        }
+        for (unsigned t = 0; t < tensors; ++t) {
+            th_tensor v{};
+            v.name = names[t].c_str();
+            v.dtype = TH_DTYPE_FLOAT32;
+            v.ndim = 1;
+            v.shape[0] = static_cast<int64_t>(per / 4);
+            v.data = buffers[t].data();
+            v.nbytes = per;
+            v.mem_kind = TH_MEM_HOST;
+            views.push_back(v);
+        }
+    }
+    void clear() {
+        for (auto &b : buffers) b.clear();
+    }
+};
+
+// Tensor t of a version holds pattern_seed(version, 0, t); the raw buffer is
+// tensor 0.
+void fill(PageBuffer &b, uint64_t version, unsigned t) {
+    th_tools::fill_pattern(b.data(), b.size(), th_tools::pattern_seed(version, 0, t));
+}
+
+void verify(const PageBuffer &b, uint64_t version, unsigned t) {
+    size_t bad = th_tools::check_pattern(b.data(), b.size(), th_tools::pattern_seed(version, 0, t));
+    if (bad != b.size()) fail("version ", version, " tensor ", t, ": wrong byte at offset ", bad);
+}
+
+// ---------------------------------------------------------------------------
+// Child roles. Each is a command loop (see bench_proc.hpp).
+
+th_client *connect(const std::string &url, const std::string &name, const Options &o) {
+    th_client_config cfg;
+    th_client_config_init(&cfg);
+    cfg.server_url = url.c_str();
+    cfg.worker_name = name.c_str();
+    cfg.max_inflight = o.inflight;
+    th_client *c = nullptr;
+    check(th_client_create(&c, &cfg), "connecting to the server");
+    return c;
+}
+
+// publish MODEL VERSION BYTES | release
+int run_publisher(const std::string &url, const Options &o) {
+    std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-publisher", o), th_client_destroy);
+    std::unique_ptr<Shard> shard;
+    th_replica *replica = nullptr;
+    auto release = [&] {
+        th_status st = th_replica_release(replica);
+        replica = nullptr;
+        shard.reset();
+        check(st, "releasing the replica");
+        return std::string();
+    };
+    std::map<std::string, Handler> handlers = {
+        {"publish",
+         [&](const std::vector<std::string> &a) {
+             if (replica) release();
+             uint64_t version = to_u64(a.at(1));
+             shard = std::make_unique<Shard>(to_u64(a.at(2)), o.tensors);
+             for (unsigned t = 0; t < o.tensors; ++t) fill(shard->buffers[t], version, t);
+             th_publish_config pc;
+             th_publish_config_init(&pc);
+             pc.model = a.at(0).c_str();
+             pc.version = version;
+             pc.chunk_bytes = o.chunk_bytes;
+             check(th_publish(client.get(), &pc, shard->views.data(), shard->views.size(), &replica), "publishing");
+             return std::string();
+         }},
+        {"release", [&](const std::vector<std::string> &) { return release(); }},
+    };
+    int rc = serve("publisher", handlers, kIdleLimit);
+    th_replica_release(replica);
+    return rc;
+}
+
+// prepare BYTES | fetch MODEL VERSION -> SECONDS | verify VERSION | drop
+int run_reader(const std::string &url, const Options &o) {
+    std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-reader", o), th_client_destroy);
+    std::unique_ptr<Shard> shard;
+    auto need = [&] {
+        if (!shard) fail("no buffers prepared");
+        return shard.get();
+    };
+    std::map<std::string, Handler> handlers = {
+        {"prepare",
+         [&](const std::vector<std::string> &a) {
+             shard = std::make_unique<Shard>(to_u64(a.at(0)), o.tensors);
+             shard->clear();
+             return std::string();
+         }},
+        {"fetch",
+         [&](const std::vector<std::string> &a) {
+             Shard *s = need();
+             s->clear();
+             th_fetch_config fc;
+             th_fetch_config_init(&fc);
+             fc.model = a.at(0).c_str();
+             fc.version = to_u64(a.at(1));
+             fc.timeout_ms = static_cast<uint32_t>(budget(s->buffers[0].size() * o.tensors).count());
+             uint64_t got = 0;
+             auto t0 = Clock::now();
+             // NULL out_replica: the reader only reads, it does not serve.
+             check(th_fetch(client.get(), &fc, s->views.data(), s->views.size(), &got, nullptr), "fetching");
+             double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+             if (got != fc.version) fail("asked for version ", fc.version, ", got ", got);
+             return str(secs);
+         }},
+        {"verify",
+         [&](const std::vector<std::string> &a) {
+             Shard *s = need();
+             for (unsigned t = 0; t < o.tensors; ++t) verify(s->buffers[t], to_u64(a.at(0)), t);
+             return std::string();
+         }},
+        {"drop",
+         [&](const std::vector<std::string> &) {
+             shard.reset();
+             return std::string();
+         }},
+    };
+    return serve("reader", handlers, kIdleLimit);
+}
+
+// address -> HEX | expose VERSION BYTES -> REMOTE RKEY | unexpose
+int run_raw_target() {
+    RawTarget target;
+    PageBuffer buffer;
+    std::map<std::string, Handler> handlers = {
+        {"address",
+         [&](const std::vector<std::string> &) {
+             auto a = target.address();
+             return to_hex(a.data(), a.size());
+         }},
+        {"expose",
+         [&](const std::vector<std::string> &a) {
+             target.unexpose();
+             buffer = PageBuffer(to_u64(a.at(1)));
+             fill(buffer, to_u64(a.at(0)), 0);
+             auto rkey = target.expose(buffer);
+             return str(reinterpret_cast<uintptr_t>(buffer.data()), " ", to_hex(rkey.data(), rkey.size()));
+         }},
+        {"unexpose",
+         [&](const std::vector<std::string> &) {
+             target.unexpose();
+             buffer = PageBuffer();
+             return std::string();
+         }},
+    };
+    return serve("raw target", handlers, kIdleLimit);
+}
+
+// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | get -> SECONDS | verify VERSION | drop
+int run_raw_reader(const Options &o) {
+    RawReader reader;
+    PageBuffer buffer;
+    std::map<std::string, Handler> handlers = {
+        {"connect",
+         [&](const std::vector<std::string> &a) {
+             reader.connect(from_hex(a.at(0)));
+             return reader.transports();
+         }},
+        {"prepare",
+         [&](const std::vector<std::string> &a) {
+             reader.unbind();
+             buffer = PageBuffer(to_u64(a.at(0)));
+             buffer.clear();
+             reader.bind(to_u64(a.at(1)), from_hex(a.at(2)), buffer);
+             return std::string();
+         }},
+        {"get",
+         [&](const std::vector<std::string> &) {
+             buffer.clear();
+             return str(reader.read_all(o.chunk_bytes, o.inflight, Clock::now() + budget(buffer.size())));
+         }},
+        {"verify",
+         [&](const std::vector<std::string> &a) {
+             verify(buffer, to_u64(a.at(0)), 0);
+             return std::string();
+         }},
+        {"drop",
+         [&](const std::vector<std::string> &) {
+             reader.unbind();
+             buffer = PageBuffer();
+             return std::string();
+         }},
+    };
+    return serve("raw reader", handlers, kIdleLimit);
+}
+
+// ---------------------------------------------------------------------------
+// The parent.
+
+struct Result {
+    uint64_t size_mb = 0;  // as asked for
+    uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
+    std::vector<double> fetch_gbps, raw_gbps;
+    double fetch() const { return median(fetch_gbps); }
+    double raw() const { return median(raw_gbps); }
+    double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
+};
+
+class Bench {
+  public:
+    Bench(const std::string &url, const Options &o) : o_(o) {
+        std::vector<std::string> common = {"tensorhub-fetch-bench", "--server", url,
+                                           "--chunk-kb", std::to_string(o.chunk_bytes >> 10),
+                                           "--inflight", std::to_string(o.inflight),
+                                           "--tensors", std::to_string(o.tensors)};
+        auto start = [&](const char *name, const char *role) {
+            auto args = common;
+            args.insert(args.end(), {"--role", role});
+            return std::make_unique<Child>(name, args);
+        };
+        publisher_ = start("publisher", "publisher");
+        reader_ = start("reader", "reader");
+        raw_target_ = start("raw target", "raw-target");
+        raw_reader_ = start("raw reader", "raw-reader");
+        auto address = raw_target_->call("address", Millis(30000));
+        transports_ = raw_reader_->call("connect " + address.at(0), Millis(30000)).at(0);
+    }
+
+    // What the raw endpoint runs over (tensorhub's endpoints get the same).
+    const std::string &transports() const { return transports_; }
+
+    Result measure(uint64_t size_mb, uint64_t index) {
+        Result r;
+        r.size_mb = size_mb;
+        r.bytes = (size_mb << 20) / (4ull * o_.tensors) * (4ull * o_.tensors);
+        const uint64_t bytes = r.bytes;
+        Millis limit = budget(bytes) + Millis(10000);  // the child's own deadline fires first
+        std::string model = "bench-" + std::to_string(bytes >> 10) + "k";
+        std::string version = std::to_string(index + 1);
+        publisher_->call(str("publish ", model, " ", version, " ", bytes), limit);
+        reader_->call(str("prepare ", bytes), limit);
+        auto exposed = raw_target_->call(str("expose ", version, " ", bytes), limit);
+        raw_reader_->call(str("prepare ", bytes, " ", exposed.at(0), " ", exposed.at(1)), limit);
+
+        auto fetch_once = [&] { return seconds(reader_->call(str("fetch ", model, " ", version), limit)); };
+        auto raw_once = [&] { return seconds(raw_reader_->call("get", limit)); };
+        fetch_once();  // warm-up: registration, endpoint, rkeys
+        raw_once();
+        for (unsigned rep = 0; rep < o_.reps; ++rep) {
+            r.fetch_gbps.push_back(bytes / fetch_once() / 1e9);
+            r.raw_gbps.push_back(bytes / raw_once() / 1e9);
+        }
+        reader_->call("verify " + version, limit);
+        raw_reader_->call("verify " + version, limit);
+
+        reader_->call("drop", limit);
+        raw_reader_->call("drop", limit);
+        raw_target_->call("unexpose", limit);
+        publisher_->call("release", limit);
+        return r;
+    }
+
+    // Readers first: their endpoints close while the targets still answer.
+    void finish() {
+        for (Child *c : {reader_.get(), raw_reader_.get(), publisher_.get(), raw_target_.get()}) c->finish(Millis(30000));
+    }
+
+  private:
+    static double seconds(const std::vector<std::string> &reply) {
+        double s = std::stod(reply.at(0));
+        if (!(s > 0)) fail("a transfer reported ", s, " seconds");
+        return s;
+    }
+
+    Options o_;
+    std::string transports_;
+    std::unique_ptr<Child> publisher_, reader_, raw_target_, raw_reader_;
+};
+
+std::string range(const std::vector<double> &v) {
+    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return str(std::fixed, std::setprecision(2), *lo, "-", *hi);
+}
+
+void print_header(const Options &o, const std::string &transports) {
+    auto env = [](const char *name) {
+        const char *v = std::getenv(name);
+        return std::string(v ? v : "(UCX default)");
+    };
+    std::printf("tensorhub %s fetch benchmark: 1 publisher -> 1 reader, %u tensors per shard, chunk %s, %u GETs in flight, "
+                "median of %u\n",
+                th_version(), o.tensors, human_bytes(double(o.chunk_bytes)).c_str(), o.inflight, o.reps);
+    std::printf("transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n", transports.c_str(),
+                env("UCX_TLS").c_str(), env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
+    std::printf("%10s %15s %10s %7s   %-17s %s\n", "size", "tensorhub GB/s", "raw GB/s", "ratio", "tensorhub min-max",
+                "raw min-max");
+    std::fflush(stdout);
+}
+
+void print_row(const Result &r) {
+    std::printf("%10s %15.2f %10.2f %7.3f   %-17s %s\n", human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(),
+                r.ratio(), range(r.fetch_gbps).c_str(), range(r.raw_gbps).c_str());
+    std::fflush(stdout);
+}
+
+void print_json(const Result &r) {
+    std::printf("{\"bench\":\"fetch\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f}\n",
+                static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio());
+    std::fflush(stdout);
+}
+
+int run_parent(const Options &o) {
+    signal(SIGPIPE, SIG_IGN);  // a dead child shows as EPIPE, reported with its name
+    th_server_config sc;
+    th_server_config_init(&sc);
+    th_server *raw_server = nullptr;
+    check(th_server_create(&raw_server, &sc), "starting the embedded server");
+    std::unique_ptr<th_server, decltype(&th_server_destroy)> server(raw_server, th_server_destroy);
+    // Children are killed by Bench's destructor if anything below fails.
+    Bench bench(th_server_url(server.get()), o);
+    print_header(o, bench.transports());
+    std::vector<Result> results;
+    for (size_t i = 0; i < o.sizes_mb.size(); ++i) {
+        results.push_back(bench.measure(o.sizes_mb[i], i));
+        print_row(results.back());
+    }
+    bench.finish();
+    print_json(*std::max_element(results.begin(), results.end(),
+                                 [](const Result &a, const Result &b) { return a.bytes < b.bytes; }));
+    return 0;
+}
+
+Options parse(const th_tools::Args &args) {
+    Options o;
+    bool smoke = args.has("smoke");
+    if (smoke) {
+        // Tiny, but several chunks per shard so the GET window is exercised.
+        o.sizes_mb = {1, 4};
+        o.reps = 1;
+        o.chunk_bytes = 256ull << 10;
+    }
+    if (args.has("sizes-mb")) {
+        o.sizes_mb.clear();
+        for (const auto &s : split(args.get("sizes-mb"), ',')) o.sizes_mb.push_back(to_u64(s));
+    }
+    o.reps = static_cast<unsigned>(args.get_u64("reps", o.reps));
+    o.chunk_bytes = args.get_u64("chunk-kb", o.chunk_bytes >> 10) << 10;
+    o.inflight = static_cast<unsigned>(args.get_u64("inflight", o.inflight));
+    o.tensors = static_cast<unsigned>(args.get_u64("tensors", o.tensors));
+    if (o.sizes_mb.empty() || o.reps < 1 || o.chunk_bytes == 0 || o.inflight < 1 || o.tensors < 1)
+        fail("--sizes-mb, --reps, --chunk-kb, --inflight and --tensors must be positive");
+    for (uint64_t mb : o.sizes_mb)
+        if (mb == 0 || (mb << 20) < 4ull * o.tensors) fail("size ", mb, " MiB is too small for ", o.tensors, " tensors");
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    // libtensorhub tunes these for tcp (src/transport/ucx.cpp) unless the user
+    // set them; setting them here, before any process or UCX context starts,
+    // gives the raw baseline the very same transport configuration.
+    setenv("UCX_TCP_TX_SEG_SIZE", "64K", /*overwrite=*/0);
+    setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
+    try {
+        th_tools::Args args(argc, argv, {"help", "smoke"});
+        if (args.has("help")) {
+            std::printf("usage: tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096] "
+                        "[--inflight 8] [--tensors 4] [--smoke]\n");
+            return 0;
+        }
+        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "inflight", "tensors", "smoke", "role", "server"});
+        if (!bad.empty()) fail("unknown option --", bad[0], " (see --help)");
+        Options o = parse(args);
+        ensure_std_fds();
+        std::string role = args.get("role");
+        if (role.empty()) return run_parent(o);
+        if (role == "publisher") return run_publisher(args.get("server"), o);
+        if (role == "reader") return run_reader(args.get("server"), o);
+        if (role == "raw-target") return run_raw_target();
+        if (role == "raw-reader") return run_raw_reader(o);
+        fail("unknown role '", role, "'");
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "tensorhub-fetch-bench: %s\n", e.what());
+        return 1;
+    }
+}

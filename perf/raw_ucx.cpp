@@ -1,0 +1,220 @@
+#include "raw_ucx.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace th_bench {
+
+namespace {
+
+void check(ucs_status_t st, const char *what) {
+    if (st != UCS_OK) fail(what, ": ", ucs_status_string(st));
+}
+
+// Waits for a request from a non-blocking call, progressing the worker.
+ucs_status_t wait_request(ucp_worker_h worker, ucs_status_ptr_t req, Clock::time_point deadline) {
+    if (!UCS_PTR_IS_PTR(req)) return UCS_PTR_STATUS(req);
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker);
+    ucp_request_free(req);
+    return st;
+}
+
+}  // namespace
+
+RawWorker::RawWorker() {
+    ucp_config_t *config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1;
+    ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    check(st, "ucp_init");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    st = ucp_worker_create(context_, &wp, &worker_);
+    if (st != UCS_OK) {
+        ucp_cleanup(context_);
+        check(st, "ucp_worker_create");
+    }
+}
+
+RawWorker::~RawWorker() {
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+}
+
+std::vector<uint8_t> RawWorker::address() const {
+    ucp_address_t *addr = nullptr;
+    size_t len = 0;
+    check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
+    std::vector<uint8_t> out(reinterpret_cast<uint8_t *>(addr), reinterpret_cast<uint8_t *>(addr) + len);
+    ucp_worker_release_address(worker_, addr);
+    return out;
+}
+
+RawRegion::RawRegion(ucp_context_h context, void *data, size_t n) : context_(context) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = data;
+    mp.length = n;
+    mp.memory_type = UCS_MEMORY_TYPE_HOST;
+    check(ucp_mem_map(context_, &mp, &memh_), "ucp_mem_map");
+}
+
+RawRegion::~RawRegion() { ucp_mem_unmap(context_, memh_); }
+
+std::vector<uint8_t> RawRegion::packed_rkey() const {
+    void *buf = nullptr;
+    size_t len = 0;
+    check(ucp_rkey_pack(context_, memh_, &buf, &len), "ucp_rkey_pack");
+    std::vector<uint8_t> out(static_cast<uint8_t *>(buf), static_cast<uint8_t *>(buf) + len);
+    ucp_rkey_buffer_release(buf);
+    return out;
+}
+
+RawTarget::RawTarget() { progress_ = std::thread([this] { progress_loop(); }); }
+
+RawTarget::~RawTarget() {
+    stop_ = true;
+    ucp_worker_signal(ucx_.worker());
+    progress_.join();
+}
+
+std::vector<uint8_t> RawTarget::expose(const PageBuffer &buf) {
+    region_.reset();
+    region_ = std::make_unique<RawRegion>(ucx_.context(), buf.data(), buf.size());
+    return region_->packed_rkey();
+}
+
+// The same loop as libtensorhub's progress thread: drain, arm, sleep on the
+// event fd (the poll timeout only bounds a missed wake-up).
+void RawTarget::progress_loop() {
+    int efd = -1;
+    if (ucp_worker_get_efd(ucx_.worker(), &efd) != UCS_OK) efd = -1;
+    while (!stop_.load(std::memory_order_relaxed)) {
+        while (ucp_worker_progress(ucx_.worker()) != 0) {
+        }
+        if (efd < 0) {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            continue;
+        }
+        if (ucp_worker_arm(ucx_.worker()) == UCS_ERR_BUSY) continue;
+        pollfd pfd{efd, POLLIN, 0};
+        poll(&pfd, 1, 100);
+    }
+}
+
+RawReader::~RawReader() {
+    unbind();
+    if (ep_ == nullptr) return;
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    wait_request(ucx_.worker(), ucp_ep_close_nbx(ep_, &prm), Clock::now() + std::chrono::seconds(5));
+}
+
+void RawReader::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
+    int expected = UCS_OK;
+    static_cast<RawReader *>(arg)->ep_status_.compare_exchange_strong(expected, status);
+}
+
+void RawReader::connect(const std::vector<uint8_t> &target_address) {
+    if (ep_ != nullptr) fail("already connected");
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t *>(target_address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &RawReader::on_error;
+    ep.err_handler.arg = this;
+    check(ucp_ep_create(ucx_.worker(), &ep, &ep_), "ucp_ep_create");
+}
+
+// UCX 1.13 has no query for an endpoint's transports, only a printout; its
+// lane lines read "lane[0]:  1:tcp/lo.0 md[1] -> ...".
+std::string RawReader::transports() const {
+    if (ep_ == nullptr) fail("not connected");
+    char *text = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == nullptr) fail("open_memstream failed");
+    ucp_ep_print_info(ep_, f);
+    std::fclose(f);
+    std::string info(text, len);
+    std::free(text);
+    std::vector<std::string> found;
+    for (const auto &line : split(info, '\n')) {
+        auto words = split(line);
+        for (size_t i = 0; i + 1 < words.size(); ++i) {
+            if (words[i].rfind("lane[", 0) != 0) continue;
+            std::string tl = words[i + 1].substr(words[i + 1].find(':') + 1);
+            if (std::find(found.begin(), found.end(), tl) == found.end()) found.push_back(tl);
+        }
+    }
+    std::string out;
+    for (const auto &t : found) out += (out.empty() ? "" : ",") + t;
+    return out.empty() ? "unknown" : out;
+}
+
+void RawReader::bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const PageBuffer &local) {
+    if (ep_ == nullptr) fail("not connected");
+    unbind();
+    check(ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey_), "ucp_ep_rkey_unpack");
+    remote_ = remote;
+    local_ = &local;
+    local_region_ = std::make_unique<RawRegion>(ucx_.context(), local.data(), local.size());
+}
+
+void RawReader::unbind() {
+    if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
+    rkey_ = nullptr;
+    local_region_.reset();
+    local_ = nullptr;
+}
+
+void RawReader::on_get_done(void *request, ucs_status_t status, void *user_data) {
+    auto *self = static_cast<RawReader *>(user_data);
+    self->inflight_--;
+    if (status != UCS_OK) self->get_status_ = status;
+    ucp_request_free(request);
+}
+
+void RawReader::check_healthy() const {
+    if (get_status_ != UCS_OK) fail("GET failed: ", ucs_status_string(get_status_));
+    if (ep_status_.load() != UCS_OK)
+        fail("endpoint failed: ", ucs_status_string(static_cast<ucs_status_t>(ep_status_.load())));
+}
+
+double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point deadline) {
+    if (local_ == nullptr) fail("no buffer bound");
+    if (inflight_ != 0) fail("GETs of an earlier read are still in flight");
+    get_status_ = UCS_OK;
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    prm.cb.send = &RawReader::on_get_done;
+    prm.user_data = this;
+    prm.memh = local_region_->memh();
+    const size_t n = local_->size();
+    auto t0 = Clock::now();
+    for (size_t issued = 0; issued < n || inflight_ > 0;) {
+        while (inflight_ < inflight && issued < n) {
+            size_t len = std::min(chunk, n - issued);
+            ucs_status_ptr_t req = ucp_get_nbx(ep_, local_->data() + issued, len, remote_ + issued, rkey_, &prm);
+            if (UCS_PTR_IS_ERR(req)) fail("ucp_get_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
+            if (UCS_PTR_IS_PTR(req)) inflight_++;
+            issued += len;
+        }
+        ucp_worker_progress(ucx_.worker());
+        check_healthy();
+        if (Clock::now() > deadline) fail("GETs did not complete in time (", inflight_, " still in flight)");
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace th_bench
