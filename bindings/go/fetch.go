@@ -1,0 +1,93 @@
+package tensorhub
+
+/*
+#include "tensorhub/tensorhub.h"
+*/
+import "C"
+
+import "context"
+
+// Fetch copies a whole shard of a committed version (a number or Latest) into
+// dst, which lists the shard's tensors in published order, pulling the bytes
+// straight from the processes holding them. It returns the version delivered.
+// With serve, dst's buffers then serve that version to others through the
+// returned Replica (nil otherwise); leave them unchanged until it is closed.
+//
+// ctx's deadline bounds the whole fetch (without one the library's default,
+// 6x the client's Timeout, applies); a context already done fails at once.
+// Cancellation without a deadline cannot interrupt a fetch in progress.
+func (c *Client) Fetch(ctx context.Context, model string, version uint64, shard uint32, dst []Tensor,
+	serve bool) (uint64, *Replica, error) {
+	return c.fetch(ctx, fetchArgs{model: model, version: version, shard: shard}, dst, serve)
+}
+
+// FetchRange copies dst.Len() bytes of one tensor, from byte offset on, into
+// dst. A range cannot be served.
+func (c *Client) FetchRange(ctx context.Context, model string, version uint64, shard uint32, tensor string,
+	offset uint64, dst *Buffer) (uint64, error) {
+	if dst == nil {
+		return 0, newError(StatusInvalidArg, "FetchRange: dst is nil")
+	}
+	args := fetchArgs{model: model, version: version, shard: shard, tensor: tensor, offset: offset}
+	v, _, err := c.fetch(ctx, args, []Tensor{BytesTensor(tensor, dst)}, false)
+	return v, err
+}
+
+type fetchArgs struct {
+	model   string
+	version uint64
+	shard   uint32
+	tensor  string // "": the whole shard
+	offset  uint64
+}
+
+func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve bool) (uint64, *Replica, error) {
+	timeout, err := deadline(ctx, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	var raw C.th_fetch_config
+	C.th_fetch_config_init(&raw)
+	if raw.model, err = cString("model", a.model); err != nil {
+		return 0, nil, err
+	}
+	defer freeString(raw.model)
+	if a.tensor != "" {
+		if raw.tensor, err = cString("tensor", a.tensor); err != nil {
+			return 0, nil, err
+		}
+		defer freeString(raw.tensor)
+		raw.offset = C.uint64_t(a.offset)
+		raw.length = C.uint64_t(dst[0].Data.Len())
+	}
+	raw.version = C.uint64_t(a.version)
+	raw.shard = C.uint32_t(a.shard)
+	raw.timeout_ms = timeout
+
+	ct, err := newCTensors(dst)
+	if err != nil {
+		return 0, nil, err
+	}
+	var version C.uint64_t
+	var rep *Replica
+	err = c.use(func(p *C.th_client) error {
+		var out *C.th_replica
+		outp := &out
+		if !serve {
+			outp = nil // NULL asks for no replica
+		}
+		if err := call(func() C.th_status { return C.th_fetch(p, &raw, ct.arr, C.size_t(ct.n), &version, outp) }); err != nil {
+			return err
+		}
+		if serve {
+			rep = c.adopt(out, ct.bufs)
+		}
+		return nil
+	})
+	// A serving replica keeps the buffer references taken for the call.
+	ct.free(rep == nil)
+	if err != nil {
+		return 0, nil, withContext(ctx, err)
+	}
+	return uint64(version), rep, nil
+}

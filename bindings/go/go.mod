@@ -1,0 +1,3 @@
+module tensorhub.dev/tensorhub
+
+go 1.19

@@ -1,0 +1,54 @@
+package tensorhub
+
+/*
+#include "tensorhub/tensorhub.h"
+*/
+import "C"
+
+// PublishConfig names what is published. Zero NumShards and ChunkBytes keep
+// the defaults (1 shard, the library's chunk size).
+type PublishConfig struct {
+	Model      string // required, 1..255 bytes
+	Version    uint64 // chosen by the publisher, strictly increasing per model
+	Shard      uint32
+	NumShards  uint32
+	ChunkBytes uint64 // transfer unit; must agree across shards
+}
+
+// Publish declares that this process holds cfg's shard in tensors and serves
+// it from their buffers (nothing is copied) until the Replica is closed. The
+// version becomes visible once every shard is published.
+func (c *Client) Publish(cfg PublishConfig, tensors []Tensor) (*Replica, error) {
+	model, err := cString("model", cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	defer freeString(model)
+	var raw C.th_publish_config
+	C.th_publish_config_init(&raw)
+	raw.model = model
+	raw.version = C.uint64_t(cfg.Version)
+	raw.shard = C.uint32_t(cfg.Shard)
+	if cfg.NumShards != 0 {
+		raw.num_shards = C.uint32_t(cfg.NumShards)
+	}
+	if cfg.ChunkBytes != 0 {
+		raw.chunk_bytes = C.uint64_t(cfg.ChunkBytes)
+	}
+	ct, err := newCTensors(tensors)
+	if err != nil {
+		return nil, err
+	}
+	var rep *Replica
+	err = c.use(func(p *C.th_client) error {
+		var out *C.th_replica
+		if err := call(func() C.th_status { return C.th_publish(p, &raw, ct.arr, C.size_t(ct.n), &out) }); err != nil {
+			return err
+		}
+		rep = c.adopt(out, ct.bufs)
+		return nil
+	})
+	// On success the replica keeps the buffer references taken for the call.
+	ct.free(err != nil)
+	return rep, err
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# go vet + go test for the Go bindings against the CMake build of libtensorhub.
+# No module downloads: the package has no dependencies (GOPROXY=off).
+set -euo pipefail
+cd "$(dirname "$0")"
+export GOPROXY=off GOFLAGS="${GOFLAGS:--count=1}" CGO_ENABLED=1
+# Go needs a writable module and build cache; HOME may not be writable.
+if [ ! -w "${HOME:-/nonexistent}" ]; then
+    export GOPATH="${GOPATH:-/tmp/tensorhub-go/path}" GOCACHE="${GOCACHE:-/tmp/tensorhub-go/cache}"
+fi
+test -e ../../build/libtensorhub.so || { echo "build libtensorhub first (cd build && make -j2 tensorhub)" >&2; exit 1; }
+go vet ./...
+go test "$@" ./...

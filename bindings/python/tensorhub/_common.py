@@ -1,0 +1,153 @@
+"""Owned C handles and argument conversions shared by Server and Client."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from ._errors import Closed, InvalidArgument
+
+__all__ = ["Handle", "close_at_exit", "LATEST", "to_ms", "u32", "version_arg", "encode"]
+
+LATEST: int = 2**64 - 1
+"""Pass as a version to mean the newest committed one (TH_LATEST)."""
+
+_U32_MAX = 2**32 - 1
+
+
+class Handle:
+    """A C pointer that close() destroys once no call is using it.
+
+    The C API lets calls on a client run concurrently from any thread but
+    forbids destroying it while one runs; Python code cannot promise that, so
+    every call holds the handle through use(), and close() marks it closed
+    (new calls raise Closed) and waits for the calls in flight to return.
+    """
+
+    _OPEN, _CLOSING, _CLOSED = range(3)
+
+    def __init__(self, ptr: int, destroy: Callable[[int], None], what: str) -> None:
+        self._ptr = ptr
+        self._destroy = destroy
+        self._what = what
+        self._cond = threading.Condition()
+        self._inflight = 0
+        self._state = self._OPEN
+        # UCX and NNG state does not survive fork(): a forked child must not
+        # tear down its parent's client or server, only forget it.
+        self._pid = os.getpid()
+
+    @property
+    def is_open(self) -> bool:
+        return self._state == self._OPEN
+
+    @contextmanager
+    def use(self) -> Iterator[int]:
+        """The pointer, guaranteed not to be destroyed until the block ends."""
+        with self._cond:
+            if self._state != self._OPEN:
+                raise Closed(-11, f"the {self._what} is closed")
+            self._inflight += 1
+        try:
+            yield self._ptr
+        finally:
+            with self._cond:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._cond.notify_all()
+
+    def close(self, before_destroy: Callable[[int], bool] | None = None) -> bool:
+        """Destroys the handle after the calls in flight; False if it was already closing.
+
+        `before_destroy(ptr)` runs once no call is in flight and none can start,
+        right before the destroy function; if it returns False, the handle is
+        left undestroyed (leaked) but still counts as closed."""
+        with self._cond:
+            if self._state != self._OPEN:
+                return False
+            self._state = self._CLOSING
+            while self._inflight:
+                self._cond.wait()
+        try:
+            if os.getpid() == self._pid:
+                if before_destroy is None or before_destroy(self._ptr):
+                    self._destroy(self._ptr)
+        finally:
+            with self._cond:
+                self._state = self._CLOSED
+                self._ptr = 0
+        return True
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+class _Registry:
+    """Closes what is still open at interpreter exit, clients before servers,
+    so that no library thread outlives the interpreter's teardown."""
+
+    def __init__(self) -> None:
+        self._live: weakref.WeakKeyDictionary[_Closeable, int] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        atexit.register(self.close_all)
+
+    def add(self, owner: _Closeable, order: int) -> None:
+        with self._lock:
+            self._live[owner] = order
+
+    def close_all(self) -> None:
+        with self._lock:
+            owners = sorted(self._live.items(), key=lambda item: item[1])
+        for owner, _ in owners:
+            owner.close()
+
+
+_registry = _Registry()
+
+
+def close_at_exit(owner: _Closeable, order: int) -> None:
+    """Registers `owner` (held weakly) to be closed at interpreter exit, lower `order` first."""
+    _registry.add(owner, order)
+
+
+def u32(value: int, what: str) -> int:
+    """An int that must fit a uint32_t field."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U32_MAX:
+        raise InvalidArgument(-1, f"{what} must be an integer in [0, {_U32_MAX}], got {value!r}")
+    return value
+
+
+def to_ms(seconds: float, what: str, *, minimum: int = 0) -> int:
+    """Seconds (float) to whole milliseconds for a uint32_t *_ms field, rounding up
+    so that a small positive timeout never becomes 0 (which often means 'default')."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds) or seconds < 0:
+        raise InvalidArgument(-1, f"{what} must be a non-negative number of seconds, got {seconds!r}")
+    ms = math.ceil(seconds * 1000)
+    if not minimum <= ms <= _U32_MAX:
+        raise InvalidArgument(-1, f"{what} must be between {minimum / 1000} and {_U32_MAX / 1000} seconds, "
+                              f"got {seconds!r}")
+    return ms
+
+
+def version_arg(version: int, what: str = "version") -> int:
+    """A version number or LATEST, as a uint64_t."""
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= LATEST:
+        raise InvalidArgument(-1, f"{what} must be an integer in [0, 2**64 - 1] or tensorhub.LATEST, got {version!r}")
+    return version
+
+
+def encode(text: str, what: str) -> bytes:
+    """A str argument as the NUL-terminated UTF-8 the C API copies."""
+    if not isinstance(text, str):
+        raise InvalidArgument(-1, f"{what} must be a str, got {type(text).__name__}")
+    data = text.encode("utf-8")
+    if b"\0" in data:
+        raise InvalidArgument(-1, f"{what} contains a NUL character")
+    return data

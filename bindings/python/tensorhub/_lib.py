@@ -1,0 +1,243 @@
+"""Raw ctypes declarations of include/tensorhub/tensorhub.h.
+
+Nothing here is public API: this module only finds libtensorhub, mirrors its
+structs and enums, and declares argtypes/restype for every function, so that a
+mistyped call fails in ctypes instead of corrupting memory. The Python-level
+API (tensorhub.Client, tensorhub.Server, ...) is built on top of it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+__all__ = ["lib", "path", "TH_MAX_DIMS", "TH_LATEST", "Tensor", "ServerConfig", "ClientConfig",
+           "PublishConfig", "FetchConfig", "new_config", "take_json"]
+
+TH_MAX_DIMS = 8
+TH_LATEST = 2**64 - 1
+
+# th_status, th_dtype, th_mem_kind and th_retention are C enums: int-sized.
+c_enum = c_int
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+# bindings/python/tensorhub/_lib.py -> the repository root is three levels up.
+_SOURCE_BUILD = _PACKAGE_DIR.parent.parent.parent / "build" / "libtensorhub.so"
+
+
+def _candidates() -> list[Path]:
+    """Where libtensorhub is looked for, in order."""
+    found: list[Path] = []
+    env = os.environ.get("TENSORHUB_LIB")
+    if env:
+        p = Path(env)
+        found.append(p / "libtensorhub.so" if p.is_dir() else p)
+    bundled = _PACKAGE_DIR / "lib"
+    # Prefer the unversioned name, then the most specific versioned one.
+    found.extend(sorted(bundled.glob("libtensorhub.so*"), key=lambda q: (q.name != "libtensorhub.so", q.name)))
+    if not any(q.parent == bundled for q in found):
+        found.append(bundled / "libtensorhub.so")
+    found.append(_SOURCE_BUILD)
+    return found
+
+
+def _load() -> tuple[ctypes.CDLL, Path]:
+    tried: list[str] = []
+    for candidate in _candidates():
+        if not candidate.exists():
+            tried.append(f"{candidate} (not found)")
+            continue
+        try:
+            return ctypes.CDLL(str(candidate)), candidate
+        except OSError as e:
+            # A library that exists but cannot load (missing UCX, wrong arch)
+            # is named in the error if no later candidate loads either.
+            tried.append(f"{candidate} ({e})")
+    raise ImportError(
+        "tensorhub: cannot load libtensorhub.so. Tried, in order:\n  "
+        + "\n  ".join(tried)
+        + "\nSet TENSORHUB_LIB to the library's path, install the package with the library bundled "
+        "(pip install --no-build-isolation ./bindings/python), or build the C library first "
+        "(scripts/build.sh)."
+    )
+
+
+lib, path = _load()
+
+
+# --------------------------------------------------------------------------- #
+# Structs. Field order and types mirror the header exactly; tests/test_abi.py
+# compares sizeof/offsetof against a C compiler.
+# --------------------------------------------------------------------------- #
+
+
+class Tensor(Structure):
+    """th_tensor (frozen layout)."""
+
+    _fields_ = [
+        ("name", c_char_p),
+        ("dtype", c_enum),
+        ("ndim", c_uint32),
+        ("shape", c_int64 * TH_MAX_DIMS),
+        ("data", c_void_p),
+        ("nbytes", c_uint64),
+        ("mem_kind", c_enum),
+        ("device", c_int32),
+    ]
+
+
+class ServerConfig(Structure):
+    """th_server_config."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("listen_url", c_char_p),
+        ("lease_ms", c_uint32),
+        ("max_readers_per_source", c_uint32),
+    ]
+
+
+class ClientConfig(Structure):
+    """th_client_config."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("server_url", c_char_p),
+        ("worker_name", c_char_p),
+        ("labels", c_char_p),
+        ("timeout_ms", c_uint32),
+        ("heartbeat_ms", c_uint32),
+        ("chunk_timeout_ms", c_uint32),
+        ("max_inflight", c_uint32),
+        ("retention", c_enum),
+        ("mutation_wait_ms", c_uint32),
+    ]
+
+
+class PublishConfig(Structure):
+    """th_publish_config."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("model", c_char_p),
+        ("version", c_uint64),
+        ("shard", c_uint32),
+        ("num_shards", c_uint32),
+        ("chunk_bytes", c_uint64),
+    ]
+
+
+class FetchConfig(Structure):
+    """th_fetch_config."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("model", c_char_p),
+        ("version", c_uint64),
+        ("shard", c_uint32),
+        ("timeout_ms", c_uint32),
+        ("tensor", c_char_p),
+        ("offset", c_uint64),
+        ("length", c_uint64),
+    ]
+
+
+# Opaque handles are plain void pointers: ctypes never dereferences them.
+server_p = c_void_p
+client_p = c_void_p
+replica_p = c_void_p
+status_t = c_enum
+
+
+def _declare(name: str, restype: object, *argtypes: object) -> None:
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+
+
+# Errors and versions.
+_declare("th_status_str", c_char_p, status_t)
+_declare("th_last_error", c_char_p)
+_declare("th_free", None, c_void_p)
+_declare("th_version", c_char_p)
+_declare("th_version_number", c_uint32)
+# Tensors.
+_declare("th_dtype_size", c_size_t, c_enum)
+# Server.
+_declare("th_server_config_init", None, POINTER(ServerConfig))
+_declare("th_server_create", status_t, POINTER(server_p), POINTER(ServerConfig))
+_declare("th_server_url", c_char_p, server_p)
+_declare("th_server_destroy", None, server_p)
+# Client.
+_declare("th_client_config_init", None, POINTER(ClientConfig))
+_declare("th_client_create", status_t, POINTER(client_p), POINTER(ClientConfig))
+_declare("th_client_destroy", None, client_p)
+_declare("th_client_worker_id", c_uint64, client_p)
+# Replicas.
+_declare("th_publish_config_init", None, POINTER(PublishConfig))
+_declare("th_publish", status_t, client_p, POINTER(PublishConfig), POINTER(Tensor), c_size_t, POINTER(replica_p))
+_declare("th_replica_version", c_uint64, replica_p)
+_declare("th_replica_release", status_t, replica_p)
+_declare("th_replica_begin_mutation", status_t, replica_p)
+_declare("th_pin", status_t, client_p, c_char_p, c_uint64)
+_declare("th_unpin", status_t, client_p, c_char_p, c_uint64)
+# Fetch.
+_declare("th_fetch_config_init", None, POINTER(FetchConfig))
+_declare("th_fetch", status_t, client_p, POINTER(FetchConfig), POINTER(Tensor), c_size_t, POINTER(c_uint64),
+         POINTER(replica_p))
+_declare("th_resolve", status_t, client_p, c_char_p, c_uint64, POINTER(c_uint64))
+_declare("th_wait_for_version", status_t, client_p, c_char_p, c_uint64, c_uint32, POINTER(c_uint64))
+# JSON outputs are char** filled by the library: declared as void** so that
+# ctypes hands back the raw pointer, which must go back to th_free.
+_declare("th_describe_json", status_t, client_p, c_char_p, c_uint64, c_uint32, POINTER(c_void_p))
+_declare("th_status_json", status_t, client_p, POINTER(c_void_p))
+_declare("th_server_status_json", status_t, c_char_p, c_uint32, POINTER(c_void_p))
+
+
+# --------------------------------------------------------------------------- #
+# Config structs
+# --------------------------------------------------------------------------- #
+
+_Config = TypeVar("_Config", ServerConfig, ClientConfig, PublishConfig, FetchConfig)
+
+# th_*_config_init memsets sizeof(the library's struct). A library newer than
+# this binding may have appended fields, so init writes into a buffer with room
+# to spare rather than into a struct of our size; the appended fields then keep
+# the library's defaults and struct_size stays what the library set.
+_CONFIG_SLACK = 1024
+
+
+def new_config(cls: type[_Config], init: Callable[..., None]) -> _Config:
+    """A config struct initialised by its th_*_config_init function."""
+    storage = (ctypes.c_ubyte * (ctypes.sizeof(cls) + _CONFIG_SLACK))()
+    cfg = cls.from_buffer(storage)
+    init(ctypes.byref(cfg))
+    if not ctypes.sizeof(c_size_t) <= cfg.struct_size <= ctypes.sizeof(storage):
+        raise ImportError(f"tensorhub: {init.__name__} set struct_size {cfg.struct_size}; "
+                          f"the loaded library {path} does not match this binding")
+    return cfg  # from_buffer keeps `storage` alive through cfg._objects
+
+
+def take_json(ptr: c_void_p) -> dict[str, Any]:
+    """Parses a library-allocated JSON char* and frees it with th_free."""
+    try:
+        text = ctypes.string_at(ptr.value).decode("utf-8") if ptr.value else "{}"
+    finally:
+        lib.th_free(ptr)
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed

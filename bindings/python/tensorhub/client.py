@@ -1,0 +1,449 @@
+"""The client: publish, fetch and query weight versions."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any, Literal, Union
+
+import numpy as np
+
+from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, version_arg
+from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
+from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
+from ._tensors import DType, Tensors, TensorLike, View, numpy_dtype, to_c, torch_dtype, view_of, views_of, with_dtype
+from .replica import Replica
+from .server import Server
+
+__all__ = ["Client"]
+
+Labels = Union[Mapping[str, str], str, None]
+Retention = Literal["spill", "wait", "fail"]
+
+_RETENTION = {"spill": 0, "wait": 1, "fail": 2}
+
+# wait_for_version(timeout=None) waits in slices of this many seconds: every C
+# call needs a deadline, and between slices Python can deliver KeyboardInterrupt.
+_WAIT_SLICE = 2.0
+
+
+def _labels(labels: Labels) -> bytes | None:
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        return encode(labels, "labels")
+    parts = []
+    for key, value in labels.items():
+        key, value = str(key), str(value)
+        if not key or any(c in key + value for c in ",="):
+            raise InvalidArgument(-1, f"label {key!r}={value!r}: keys must be non-empty and neither may "
+                                  "contain ',' or '='")
+        parts.append(f"{key}={value}")
+    return encode(",".join(parts), "labels")
+
+
+class Client:
+    """A worker's connection to a tensorhub server.
+
+    Creating it opens its data-plane worker and registers with the server. All
+    methods are thread-safe. Close it with close() or a ``with`` block; that
+    withdraws every replica it still holds. Closing is idempotent, and a
+    client that is garbage-collected or still open at exit is closed then.
+
+    Args:
+        server: the server's URL (e.g. "tcp://10.0.0.1:7070") or a Server.
+        name: the worker name shown in status (default "<hostname>-<pid>").
+        labels: topology labels, a dict or "dc=eu,rack=r7,host=node12";
+            readers are served by the nearest holder.
+        timeout: deadline of control calls, in seconds.
+        heartbeat: heartbeat period, in seconds.
+        chunk_timeout: a chunk read making no progress for this long fails its source.
+        max_inflight: chunk reads in flight per fetch.
+        retention: what begin_mutation/release do with the last complete copy of
+            a required version: "spill" it into library memory, "wait" for
+            another copy, or "fail" with Retained.
+        mutation_wait: how long begin_mutation waits for reads in flight, in seconds.
+
+    Raises:
+        Unavailable: the server cannot be reached within `timeout`.
+    """
+
+    def __init__(self, server: str | Server, name: str | None = None, labels: Labels = None,
+                 timeout: float = 10.0, heartbeat: float = 1.0, chunk_timeout: float = 5.0,
+                 max_inflight: int = 8, retention: Retention = "spill", mutation_wait: float = 5.0) -> None:
+        url = server.url if isinstance(server, Server) else server
+        if retention not in _RETENTION:
+            raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
+        cfg = new_config(ClientConfig, lib.th_client_config_init)
+        cfg.server_url = encode(url, "server")
+        if name is not None:
+            cfg.worker_name = encode(name, "name")
+        cfg.labels = _labels(labels)
+        cfg.timeout_ms = to_ms(timeout, "timeout", minimum=1)
+        cfg.heartbeat_ms = to_ms(heartbeat, "heartbeat", minimum=1)
+        cfg.chunk_timeout_ms = to_ms(chunk_timeout, "chunk_timeout", minimum=1)
+        cfg.max_inflight = u32(max_inflight, "max_inflight")
+        cfg.retention = _RETENTION[retention]
+        cfg.mutation_wait_ms = to_ms(mutation_wait, "mutation_wait")
+        out = ctypes.c_void_p()
+        check(lib.th_client_create(ctypes.byref(out), ctypes.byref(cfg)))
+        self._handle = Handle(out.value or 0, lib.th_client_destroy, "client")
+        self._url = url
+        self._worker_id = int(lib.th_client_worker_id(out))
+        self._lock = threading.Lock()  # guards the two collections below
+        self._replicas: set[Replica] = set()  # every live replica, so that close() can free them
+        # fetch(serve=True) replicas by (model, shard): the newest, plus older
+        # ones whose release the retention policy refused (Retained).
+        self._served: dict[tuple[str, int], list[Replica]] = {}
+        close_at_exit(self, order=0)
+
+    # ------------------------------------------------------------------ #
+    # Lifetime
+    # ------------------------------------------------------------------ #
+
+    @property
+    def worker_id(self) -> int:
+        """The id the server knows this client by."""
+        return self._worker_id
+
+    @property
+    def url(self) -> str:
+        """The server URL this client connected to."""
+        return self._url
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        return not self._handle.is_open
+
+    def close(self) -> None:
+        """Withdraws every replica, disconnects and frees the client. Waits for
+        calls in flight on other threads; later calls raise Closed. Idempotent."""
+        self._handle.close(before_destroy=self._release_all)
+
+    def _release_all(self, _ptr: int) -> bool:
+        # th_client_destroy with a replica still held aborts the process inside
+        # UCX (its registration cache finds the region in use), so every
+        # replica is released first. That applies the retention policy: the
+        # last copy of a required version is spilled ("spill"), or kept
+        # ("fail"), in which case destroying would abort: the client is then
+        # leaked instead. Releases run concurrently because with the server
+        # gone each one waits for the client timeout.
+        with self._lock:
+            replicas = list(self._replicas)
+            self._served.clear()
+        kept: list[Replica] = []
+
+        def release(r: Replica) -> None:
+            if not r._release_at_close():
+                kept.append(r)
+
+        threads = [threading.Thread(target=release, args=(r,), daemon=True) for r in replicas[1:]]
+        for t in threads:
+            t.start()
+        if replicas:
+            release(replicas[0])
+        for t in threads:
+            t.join()
+        with self._lock:
+            self._replicas.clear()
+            self._replicas.update(kept)
+        if kept:
+            warnings.warn(f"tensorhub: {self!r} closed without freeing its native client: the retention policy "
+                          f"kept {kept[0]!r}, and destroying a client that still holds a replica aborts the process",
+                          RuntimeWarning, stacklevel=3)
+        return not kept
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<tensorhub.Client worker {self._worker_id} of {self._url}{state}>"
+
+    def _adopt(self, ptr: int, model: str, shard: int, views: list[View]) -> Replica:
+        # Called inside a use() block, so close() cannot miss the new replica.
+        replica = Replica(self, ptr, model, shard, views)
+        with self._lock:
+            self._replicas.add(replica)
+        return replica
+
+    def _forget(self, replica: Replica) -> None:
+        with self._lock:
+            self._replicas.discard(replica)
+            served = self._served.get((replica.model, replica.shard), [])
+            if replica in served:
+                served.remove(replica)
+
+    # ------------------------------------------------------------------ #
+    # Publish
+    # ------------------------------------------------------------------ #
+
+    def publish(self, model: str, version: int, tensors: Tensors, shard: int = 0, num_shards: int = 1,
+                chunk_bytes: int = 4 << 20) -> Replica:
+        """Declares that this process holds `version` of `model` (one shard) in
+        `tensors` and serves it from there. Nothing is copied.
+
+        The version becomes visible once every shard is published. Keep the
+        returned Replica (or let the client keep it) and do not modify the
+        tensors until it is released.
+
+        Args:
+            tensors: a state_dict (name -> tensor, published in dict order) or
+                (name, tensor) pairs. Tensors must be contiguous.
+            version: chosen by the publisher, strictly increasing per model.
+            chunk_bytes: transfer unit; must agree across shards.
+
+        Raises:
+            InvalidArgument, Conflict, Unavailable, Timeout.
+        """
+        views = views_of(tensors, writable=False)
+        c_tensors = to_c(views)
+        cfg = new_config(PublishConfig, lib.th_publish_config_init)
+        cfg.model = encode(model, "model")
+        cfg.version = version_arg(version)
+        cfg.shard = u32(shard, "shard")
+        cfg.num_shards = u32(num_shards, "num_shards")
+        cfg.chunk_bytes = version_arg(chunk_bytes, "chunk_bytes")
+        out = ctypes.c_void_p()
+        with self._handle.use() as ptr:
+            check(lib.th_publish(ptr, ctypes.byref(cfg), c_tensors, len(views), ctypes.byref(out)))
+            return self._adopt(out.value or 0, model, shard, views)
+
+    # ------------------------------------------------------------------ #
+    # Fetch
+    # ------------------------------------------------------------------ #
+
+    def _fetch(self, model: str, version: int, views: list[View], shard: int, timeout: float | None,
+               serve: bool, tensor: str | None = None, offset: int = 0) -> tuple[int, Replica | None]:
+        cfg = new_config(FetchConfig, lib.th_fetch_config_init)
+        cfg.model = encode(model, "model")
+        cfg.version = version_arg(version)
+        cfg.shard = u32(shard, "shard")
+        # 0 means "the client's default x 6" to the library.
+        cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
+        if tensor is not None:
+            cfg.tensor = encode(tensor, "name")
+            cfg.offset = version_arg(offset, "offset")
+            cfg.length = views[0].nbytes
+        c_tensors = to_c(views)
+        got = ctypes.c_uint64()
+        out = ctypes.c_void_p()
+        with self._handle.use() as ptr:
+            check(lib.th_fetch(ptr, ctypes.byref(cfg), c_tensors, len(views), ctypes.byref(got),
+                               ctypes.byref(out) if serve else None))
+            replica = self._adopt(out.value or 0, model, shard, views) if serve else None
+        return int(got.value), replica
+
+    def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
+              timeout: float | None = None, serve: bool = True) -> int:
+        """Fetches a shard of `version` (default: the newest committed) into
+        the caller's tensors, reading directly from processes that hold it.
+
+        Args:
+            into: the destination, a state_dict or (name, tensor) pairs with
+                the published names, order, dtypes and sizes; contiguous and writable.
+            timeout: whole-fetch deadline in seconds (None: 6x the client timeout).
+            serve: keep serving the fetched version from `into` afterwards. The
+                client then holds the replica for (model, shard) and releases
+                the previous one only after this fetch succeeded, so a reader can
+                alternate between two buffers and serve throughout. If `into`
+                is the previous replica's memory, that one is released first
+                (its bytes are about to be overwritten). Call
+                stop_serving(model, shard) before modifying `into` yourself.
+
+        Returns:
+            The version delivered.
+
+        Raises:
+            VersionNotFound, NotCommitted, LayoutMismatch, InvalidArgument,
+            Unavailable (no live holder), Timeout, TransportError.
+        """
+        views = views_of(into, writable=True)
+        if not serve:
+            return self._fetch(model, version, views, shard, timeout, serve=False)[0]
+        key = (model, shard)
+        with self._lock:
+            served = list(self._served.get(key, []))
+        for old in served:
+            if old._overlaps(views):
+                old.release()  # Retained propagates: those bytes must not be overwritten
+        got, replica = self._fetch(model, version, views, shard, timeout, serve=True)
+        assert replica is not None
+        with self._lock:
+            older = self._served.get(key, [])
+            self._served[key] = [replica]
+        for old in older:
+            try:
+                old.release()
+            except Retained:
+                # Still the last copy of a required version: keep serving it
+                # until its buffers are fetched into again.
+                with self._lock:
+                    self._served[key].insert(0, old)
+            except TensorHubError:
+                pass  # the handle is released anyway; the fetch itself succeeded
+        return got
+
+    def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
+                      timeout: float | None = None) -> tuple[int, Replica]:
+        """Like fetch(serve=True), but the caller owns the resulting Replica
+        and releases it (or uses it as a context manager).
+
+        Returns:
+            (version delivered, the replica serving it from `into`).
+        """
+        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True)
+        assert replica is not None
+        return got, replica
+
+    def stop_serving(self, model: str, shard: int = 0) -> None:
+        """Releases the replicas fetch(serve=True) keeps for (model, shard), if
+        any, so that their buffers may be modified.
+
+        Raises:
+            Retained: one is the last copy of a required version and the
+                retention policy is "fail"; it keeps serving.
+        """
+        with self._lock:
+            served = list(self._served.get((model, shard), []))
+        for replica in served:
+            replica.release()
+
+    def fetch_tensor(self, model: str, name: str, into: TensorLike, version: int = LATEST, shard: int = 0,
+                     offset: int = 0, timeout: float | None = None) -> int:
+        """Fetches one tensor, or the bytes [offset, offset + into.nbytes) of
+        it, into `into` (any dtype; only its size matters).
+
+        Returns:
+            The version delivered.
+        """
+        view = view_of(name, into, writable=True)
+        if view.nbytes == 0:
+            raise InvalidArgument(-1, f"the destination for tensor '{name}' is empty")
+        return self._fetch(model, version, [view], shard, timeout, serve=False, tensor=name, offset=offset)[0]
+
+    def describe(self, model: str, version: int = LATEST, shard: int = 0) -> dict[str, Any]:
+        """Describes a shard of a committed version, so that buffers can be
+        allocated before fetching:
+        {"model", "version", "num_shards", "shard", "chunk_bytes", "total_bytes",
+        "tensors": [{"name", "dtype", "dtype_id", "shape", "nbytes"}, ...]}.
+        """
+        out = ctypes.c_void_p()
+        with self._handle.use() as ptr:
+            check(lib.th_describe_json(ptr, encode(model, "model"), version_arg(version), u32(shard, "shard"),
+                                       ctypes.byref(out)))
+        return take_json(out)
+
+    def fetch_iter(self, model: str, version: int = LATEST, shard: int = 0, device: str = "cpu",
+                   like: Literal["numpy", "torch"] = "numpy",
+                   timeout: float | None = None) -> Iterator[tuple[str, Any]]:
+        """Fetches a shard into newly allocated arrays and yields (name, array)
+        in published order. The whole shard is fetched (from one version)
+        before the first item is yielded; errors are raised by this call.
+
+        Args:
+            like: "numpy" (device must be "cpu") or "torch" (any torch device,
+                e.g. "cuda:0"; needs torch).
+
+        bfloat16/float8 tensors come as ml_dtypes arrays when ml_dtypes is
+        installed, else as uint16/uint8 arrays holding the raw bits.
+        """
+        if like not in ("numpy", "torch"):
+            raise InvalidArgument(-1, f"like must be 'numpy' or 'torch', got {like!r}")
+        if like == "numpy" and device != "cpu":
+            raise InvalidArgument(-1, f"numpy arrays live on the CPU; use like='torch' for device {device!r}")
+        desc = self.describe(model, version, shard)
+        pairs: list[tuple[str, Any]] = []
+        dst: list[tuple[str, Any]] = []
+        for t in desc["tensors"]:
+            dtype = DType(t["dtype_id"])
+            shape = tuple(t["shape"])
+            if like == "torch":
+                import torch
+
+                array: Any = torch.empty(shape, dtype=torch_dtype(dtype), device=device)
+                target: Any = array
+            else:
+                np_dtype, exact = numpy_dtype(dtype)
+                array = np.empty(shape, dtype=np_dtype)
+                target = array if exact else with_dtype(array, dtype)
+            pairs.append((t["name"], array))
+            dst.append((t["name"], target))
+        self.fetch(model, desc["version"], into=dst, shard=shard, timeout=timeout, serve=False)
+        return iter(pairs)
+
+    # ------------------------------------------------------------------ #
+    # Versions and status
+    # ------------------------------------------------------------------ #
+
+    def resolve(self, model: str, version: int = LATEST) -> int:
+        """The committed version `version` (a number or LATEST) refers to.
+
+        Raises:
+            VersionNotFound: no such model or no committed version.
+            NotCommitted: that version exists but is incomplete.
+        """
+        out = ctypes.c_uint64()
+        with self._handle.use() as ptr:
+            check(lib.th_resolve(ptr, encode(model, "model"), version_arg(version), ctypes.byref(out)))
+        return int(out.value)
+
+    def wait_for_version(self, model: str, newer_than: int = 0, timeout: float | None = None) -> int:
+        """Waits until `model` has a committed version newer than `newer_than`
+        (0: any) and returns it. The server pushes commits; this does not poll.
+
+        Args:
+            timeout: seconds; None waits until one appears.
+
+        Raises:
+            Timeout: none appeared within `timeout`.
+        """
+        model_arg = encode(model, "model")
+        newer = version_arg(newer_than, "newer_than")
+        deadline = None if timeout is None else time.monotonic() + to_ms(timeout, "timeout") / 1000
+        out = ctypes.c_uint64()
+        while True:
+            remaining = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
+            with self._handle.use() as ptr:
+                status = lib.th_wait_for_version(ptr, model_arg, newer, max(0, math.ceil(remaining * 1000)),
+                                                 ctypes.byref(out))
+                try:
+                    check(status)
+                    return int(out.value)
+                except Timeout:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+
+    def pin(self, model: str, version: int) -> None:
+        """Keeps (model, version) required until unpin(): its holders spill it
+        rather than lose it. Pins end with the client."""
+        with self._handle.use() as ptr:
+            check(lib.th_pin(ptr, encode(model, "model"), version_arg(version)))
+
+    def unpin(self, model: str, version: int) -> None:
+        """Undoes pin()."""
+        with self._handle.use() as ptr:
+            check(lib.th_unpin(ptr, encode(model, "model"), version_arg(version)))
+
+    def status(self) -> dict[str, Any]:
+        """The server's state: workers, models, versions, shards, replicas and
+        who read from whom (see also tensorhub.server_status)."""
+        out = ctypes.c_void_p()
+        with self._handle.use() as ptr:
+            check(lib.th_status_json(ptr, ctypes.byref(out)))
+        return take_json(out)
+

@@ -1,0 +1,83 @@
+"""The embedded metadata server."""
+
+from __future__ import annotations
+
+import ctypes
+from types import TracebackType
+from typing import Any
+
+from ._common import Handle, close_at_exit, encode, to_ms, u32
+from ._errors import check
+from ._lib import ServerConfig, lib, new_config, take_json
+
+__all__ = ["Server", "server_status"]
+
+
+class Server:
+    """A tensorhub metadata server running on threads of this process.
+
+    It only tracks who holds which version; no weight byte passes through it.
+    Clients in this or other processes connect to ``server.url``. Closing it
+    (``close()``, leaving a ``with`` block, or garbage collection) stops
+    serving; clients then get Unavailable.
+
+    Args:
+        listen: NNG URL to listen on; port 0 picks a free port.
+        lease_ms: a worker silent for this long loses its replicas.
+        max_readers_per_source: fan-out cap per source while other sources exist.
+    """
+
+    def __init__(self, listen: str = "tcp://127.0.0.1:0", lease_ms: int = 10000,
+                 max_readers_per_source: int = 2) -> None:
+        cfg = new_config(ServerConfig, lib.th_server_config_init)
+        cfg.listen_url = encode(listen, "listen")
+        cfg.lease_ms = u32(lease_ms, "lease_ms")
+        cfg.max_readers_per_source = u32(max_readers_per_source, "max_readers_per_source")
+        out = ctypes.c_void_p()
+        check(lib.th_server_create(ctypes.byref(out), ctypes.byref(cfg)))
+        # Read once: th_server_url may not run concurrently with destroy.
+        self._url: str = lib.th_server_url(out).decode()
+        self._handle = Handle(out.value or 0, lib.th_server_destroy, "server")
+        close_at_exit(self, order=1)
+
+    @property
+    def url(self) -> str:
+        """The URL clients connect to, with the real port."""
+        return self._url
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        return not self._handle.is_open
+
+    def close(self) -> None:
+        """Stops the server. Idempotent."""
+        self._handle.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            handle.close()
+
+    def __repr__(self) -> str:
+        return f"<tensorhub.Server {self._url}{' closed' if self.closed else ''}>"
+
+
+def server_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The state of the server at `url` (workers, models, versions, replicas,
+    reads), without a client: connects, asks, disconnects.
+
+    Raises:
+        Unavailable: the server cannot be reached within `timeout` seconds.
+    """
+    out = ctypes.c_void_p()
+    status = lib.th_server_status_json(encode(url, "url"), to_ms(timeout, "timeout", minimum=1), ctypes.byref(out))
+    check(status)
+    return take_json(out)

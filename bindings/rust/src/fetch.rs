@@ -1,0 +1,89 @@
+//! Fetching: pulling a shard (or part of one tensor) from its holders.
+
+use crate::client::Client;
+use crate::error::{check, Result};
+use crate::ffi::{created, cstring, init_config, millis, version_arg};
+use crate::replica::Replica;
+use crate::sys;
+use crate::tensor::{RawTensors, TensorMut};
+use std::ffi::CString;
+use std::ptr;
+use std::time::Duration;
+
+/// What to fetch. `FetchRequest::new(model)` asks for the whole shard 0 of
+/// the newest committed version under the client's default deadline.
+#[derive(Debug, Clone, Default)]
+pub struct FetchRequest<'s> {
+    pub model: &'s str,
+    /// `None`: the newest committed version.
+    pub version: Option<u64>,
+    pub shard: u32,
+    /// Whole-fetch deadline; `None`: the client's control timeout x 6.
+    pub timeout: Option<Duration>,
+    /// Fetch only this tensor's bytes `offset..offset+length` into a single
+    /// destination buffer (`length` 0: to the end). Cannot serve.
+    pub tensor: Option<&'s str>,
+    pub offset: u64,
+    pub length: u64,
+}
+
+impl<'s> FetchRequest<'s> {
+    pub fn new(model: &'s str) -> Self {
+        FetchRequest { model, ..FetchRequest::default() }
+    }
+}
+
+impl Client {
+    /// Fetches a whole shard into `dst` (the shard's tensors, in published
+    /// order) and returns the version delivered. With `serve`, the buffers then
+    /// serve that version to others through the returned replica, which keeps
+    /// `dst` borrowed; read the data through [`Replica::data`] meanwhile.
+    /// Without `serve`, match the result as `(version, _)`: a named
+    /// `Option<Replica>`, even `None`, keeps `dst` borrowed until it drops.
+    pub fn fetch<'a>(
+        &'a self,
+        model: &str,
+        version: Option<u64>,
+        shard: u32,
+        dst: &'a mut [TensorMut<'_>],
+        serve: bool,
+    ) -> Result<(u64, Option<Replica<'a>>)> {
+        self.fetch_with(&FetchRequest { version, shard, ..FetchRequest::new(model) }, dst, serve)
+    }
+
+    /// [`fetch`](Client::fetch) with a deadline or a single-tensor range.
+    pub fn fetch_with<'a>(
+        &'a self,
+        request: &FetchRequest<'_>,
+        dst: &'a mut [TensorMut<'_>],
+        serve: bool,
+    ) -> Result<(u64, Option<Replica<'a>>)> {
+        let model = cstring("model", request.model)?;
+        let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
+        let mut raw = init_config(sys::th_fetch_config_init);
+        raw.model = model.as_ptr();
+        raw.version = version_arg(request.version);
+        raw.shard = request.shard;
+        // 0 asks for the default; an explicit deadline is at least 1 ms.
+        raw.timeout_ms = request.timeout.map_or(0, |t| millis(t).max(1));
+        raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+        raw.offset = request.offset;
+        raw.length = request.length;
+
+        let list = RawTensors::of_mut(dst)?;
+        let mut version = 0;
+        let mut out = ptr::null_mut();
+        let out_replica = if serve { &mut out as *mut _ } else { ptr::null_mut() };
+        // SAFETY: everything pointed to outlives the call; a serving replica
+        // keeps `dst` borrowed for `'a`.
+        check(unsafe { sys::th_fetch(self.raw(), &raw, list.as_ptr(), list.len(), &mut version, out_replica) })?;
+        if !serve {
+            return Ok((version, None));
+        }
+        let handle = created(out, "th_fetch")?;
+        // Downgrade to shared: from here on the served bytes may only be read.
+        let dst: &'a [TensorMut<'_>] = dst;
+        let data = dst.iter().map(|t| &*t.data).collect();
+        Ok((version, Some(unsafe { Replica::from_raw(handle, data) })))
+    }
+}

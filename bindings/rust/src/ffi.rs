@@ -1,0 +1,57 @@
+//! Conversions at the C boundary shared by the safe wrappers.
+
+use crate::error::{Error, Result, Status};
+use crate::sys;
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
+use std::time::Duration;
+
+/// A C string for an argument. Interior NULs would silently truncate the value
+/// on the C side, so they are rejected here instead.
+pub(crate) fn cstring(what: &str, value: &str) -> Result<CString> {
+    CString::new(value).map_err(|_| Error::new(Status::InvalidArg, format!("{what} contains a NUL byte: {value:?}")))
+}
+
+/// Milliseconds for a C `uint32_t` deadline. Rounds up, because 0 often means
+/// "the default" in the C API and a 100 µs deadline must not become that;
+/// saturates instead of wrapping.
+pub(crate) fn millis(d: Duration) -> u32 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
+/// Copies a library-allocated string and frees the original.
+///
+/// # Safety
+/// `ptr` must be NULL or a NUL-terminated string allocated by the library.
+pub(crate) unsafe fn take_string(ptr: *mut c_char) -> String {
+    if ptr.is_null() {
+        return String::new();
+    }
+    let s = CStr::from_ptr(ptr).to_string_lossy().into_owned();
+    sys::th_free(ptr.cast());
+    s
+}
+
+/// Turns the TH_LATEST convention into an `Option`.
+pub(crate) fn version_arg(version: Option<u64>) -> u64 {
+    version.unwrap_or(sys::TH_LATEST)
+}
+
+/// A handle the library reported as created. NULL with TH_OK would be a
+/// library bug; reporting it beats panicking.
+pub(crate) fn created<T>(ptr: *mut T, what: &str) -> Result<std::ptr::NonNull<T>> {
+    std::ptr::NonNull::new(ptr)
+        .ok_or_else(|| Error::new(Status::Internal, format!("{what} returned TH_OK but no handle")))
+}
+
+/// A config struct filled by its `*_config_init` (which sets `struct_size`).
+pub(crate) fn init_config<T>(init: unsafe extern "C" fn(*mut T)) -> T {
+    let mut cfg = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: every *_config_init writes every field of the struct it is given,
+    // and all-zero bytes are valid for these plain C structs anyway.
+    unsafe {
+        init(cfg.as_mut_ptr());
+        cfg.assume_init()
+    }
+}
