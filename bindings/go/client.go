@@ -62,7 +62,7 @@ func Connect(url string) (*Client, error) { return NewClient(ClientConfig{Server
 // ErrUnavailable if the server cannot be reached within cfg.Timeout.
 func NewClient(cfg ClientConfig) (*Client, error) {
 	var raw C.th_client_config
-	C.th_client_config_init(&raw)
+	C.th_client_config_init(&raw, C.sizeof_th_client_config)
 	strs := []struct {
 		what, value string
 		field       **C.char

@@ -47,7 +47,7 @@ func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve boo
 		return 0, nil, err
 	}
 	var raw C.th_fetch_config
-	C.th_fetch_config_init(&raw)
+	C.th_fetch_config_init(&raw, C.sizeof_th_fetch_config)
 	if raw.model, err = cString("model", a.model); err != nil {
 		return 0, nil, err
 	}

@@ -25,7 +25,7 @@ func (c *Client) Publish(cfg PublishConfig, tensors []Tensor) (*Replica, error) 
 	}
 	defer freeString(model)
 	var raw C.th_publish_config
-	C.th_publish_config_init(&raw)
+	C.th_publish_config_init(&raw, C.sizeof_th_publish_config)
 	raw.model = model
 	raw.version = C.uint64_t(cfg.Version)
 	raw.shard = C.uint32_t(cfg.Shard)

@@ -38,7 +38,7 @@ func NewServer(listenURL string) (*Server, error) {
 // NewServerWithConfig starts a server with cfg.
 func NewServerWithConfig(cfg ServerConfig) (*Server, error) {
 	var raw C.th_server_config
-	C.th_server_config_init(&raw)
+	C.th_server_config_init(&raw, C.sizeof_th_server_config)
 	if cfg.ListenURL != "" {
 		url, err := cString("listen URL", cfg.ListenURL)
 		if err != nil {

@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 1024; ++i) bias[i] = (float)-i;
 
     th_client_config cc;
-    th_client_config_init(&cc);
+    th_client_config_init(&cc, sizeof cc);
     cc.server_url = argv[1];
     cc.worker_name = "example-publisher";
     th_client *client = NULL;
@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
          .nbytes = sizeof bias, .mem_kind = TH_MEM_HOST},
     };
     th_publish_config pc;
-    th_publish_config_init(&pc);
+    th_publish_config_init(&pc, sizeof pc);
     pc.model = "example";
     pc.version = 1;
     th_replica *replica = NULL;

@@ -17,7 +17,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     th_client_config cc;
-    th_client_config_init(&cc);
+    th_client_config_init(&cc, sizeof cc);
     cc.server_url = argv[1];
     cc.worker_name = "example-reader";
     th_client *client = NULL;
@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
          .nbytes = sizeof bias, .mem_kind = TH_MEM_HOST},
     };
     th_fetch_config fc;
-    th_fetch_config_init(&fc);
+    th_fetch_config_init(&fc, sizeof fc);
     fc.model = "example";
     fc.version = version;
     th_status st = th_fetch(client, &fc, dst, 2, &version, NULL);

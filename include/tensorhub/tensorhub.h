@@ -13,8 +13,10 @@
  *  - What the library allocates, the library frees (th_free, *_destroy).
  *  - *_destroy(NULL) and th_replica_release(NULL) are no-ops.
  *  - Config structs start with struct_size. Always initialise them with their
- *    *_config_init() function, then set the fields you need. Fields are only
- *    ever appended, so a program built against an older header keeps working.
+ *    *_config_init(&cfg, sizeof cfg) function, then set the fields you need.
+ *    Fields are only ever appended, and the library reads and writes only the
+ *    fields a struct of the size you pass has, so a program built against an
+ *    older header keeps working with a newer library.
  *  - Every blocking call has a deadline: it returns TH_ERR_TIMEOUT rather than
  *    waiting forever.
  */
@@ -149,8 +151,9 @@ typedef struct th_server_config {
                                         exist. Default 2. */
 } th_server_config;
 
-/* Fills cfg with defaults. Must be called before th_server_create. */
-TH_API void th_server_config_init(th_server_config *cfg);
+/* Fills cfg (a struct of `size` bytes: pass sizeof *cfg) with defaults and
+ * sets cfg->struct_size. Must be called before th_server_create. */
+TH_API void th_server_config_init(th_server_config *cfg, size_t size);
 
 /* Starts a server in this process, serving on its own threads until destroyed.
  * *out is set on success. Thread-safe. */
@@ -196,8 +199,9 @@ typedef struct th_client_config {
                                   on the replica to drain. Default 5000. */
 } th_client_config;
 
-/* Fills cfg with defaults. Must be called before th_client_create. */
-TH_API void th_client_config_init(th_client_config *cfg);
+/* Fills cfg (pass sizeof *cfg as size) with defaults. Must be called before
+ * th_client_create. */
+TH_API void th_client_config_init(th_client_config *cfg, size_t size);
 
 /* Creates a client: opens its UCX worker and progress thread and registers with
  * the server (fails with TH_ERR_UNAVAILABLE if the server cannot be reached
@@ -233,7 +237,7 @@ typedef struct th_publish_config {
     uint64_t chunk_bytes; /* transfer unit. Default 4 MiB; must agree across shards */
 } th_publish_config;
 
-TH_API void th_publish_config_init(th_publish_config *cfg);
+TH_API void th_publish_config_init(th_publish_config *cfg, size_t size);
 
 /* Declares that this process holds (cfg->model, cfg->version, cfg->shard) in the
  * n tensors given. Nothing is copied: the buffers are registered with the data
@@ -293,7 +297,7 @@ typedef struct th_fetch_config {
     uint64_t length;      /*   bytes to fetch; 0 = to the end of the tensor */
 } th_fetch_config;
 
-TH_API void th_fetch_config_init(th_fetch_config *cfg);
+TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
 
 /* Fetches a shard of a committed version into the caller's buffers, pulling
  * the bytes directly from processes that hold it (no byte passes through the

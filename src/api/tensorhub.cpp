@@ -28,10 +28,22 @@ using th::fail;
 
 // Config structs grow by appending fields: read what the caller's struct has,
 // defaults for the rest.
+// Defaults into the caller's struct, limited to the size the caller has: a
+// program built against an older, smaller struct is never written past.
+template <typename T, typename Defaults>
+void init_config(T *cfg, size_t size, Defaults defaults) {
+    if (cfg == nullptr || size < sizeof(size_t)) return;
+    T full{};
+    defaults(full);
+    full.struct_size = std::min(size, sizeof(T));
+    std::memset(static_cast<void *>(cfg), 0, size);
+    std::memcpy(static_cast<void *>(cfg), &full, std::min(size, sizeof(T)));
+}
+
 template <typename T>
-T read_config(const T *cfg, void (*init)(T *), const char *what) {
+T read_config(const T *cfg, void (*init)(T *, size_t), const char *what) {
     T out;
-    init(&out);
+    init(&out, sizeof out);
     if (cfg == nullptr) fail(TH_ERR_INVALID_ARG, what, " is NULL");
     const size_t given = cfg->struct_size;
     if (given < sizeof(size_t) || given > (1u << 16))
@@ -139,13 +151,12 @@ size_t th_dtype_size(th_dtype dtype) {
     return 0;
 }
 
-void th_server_config_init(th_server_config *cfg) {
-    if (cfg == nullptr) return;
-    std::memset(cfg, 0, sizeof *cfg);
-    cfg->struct_size = sizeof *cfg;
-    cfg->listen_url = "tcp://127.0.0.1:0";
-    cfg->lease_ms = 10000;
-    cfg->max_readers_per_source = 2;
+void th_server_config_init(th_server_config *cfg, size_t size) {
+    init_config(cfg, size, [](th_server_config &c) {
+        c.listen_url = "tcp://127.0.0.1:0";
+        c.lease_ms = 10000;
+        c.max_readers_per_source = 2;
+    });
 }
 
 th_status th_server_create(th_server **out, const th_server_config *cfg) {
@@ -170,16 +181,15 @@ const char *th_server_url(const th_server *server) { return server ? server->imp
 
 void th_server_destroy(th_server *server) { delete server; }
 
-void th_client_config_init(th_client_config *cfg) {
-    if (cfg == nullptr) return;
-    std::memset(cfg, 0, sizeof *cfg);
-    cfg->struct_size = sizeof *cfg;
-    cfg->timeout_ms = 10000;
-    cfg->heartbeat_ms = 1000;
-    cfg->chunk_timeout_ms = 5000;
-    cfg->max_inflight = 8;
-    cfg->retention = TH_RETAIN_SPILL;
-    cfg->mutation_wait_ms = 5000;
+void th_client_config_init(th_client_config *cfg, size_t size) {
+    init_config(cfg, size, [](th_client_config &c) {
+        c.timeout_ms = 10000;
+        c.heartbeat_ms = 1000;
+        c.chunk_timeout_ms = 5000;
+        c.max_inflight = 8;
+        c.retention = TH_RETAIN_SPILL;
+        c.mutation_wait_ms = 5000;
+    });
 }
 
 th_status th_client_create(th_client **out, const th_client_config *cfg) {
@@ -211,12 +221,11 @@ void th_client_destroy(th_client *client) { delete client; }
 
 uint64_t th_client_worker_id(const th_client *client) { return client ? client->impl->worker_id() : 0; }
 
-void th_publish_config_init(th_publish_config *cfg) {
-    if (cfg == nullptr) return;
-    std::memset(cfg, 0, sizeof *cfg);
-    cfg->struct_size = sizeof *cfg;
-    cfg->num_shards = 1;
-    cfg->chunk_bytes = 4u << 20;
+void th_publish_config_init(th_publish_config *cfg, size_t size) {
+    init_config(cfg, size, [](th_publish_config &c) {
+        c.num_shards = 1;
+        c.chunk_bytes = 4u << 20;
+    });
 }
 
 th_status th_publish(th_client *client, const th_publish_config *cfg, const th_tensor *tensors, size_t n,
@@ -248,11 +257,10 @@ th_status th_replica_release(th_replica *replica) {
     return st;
 }
 
-void th_fetch_config_init(th_fetch_config *cfg) {
-    if (cfg == nullptr) return;
-    std::memset(cfg, 0, sizeof *cfg);
-    cfg->struct_size = sizeof *cfg;
-    cfg->version = TH_LATEST;
+void th_fetch_config_init(th_fetch_config *cfg, size_t size) {
+    init_config(cfg, size, [](th_fetch_config &c) {
+        c.version = TH_LATEST;
+    });
 }
 
 th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tensor *dst, size_t n,

@@ -82,7 +82,7 @@ struct ShardBuffers {
 
 th_client *connect(const std::string &url, const std::string &name) {
     th_client_config cfg;
-    th_client_config_init(&cfg);
+    th_client_config_init(&cfg, sizeof cfg);
     cfg.server_url = url.c_str();
     cfg.worker_name = name.c_str();
     std::string labels = "host=" + name;
@@ -135,7 +135,7 @@ int run_trainer(const std::string &url, const Options &o) {
         auto t0 = Clock::now();
         for (int s = 0; s < o.shards; ++s) {
             th_publish_config pc;
-            th_publish_config_init(&pc);
+            th_publish_config_init(&pc, sizeof pc);
             pc.model = "policy";
             pc.version = v;
             pc.shard = static_cast<uint32_t>(s);
@@ -195,7 +195,7 @@ int run_reader(const std::string &url, const Options &o, int index) {
         uint64_t bytes = 0;
         for (int s = 0; s < o.shards; ++s) {
             th_fetch_config fc;
-            th_fetch_config_init(&fc);
+            th_fetch_config_init(&fc, sizeof fc);
             fc.model = "policy";
             fc.version = v;
             fc.shard = static_cast<uint32_t>(s);
@@ -278,7 +278,7 @@ int main(int argc, char **argv) {
     if (role == "reader") return run_reader(url, o, index);
 
     th_server_config sc;
-    th_server_config_init(&sc);
+    th_server_config_init(&sc, sizeof sc);
     th_server *server = nullptr;
     check(th_server_create(&server, &sc), "starting the embedded server");
     url = th_server_url(server);

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         th_server_config cfg;
-        th_server_config_init(&cfg);
+        th_server_config_init(&cfg, sizeof cfg);
         std::string listen = args.get("listen", "tcp://0.0.0.0:7070");
         cfg.listen_url = listen.c_str();
         cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));

@@ -13,7 +13,7 @@ using namespace th_test;
 
 TEST(Cluster, ReadersFetchLatestFromPublisherAndFromEachOther) {
     th_server_config sc;
-    th_server_config_init(&sc);
+    th_server_config_init(&sc, sizeof sc);
     th_server *server = nullptr;
     ASSERT_EQ(th_server_create(&server, &sc), TH_OK) << th_last_error();
     std::unique_ptr<th_server, void (*)(th_server *)> guard(server, th_server_destroy);

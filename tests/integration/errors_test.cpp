@@ -56,7 +56,7 @@ TEST_F(Errors, HappyPathWholeShardAndSingleTensorRange) {
     t.data = part.data();
     t.nbytes = part.size();
     th_fetch_config fc;
-    th_fetch_config_init(&fc);
+    th_fetch_config_init(&fc, sizeof fc);
     fc.model = "m";
     fc.tensor = "w1";
     fc.offset = 100001;  // odd, crosses a chunk boundary (64 KiB chunks)
@@ -169,7 +169,7 @@ TEST_F(Errors, RegistrationIsReusedAcrossVersions) {
 
 TEST(ServerErrors, UnreachableServerFailsWithinTheDeadline) {
     th_client_config cc;
-    th_client_config_init(&cc);
+    th_client_config_init(&cc, sizeof cc);
     cc.server_url = "tcp://127.0.0.1:1";
     cc.timeout_ms = 300;
     th_client *c = nullptr;

@@ -46,7 +46,7 @@ struct Shard {
 
 inline th_server *start_server(const char *url = nullptr) {
     th_server_config sc;
-    th_server_config_init(&sc);
+    th_server_config_init(&sc, sizeof sc);
     if (url) sc.listen_url = url;
     th_server *s = nullptr;
     EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
@@ -56,7 +56,7 @@ inline th_server *start_server(const char *url = nullptr) {
 inline th_client *connect(const std::string &url, const char *name, uint32_t timeout_ms = 5000,
                           th_retention retention = TH_RETAIN_SPILL, const char *labels = nullptr) {
     th_client_config cc;
-    th_client_config_init(&cc);
+    th_client_config_init(&cc, sizeof cc);
     cc.retention = retention;
     cc.labels = labels;
     cc.mutation_wait_ms = 2000;
@@ -72,7 +72,7 @@ inline th_client *connect(const std::string &url, const char *name, uint32_t tim
 inline th_status publish(th_client *c, const char *model, uint64_t version, uint32_t shard, uint32_t num_shards, Shard &s,
                   th_replica **out) {
     th_publish_config pc;
-    th_publish_config_init(&pc);
+    th_publish_config_init(&pc, sizeof pc);
     pc.model = model;
     pc.version = version;
     pc.shard = shard;
@@ -84,7 +84,7 @@ inline th_status publish(th_client *c, const char *model, uint64_t version, uint
 inline th_status fetch(th_client *c, const char *model, uint64_t version, uint32_t shard, Shard &s, uint64_t *got = nullptr,
                 th_replica **out = nullptr, uint32_t timeout_ms = 10000) {
     th_fetch_config fc;
-    th_fetch_config_init(&fc);
+    th_fetch_config_init(&fc, sizeof fc);
     fc.model = model;
     fc.version = version;
     fc.shard = shard;

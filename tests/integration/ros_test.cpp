@@ -111,7 +111,7 @@ TEST_F(Ros, ReaderSlowedOnPurposeNeverReturnsMixedBytesWhenItsSourceMutates) {
     // The trainer waits only 100 ms for reads to drain, far less than the
     // slowed read takes, so it overwrites while the reader is mid-read.
     th_client_config cc;
-    th_client_config_init(&cc);
+    th_client_config_init(&cc, sizeof cc);
     cc.server_url = url.c_str();
     cc.worker_name = "trainer";
     cc.mutation_wait_ms = 100;

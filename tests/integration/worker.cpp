@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     int tensors = static_cast<int>(args.get_u64("tensors", 4));
 
     th_client_config cc;
-    th_client_config_init(&cc);
+    th_client_config_init(&cc, sizeof cc);
     cc.server_url = url.c_str();
     cc.worker_name = name.c_str();
     cc.labels = labels.c_str();
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
             for (int t = 0; t < tensors; ++t)
                 th_tools::fill_pattern(shards[s].data[t].data(), shards[s].data[t].size(), th_tools::pattern_seed(version, s, t));
             th_publish_config pc;
-            th_publish_config_init(&pc);
+            th_publish_config_init(&pc, sizeof pc);
             pc.model = model.c_str();
             pc.version = version;
             pc.shard = s;
@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
             shards.emplace_back(shard_bytes, tensors);
             Shard &sh = shards.back();
             th_fetch_config fc;
-            th_fetch_config_init(&fc);
+            th_fetch_config_init(&fc, sizeof fc);
             fc.model = model.c_str();
             fc.version = version;
             fc.shard = s;
@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
                 for (int t = 0; t < tensors; ++t)
                     th_tools::fill_pattern(set[s].data[t].data(), set[s].data[t].size(), th_tools::pattern_seed(v, s, t));
                 th_publish_config pc;
-                th_publish_config_init(&pc);
+                th_publish_config_init(&pc, sizeof pc);
                 pc.model = model.c_str();
                 pc.version = v;
                 pc.shard = s;
@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
             }
             for (uint32_t s = 0; s < n; ++s) {
                 th_fetch_config fc;
-                th_fetch_config_init(&fc);
+                th_fetch_config_init(&fc, sizeof fc);
                 fc.model = model.c_str();
                 fc.version = version;
                 fc.shard = s;

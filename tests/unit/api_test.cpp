@@ -39,7 +39,7 @@ TEST(Api, ConfigStructsMustBeInitialised) {
     th_client *c = nullptr;
     EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
     EXPECT_NE(std::string(th_last_error()).find("th_client_config_init"), std::string::npos) << th_last_error();
-    th_client_config_init(&cfg);
+    th_client_config_init(&cfg, sizeof cfg);
     EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);  // no server_url
     EXPECT_NE(std::string(th_last_error()).find("server_url"), std::string::npos);
     cfg.server_url = "tcp://127.0.0.1:1";
@@ -53,15 +53,28 @@ TEST(Api, ConfigStructsMustBeInitialised) {
 }
 
 TEST(Api, OlderSmallerConfigStructsStillWork) {
-    // A program built against a header whose struct ended earlier passes a
-    // smaller struct_size: the missing fields take their defaults.
-    th_server_config cfg;
-    th_server_config_init(&cfg);
-    cfg.struct_size = offsetof(th_server_config, lease_ms);
+    // A program built against a header whose struct ended earlier passes its
+    // smaller size: init writes nothing past it, and the library uses its
+    // defaults for the fields the program does not have.
+    const size_t old_size = offsetof(th_server_config, lease_ms);
+    unsigned char storage[sizeof(th_server_config) + 16];
+    std::memset(storage, 0xab, sizeof storage);
+    auto *cfg = reinterpret_cast<th_server_config *>(storage);
+    th_server_config_init(cfg, old_size);
+    EXPECT_EQ(cfg->struct_size, old_size);
+    for (size_t i = old_size; i < sizeof storage; ++i) ASSERT_EQ(storage[i], 0xab) << "init wrote byte " << i;
     th_server *s = nullptr;
-    ASSERT_EQ(th_server_create(&s, &cfg), TH_OK) << th_last_error();
+    ASSERT_EQ(th_server_create(&s, cfg), TH_OK) << th_last_error();
     EXPECT_NE(std::string(th_server_url(s)).find("tcp://127.0.0.1:"), std::string::npos);
     th_server_destroy(s);
+    // A newer program's larger struct: the library fills what it knows.
+    unsigned char bigger[sizeof(th_client_config) + 64];
+    std::memset(bigger, 0xcd, sizeof bigger);
+    auto *cc = reinterpret_cast<th_client_config *>(bigger);
+    th_client_config_init(cc, sizeof bigger);
+    EXPECT_EQ(cc->struct_size, sizeof(th_client_config));
+    EXPECT_EQ(cc->timeout_ms, 10000u);
+    EXPECT_EQ(bigger[sizeof bigger - 1], 0);  // zeroed, not left as garbage
 }
 
 TEST(Api, NullHandlesAreHarmless) {
@@ -71,7 +84,7 @@ TEST(Api, NullHandlesAreHarmless) {
     th_free(nullptr);
     EXPECT_EQ(th_client_worker_id(nullptr), 0u);
     th_fetch_config f;
-    th_fetch_config_init(&f);
+    th_fetch_config_init(&f, sizeof f);
     EXPECT_EQ(th_fetch(nullptr, &f, nullptr, 0, nullptr, nullptr), TH_ERR_INVALID_ARG);
     uint64_t v = 0;
     EXPECT_EQ(th_resolve(nullptr, "m", TH_LATEST, &v), TH_ERR_INVALID_ARG);
@@ -79,7 +92,7 @@ TEST(Api, NullHandlesAreHarmless) {
 
 TEST(Api, ServerUrlInUseIsReported) {
     th_server_config cfg;
-    th_server_config_init(&cfg);
+    th_server_config_init(&cfg, sizeof cfg);
     th_server *a = nullptr, *b = nullptr;
     ASSERT_EQ(th_server_create(&a, &cfg), TH_OK);
     std::string url = th_server_url(a);

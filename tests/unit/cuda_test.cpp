@@ -32,10 +32,10 @@ struct Env {
     th_client *a = nullptr, *b = nullptr;
     Env() {
         th_server_config sc;
-        th_server_config_init(&sc);
+        th_server_config_init(&sc, sizeof sc);
         EXPECT_EQ(th_server_create(&server, &sc), TH_OK);
         th_client_config cc;
-        th_client_config_init(&cc);
+        th_client_config_init(&cc, sizeof cc);
         cc.server_url = th_server_url(server);
         EXPECT_EQ(th_client_create(&a, &cc), TH_OK) << th_last_error();
         EXPECT_EQ(th_client_create(&b, &cc), TH_OK) << th_last_error();
@@ -54,7 +54,7 @@ TEST(Cuda, MemoryKindIsCheckedBeforeRegistration) {
     std::vector<uint8_t> host(1 << 16, 7);
     th_tensor t = tensor(host.data(), host.size(), TH_MEM_CUDA);
     th_publish_config pc;
-    th_publish_config_init(&pc);
+    th_publish_config_init(&pc, sizeof pc);
     pc.model = "gpu";
     pc.version = 1;
     th_replica *r = nullptr;
@@ -84,7 +84,7 @@ TEST(Cuda, PublishFromDeviceMemoryAndFetchToHost) {
     ASSERT_EQ(cudaMemcpy(dev, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
     th_tensor t = tensor(dev, n, TH_MEM_CUDA);
     th_publish_config pc;
-    th_publish_config_init(&pc);
+    th_publish_config_init(&pc, sizeof pc);
     pc.model = "gpu";
     pc.version = 1;
     th_replica *r = nullptr;
@@ -97,7 +97,7 @@ TEST(Cuda, PublishFromDeviceMemoryAndFetchToHost) {
     std::vector<uint8_t> got(n);
     th_tensor d = tensor(got.data(), n, TH_MEM_HOST);
     th_fetch_config fc;
-    th_fetch_config_init(&fc);
+    th_fetch_config_init(&fc, sizeof fc);
     fc.model = "gpu";
     ASSERT_EQ(th_fetch(env.b, &fc, &d, 1, nullptr, nullptr), TH_OK) << th_last_error();
     EXPECT_EQ(got, want);

@@ -179,17 +179,17 @@ _declare("th_version_number", c_uint32)
 # Tensors.
 _declare("th_dtype_size", c_size_t, c_enum)
 # Server.
-_declare("th_server_config_init", None, POINTER(ServerConfig))
+_declare("th_server_config_init", None, POINTER(ServerConfig), c_size_t)
 _declare("th_server_create", status_t, POINTER(server_p), POINTER(ServerConfig))
 _declare("th_server_url", c_char_p, server_p)
 _declare("th_server_destroy", None, server_p)
 # Client.
-_declare("th_client_config_init", None, POINTER(ClientConfig))
+_declare("th_client_config_init", None, POINTER(ClientConfig), c_size_t)
 _declare("th_client_create", status_t, POINTER(client_p), POINTER(ClientConfig))
 _declare("th_client_destroy", None, client_p)
 _declare("th_client_worker_id", c_uint64, client_p)
 # Replicas.
-_declare("th_publish_config_init", None, POINTER(PublishConfig))
+_declare("th_publish_config_init", None, POINTER(PublishConfig), c_size_t)
 _declare("th_publish", status_t, client_p, POINTER(PublishConfig), POINTER(Tensor), c_size_t, POINTER(replica_p))
 _declare("th_replica_version", c_uint64, replica_p)
 _declare("th_replica_release", status_t, replica_p)
@@ -197,7 +197,7 @@ _declare("th_replica_begin_mutation", status_t, replica_p)
 _declare("th_pin", status_t, client_p, c_char_p, c_uint64)
 _declare("th_unpin", status_t, client_p, c_char_p, c_uint64)
 # Fetch.
-_declare("th_fetch_config_init", None, POINTER(FetchConfig))
+_declare("th_fetch_config_init", None, POINTER(FetchConfig), c_size_t)
 _declare("th_fetch", status_t, client_p, POINTER(FetchConfig), POINTER(Tensor), c_size_t, POINTER(c_uint64),
          POINTER(replica_p))
 _declare("th_resolve", status_t, client_p, c_char_p, c_uint64, POINTER(c_uint64))
@@ -215,22 +215,17 @@ _declare("th_server_status_json", status_t, c_char_p, c_uint32, POINTER(c_void_p
 
 _Config = TypeVar("_Config", ServerConfig, ClientConfig, PublishConfig, FetchConfig)
 
-# th_*_config_init memsets sizeof(the library's struct). A library newer than
-# this binding may have appended fields, so init writes into a buffer with room
-# to spare rather than into a struct of our size; the appended fields then keep
-# the library's defaults and struct_size stays what the library set.
-_CONFIG_SLACK = 1024
-
-
 def new_config(cls: type[_Config], init: Callable[..., None]) -> _Config:
-    """A config struct initialised by its th_*_config_init function."""
-    storage = (ctypes.c_ubyte * (ctypes.sizeof(cls) + _CONFIG_SLACK))()
-    cfg = cls.from_buffer(storage)
-    init(ctypes.byref(cfg))
-    if not ctypes.sizeof(c_size_t) <= cfg.struct_size <= ctypes.sizeof(storage):
+    """A config struct initialised by its th_*_config_init function.
+
+    The size passed is this binding's: the library writes no field past it,
+    and gives fields it has beyond it (a newer library) their defaults."""
+    cfg = cls()
+    init(ctypes.byref(cfg), ctypes.sizeof(cls))
+    if cfg.struct_size != ctypes.sizeof(cls) and not ctypes.sizeof(c_size_t) <= cfg.struct_size < ctypes.sizeof(cls):
         raise ImportError(f"tensorhub: {init.__name__} set struct_size {cfg.struct_size}; "
                           f"the loaded library {path} does not match this binding")
-    return cfg  # from_buffer keeps `storage` alive through cfg._objects
+    return cfg
 
 
 def take_json(ptr: c_void_p) -> dict[str, Any]:

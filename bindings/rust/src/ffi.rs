@@ -46,12 +46,13 @@ pub(crate) fn created<T>(ptr: *mut T, what: &str) -> Result<std::ptr::NonNull<T>
 }
 
 /// A config struct filled by its `*_config_init` (which sets `struct_size`).
-pub(crate) fn init_config<T>(init: unsafe extern "C" fn(*mut T)) -> T {
+/// The size passed is this crate's: the library writes nothing past it.
+pub(crate) fn init_config<T>(init: unsafe extern "C" fn(*mut T, usize)) -> T {
     let mut cfg = std::mem::MaybeUninit::<T>::zeroed();
-    // SAFETY: every *_config_init writes every field of the struct it is given,
-    // and all-zero bytes are valid for these plain C structs anyway.
+    // SAFETY: *_config_init writes at most size_of::<T>() bytes of the struct
+    // it is given, and all-zero bytes are valid for these plain C structs.
     unsafe {
-        init(cfg.as_mut_ptr());
+        init(cfg.as_mut_ptr(), std::mem::size_of::<T>());
         cfg.assume_init()
     }
 }

@@ -143,17 +143,17 @@ extern "C" {
     pub fn th_version_number() -> u32;
     pub fn th_dtype_size(dtype: th_dtype) -> usize;
 
-    pub fn th_server_config_init(cfg: *mut th_server_config);
+    pub fn th_server_config_init(cfg: *mut th_server_config, size: usize);
     pub fn th_server_create(out: *mut *mut th_server, cfg: *const th_server_config) -> th_status;
     pub fn th_server_url(server: *const th_server) -> *const c_char;
     pub fn th_server_destroy(server: *mut th_server);
 
-    pub fn th_client_config_init(cfg: *mut th_client_config);
+    pub fn th_client_config_init(cfg: *mut th_client_config, size: usize);
     pub fn th_client_create(out: *mut *mut th_client, cfg: *const th_client_config) -> th_status;
     pub fn th_client_destroy(client: *mut th_client);
     pub fn th_client_worker_id(client: *const th_client) -> u64;
 
-    pub fn th_publish_config_init(cfg: *mut th_publish_config);
+    pub fn th_publish_config_init(cfg: *mut th_publish_config, size: usize);
     pub fn th_publish(
         client: *mut th_client,
         cfg: *const th_publish_config,
@@ -167,7 +167,7 @@ extern "C" {
     pub fn th_pin(client: *mut th_client, model: *const c_char, version: u64) -> th_status;
     pub fn th_unpin(client: *mut th_client, model: *const c_char, version: u64) -> th_status;
 
-    pub fn th_fetch_config_init(cfg: *mut th_fetch_config);
+    pub fn th_fetch_config_init(cfg: *mut th_fetch_config, size: usize);
     pub fn th_fetch(
         client: *mut th_client,
         cfg: *const th_fetch_config,
