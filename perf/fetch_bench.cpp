@@ -103,7 +103,7 @@ void verify(const PageBuffer &b, uint64_t version, unsigned t) {
 
 th_client *connect(const std::string &url, const std::string &name, const Options &o) {
     th_client_config cfg;
-    th_client_config_init(&cfg);
+    th_client_config_init(&cfg, sizeof cfg);
     cfg.server_url = url.c_str();
     cfg.worker_name = name.c_str();
     cfg.max_inflight = o.inflight;
@@ -132,7 +132,7 @@ int run_publisher(const std::string &url, const Options &o) {
              shard = std::make_unique<Shard>(to_u64(a.at(2)), o.tensors);
              for (unsigned t = 0; t < o.tensors; ++t) fill(shard->buffers[t], version, t);
              th_publish_config pc;
-             th_publish_config_init(&pc);
+             th_publish_config_init(&pc, sizeof pc);
              pc.model = a.at(0).c_str();
              pc.version = version;
              pc.chunk_bytes = o.chunk_bytes;
@@ -166,7 +166,7 @@ int run_reader(const std::string &url, const Options &o) {
              Shard *s = need();
              s->clear();
              th_fetch_config fc;
-             th_fetch_config_init(&fc);
+             th_fetch_config_init(&fc, sizeof fc);
              fc.model = a.at(0).c_str();
              fc.version = to_u64(a.at(1));
              fc.timeout_ms = static_cast<uint32_t>(budget(s->buffers[0].size() * o.tensors).count());
@@ -377,7 +377,7 @@ void print_json(const Result &r) {
 int run_parent(const Options &o) {
     signal(SIGPIPE, SIG_IGN);  // a dead child shows as EPIPE, reported with its name
     th_server_config sc;
-    th_server_config_init(&sc);
+    th_server_config_init(&sc, sizeof sc);
     th_server *raw_server = nullptr;
     check(th_server_create(&raw_server, &sc), "starting the embedded server");
     std::unique_ptr<th_server, decltype(&th_server_destroy)> server(raw_server, th_server_destroy);
