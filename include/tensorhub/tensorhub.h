@@ -64,8 +64,10 @@ typedef enum th_status {
     TH_ERR_CLOSED = -11,         /* the handle is shutting down */
     TH_ERR_UNSUPPORTED = -12,    /* not built in (e.g. CUDA memory without CUDA) */
     TH_ERR_INTERNAL = -13,       /* a bug in tensorhub: please report it */
-    TH_ERR_RETAINED = -14        /* the last complete copy of a required version
+    TH_ERR_RETAINED = -14,       /* the last complete copy of a required version
                                     cannot be given up (retention policy "fail") */
+    TH_ERR_AUTH = -15            /* a message failed authentication: the peers do
+                                    not share the same cluster token */
 } th_status;
 
 /* A static, human-readable name for a status code. Never NULL. Thread-safe. */
@@ -149,6 +151,8 @@ typedef struct th_server_config {
                                Default 10000. */
     uint32_t max_readers_per_source; /* fan-out cap per source while other sources
                                         exist. Default 2. */
+    const char *token;      /* cluster token: when set (or $TENSORHUB_TOKEN is), every
+                               message must carry an HMAC-SHA256 under it. Default NULL. */
 } th_server_config;
 
 /* Fills cfg (a struct of `size` bytes: pass sizeof *cfg) with defaults and
@@ -197,6 +201,8 @@ typedef struct th_client_config {
     th_retention retention;  /* default TH_RETAIN_SPILL */
     uint32_t mutation_wait_ms; /* how long begin-mutation waits for reads in flight
                                   on the replica to drain. Default 5000. */
+    const char *token;       /* cluster token (see th_server_config.token); NULL:
+                                $TENSORHUB_TOKEN if set. Copied; never logged. */
 } th_client_config;
 
 /* Fills cfg (pass sizeof *cfg as size) with defaults. Must be called before
@@ -346,7 +352,8 @@ TH_API th_status th_describe_json(th_client *client, const char *model, uint64_t
  * library; free it with th_free. */
 TH_API th_status th_status_json(th_client *client, char **out_json);
 
-/* The same without a client: connects to server_url, asks, disconnects. */
+/* The same without a client: connects to server_url, asks, disconnects. The
+ * cluster token, if the server needs one, comes from $TENSORHUB_TOKEN. */
 TH_API th_status th_server_status_json(const char *server_url, uint32_t timeout_ms,
                                        char **out_json);
 

@@ -9,6 +9,7 @@
 #include "client/client.hpp"
 #include "common/error.hpp"
 #include "server/server.hpp"
+#include "wire/auth.hpp"
 
 struct th_server {
     std::unique_ptr<th::Server> impl;
@@ -94,7 +95,7 @@ extern "C" {
 const char *th_status_str(th_status status) {
     int32_t raw = 0;
     std::memcpy(&raw, &status, sizeof raw);
-    if (raw > 0 || raw < TH_ERR_RETAINED) return "unknown status";
+    if (raw > 0 || raw < th::kLowestStatus) return "unknown status";
     switch (status) {
         case TH_OK: return "ok";
         case TH_ERR_INVALID_ARG: return "invalid argument";
@@ -111,6 +112,7 @@ const char *th_status_str(th_status status) {
         case TH_ERR_UNSUPPORTED: return "unsupported";
         case TH_ERR_INTERNAL: return "internal error";
         case TH_ERR_RETAINED: return "required version retained";
+        case TH_ERR_AUTH: return "authentication failed";
     }
     return "unknown status";
 }
@@ -172,7 +174,7 @@ th_status th_server_create(th_server **out, const th_server_config *cfg) {
         sc.heartbeat_ms = std::max<uint32_t>(c.lease_ms / 10, 1);
         sc.policy.max_readers_per_source = c.max_readers_per_source;
         auto s = std::make_unique<th_server>();
-        s->impl = std::make_unique<th::Server>(c.listen_url, sc);
+        s->impl = std::make_unique<th::Server>(c.listen_url, sc, th::wire::cluster_token(c.token));
         *out = s.release();
     });
 }
@@ -211,6 +213,7 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         if (retention > TH_RETAIN_FAIL) fail(TH_ERR_INVALID_ARG, "unknown retention policy ", retention);
         cc.retention = static_cast<th_retention>(retention);
         cc.mutation_wait_ms = c.mutation_wait_ms;
+        cc.token = th::wire::cluster_token(c.token);
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
         *out = cl.release();
@@ -349,7 +352,7 @@ th_status th_server_status_json(const char *server_url, uint32_t timeout_ms, cha
     return th::guard([&] {
         if (server_url == nullptr || out_json == nullptr) fail(TH_ERR_INVALID_ARG, "server_url and out_json must not be NULL");
         *out_json = nullptr;
-        *out_json = copy_string(th::query_status(server_url, timeout_ms == 0 ? 10000 : timeout_ms));
+        *out_json = copy_string(th::query_status(server_url, timeout_ms == 0 ? 10000 : timeout_ms, th::wire::cluster_token(nullptr)));
     });
 }
 

@@ -9,6 +9,7 @@
 #include "common/faults.hpp"
 #include "common/log.hpp"
 #include "transport/memory_kind.hpp"
+#include "wire/auth.hpp"
 
 namespace th {
 
@@ -67,7 +68,7 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
     size_t first = servers_.size() > 1 ? newest_server(deadline) : 0;
     for (size_t i = first;; ++i) {
         current_ = i % servers_.size();
-        rpc_ = std::make_shared<RpcClient>(servers_[current_]);
+        rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
         try {
             size_t left = servers_.size() - std::min(i - first, servers_.size() - 1);
             hello(deadline.capped(std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(left), 1)));
@@ -125,7 +126,7 @@ size_t Client::newest_server(const Deadline &deadline) {
     uint64_t best_epoch = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
         try {
-            RpcClient rpc(servers_[i]);
+            RpcClient rpc(servers_[i], cfg_.token);
             Builder b(64);
             Header h;
             h.request_id = next_request_++;
@@ -166,7 +167,7 @@ void Client::fail_over(const std::shared_ptr<RpcClient> &from, const std::string
         if (rpc_ != from) return;
         current_ = (current_ + 1) % servers_.size();
         TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", servers_[current_]);
-        rpc_ = std::make_shared<RpcClient>(servers_[current_]);
+        rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
         // Going round the whole list: give the servers a moment.
         if (current_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, deadline.remaining_ms())));
     }
@@ -251,7 +252,7 @@ void Client::hello(const Deadline &deadline) {
 void Client::on_event(const uint8_t *data, size_t size) {
     if (faults().drop_events) return;
     try {
-        const Envelope *env = verify(data, size);
+        const Envelope *env = verify(data, wire::open(data, size, cfg_.token));
         if (env->body_type() != Body::Event) return;
         const wire::Event *e = env->body_as_Event();
         std::lock_guard lk(ev_mu_);
@@ -570,8 +571,8 @@ namespace th {
 
 Client *replica_client(const Replica &r) { return r.client_; }
 
-std::string query_status(const std::string &url, uint32_t timeout_ms) {
-    RpcClient rpc(url);
+std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token) {
+    RpcClient rpc(url, token);
     Builder b(64);
     Header h;
     h.request_id = 1;

@@ -36,6 +36,7 @@ struct ClientConfig {
     uint32_t max_inflight = 8;
     th_retention retention = TH_RETAIN_SPILL;
     uint32_t mutation_wait_ms = 5000;
+    std::string token;  // cluster token (empty: none)
 };
 
 // Caller memory holding one tensor of a replica or a fetch destination.
@@ -191,7 +192,7 @@ std::string status_to_json(const wire::StatusReply &s);
 std::string describe_to_json(const std::string &model, uint32_t shard, const wire::DescribeReply &d);
 
 // Asks the server at url for its status without registering a worker.
-std::string query_status(const std::string &url, uint32_t timeout_ms);
+std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token);
 
 // The client a replica belongs to, or nullptr once that client is destroyed.
 Client *replica_client(const Replica &r);

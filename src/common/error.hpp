@@ -11,6 +11,9 @@
 
 namespace th {
 
+// The most negative th_status defined: codes from a peer below it are unknown.
+constexpr int kLowestStatus = TH_ERR_AUTH;
+
 class Error : public std::runtime_error {
   public:
     Error(th_status code, const std::string &message)

@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "wire/auth.hpp"
 
 namespace th {
 
@@ -41,7 +42,7 @@ std::string without_port(const std::string &url) {
 
 }  // namespace
 
-RpcClient::RpcClient(const std::string &url) : url_(url) {
+RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), token_(std::move(token)) {
     if (int rv = nng_req0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_req0_open: ", nng_error(rv));
     nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
     nng_socket_set_ms(sock_, NNG_OPT_RECONNMINT, 20);
@@ -70,7 +71,8 @@ wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline
     Aio aio;
     nng_msg *msg = nullptr;
     if (int rv = nng_msg_alloc(&msg, 0); rv != 0) fail(TH_ERR_NO_MEMORY, "nng_msg_alloc: ", nng_error(rv));
-    nng_msg_append(msg, request.data(), request.size());
+    wire::Bytes sealed = wire::seal(request, token_);
+    nng_msg_append(msg, sealed.data(), sealed.size());
     nng_aio_set_msg(aio.aio, msg);
     nng_aio_set_timeout(aio.aio, deadline.remaining_ms());
     nng_ctx_send(ctx.ctx, aio.aio);
@@ -95,7 +97,14 @@ wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline
     }
     nng_msg *reply = nng_aio_get_msg(aio.aio);
     auto *body = static_cast<const uint8_t *>(nng_msg_body(reply));
-    wire::Bytes out(body, body + nng_msg_len(reply));
+    size_t len = nng_msg_len(reply);
+    try {
+        len = wire::open(body, len, token_);
+    } catch (const Error &e) {
+        nng_msg_free(reply);
+        fail(TH_ERR_AUTH, "the reply of ", url_, " ", e.what());
+    }
+    wire::Bytes out(body, body + len);
     nng_msg_free(reply);
     return out;
 }

@@ -19,7 +19,8 @@ namespace th {
 class RpcClient {
   public:
     // Starts dialing url in the background (the server may come up later).
-    explicit RpcClient(const std::string &url);
+    // With a token, requests are sealed and replies must be (wire/auth.hpp).
+    explicit RpcClient(const std::string &url, std::string token = "");
     ~RpcClient();
     RpcClient(const RpcClient &) = delete;
     RpcClient &operator=(const RpcClient &) = delete;
@@ -36,6 +37,7 @@ class RpcClient {
   private:
     static void on_pipe(nng_pipe, nng_pipe_ev ev, void *self);
     std::string url_;
+    std::string token_;
     nng_socket sock_ = NNG_SOCKET_INITIALIZER;
     std::atomic<int> pipes_{0};
 };

@@ -4,6 +4,8 @@
 
 #include "common/deadline.hpp"
 #include "common/error.hpp"
+#include "common/log.hpp"
+#include "wire/auth.hpp"
 
 namespace th {
 
@@ -21,7 +23,7 @@ std::string events_listen_url(const std::string &url) {
 
 }  // namespace
 
-Server::Server(const std::string &listen_url, ServiceConfig cfg) {
+Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string token) : token_(std::move(token)) {
     if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
     nng_listener listener;
     std::string events = events_listen_url(listen_url);
@@ -37,18 +39,32 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg) {
     // Subscribers that fall behind lose events (they catch up by asking), so
     // sending never blocks a request handler.
     cfg.publish_event = [this](const wire::Bytes &ev) {
-        nng_send(pub_, const_cast<uint8_t *>(ev.data()), ev.size(), NNG_FLAG_NONBLOCK);
+        wire::Bytes sealed = wire::seal(ev, token_);
+        nng_send(pub_, sealed.data(), sealed.size(), NNG_FLAG_NONBLOCK);
     };
     uint32_t period = std::max<uint32_t>(cfg.lease_ms / 4, 10);
     service_ = std::make_unique<Service>(cfg);
     try {
-        rpc_ = std::make_unique<RpcServer>(listen_url,
-                                           [this](const uint8_t *d, size_t n) { return service_->handle(d, n); });
+        rpc_ = std::make_unique<RpcServer>(listen_url, [this](const uint8_t *d, size_t n) { return answer(d, n); });
     } catch (...) {
         nng_close(pub_);
         throw;
     }
     lease_thread_ = std::thread([this, period] { lease_loop(period); });
+}
+
+// Requests that fail authentication are answered with an error and nothing
+// else: no state, no rkeys. The token itself is never logged.
+wire::Bytes Server::answer(const uint8_t *data, size_t size) {
+    try {
+        size = wire::open(data, size, token_);
+    } catch (const Error &e) {
+        TH_LOG(Warn, "refused a request: ", e.what());
+        wire::Header h;
+        h.epoch = service_->epoch();
+        return wire::seal(wire::error_reply(h, TH_ERR_AUTH, e.what()), token_);
+    }
+    return wire::seal(service_->handle(data, size), token_);
 }
 
 void Server::lease_loop(uint32_t period_ms) {

@@ -18,7 +18,8 @@ namespace th {
 
 class Server {
   public:
-    Server(const std::string &listen_url, ServiceConfig cfg);
+    // token: the cluster token (empty: none); see wire/auth.hpp.
+    Server(const std::string &listen_url, ServiceConfig cfg, std::string token = "");
     ~Server();
     const std::string &url() const { return rpc_->url(); }
     const std::string &events_url() const { return events_url_; }
@@ -26,6 +27,8 @@ class Server {
 
   private:
     void lease_loop(uint32_t period_ms);
+    wire::Bytes answer(const uint8_t *data, size_t size);
+    std::string token_;
     nng_socket pub_ = NNG_SOCKET_INITIALIZER;
     std::string events_url_;
     std::unique_ptr<Service> service_;

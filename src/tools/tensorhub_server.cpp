@@ -2,6 +2,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -17,6 +18,8 @@ static const char *kUsage =
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
     "  --lease-ms N    a worker silent this long loses its replicas (default 10000)\n"
     "  --max-readers-per-source N   fan-out cap per source (default 2)\n"
+    "  --token-file FILE   cluster token (first line of FILE); default $TENSORHUB_TOKEN.\n"
+    "                  With a token, only peers that have it are served (docs/security.md).\n"
     "Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n";
 
 int main(int argc, char **argv) {
@@ -26,7 +29,7 @@ int main(int argc, char **argv) {
             std::fputs(kUsage, stdout);
             return 0;
         }
-        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source"});
+        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file"});
         if (!bad.empty() || !args.positional().empty()) {
             std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
                          bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage);
@@ -38,6 +41,15 @@ int main(int argc, char **argv) {
         cfg.listen_url = listen.c_str();
         cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));
         cfg.max_readers_per_source = static_cast<uint32_t>(args.get_u64("max-readers-per-source", cfg.max_readers_per_source));
+        std::string token;  // read from a file, not argv: command lines are visible to every user
+        if (args.has("token-file")) {
+            std::ifstream in(args.get("token-file"));
+            if (!in || !std::getline(in, token) || token.empty()) {
+                std::fprintf(stderr, "tensorhub-server: cannot read a token from %s\n", args.get("token-file").c_str());
+                return 2;
+            }
+            cfg.token = token.c_str();
+        }
         std::signal(SIGINT, on_signal);
         std::signal(SIGTERM, on_signal);
         th_server *server = nullptr;

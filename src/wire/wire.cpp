@@ -70,7 +70,7 @@ Labels get_labels(const flatbuffers::Vector<flatbuffers::Offset<Label>> *v) {
 void throw_reply_error(const ErrorReply &e, const char *context) {
     int32_t code = e.code();
     std::string msg = e.message() ? e.message()->str() : str(context, ": server error without message");
-    if (code >= 0 || code < TH_ERR_RETAINED) throw Error(TH_ERR_PROTOCOL, str("unknown status ", code, ": ", msg));
+    if (code >= 0 || code < kLowestStatus) throw Error(TH_ERR_PROTOCOL, str("unknown status ", code, ": ", msg));
     throw Error(static_cast<th_status>(code), msg);
 }
 
