@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
 
 #include "harness.hpp"
 
@@ -76,4 +80,28 @@ TEST(Security, AClientWithATokenRefusesAServerWithout) {
     // The server's unsigned replies cannot be trusted: nothing from it is read.
     EXPECT_ERROR(connect_with_token(th_server_url(open_server), "secret", &c), TH_ERR_AUTH, "authentication");
     th_server_destroy(open_server);
+}
+
+TEST(Security, GarbageOnTheServerPortGetsAnErrorAndTheServerKeepsServing) {
+    unsetenv("TENSORHUB_TOKEN");
+    th_server *server = server_with_token(nullptr);
+    std::string url = th_server_url(server);
+    nng_socket req;
+    ASSERT_EQ(nng_req0_open(&req), 0);
+    nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, 5000);
+    ASSERT_EQ(nng_dial(req, url.c_str(), nullptr, 0), 0);
+    const char *junk[] = {"", "x", "definitely not a flatbuffer, but long enough to look like one....."};
+    for (const char *j : junk) {
+        ASSERT_EQ(nng_send(req, const_cast<char *>(j), std::strlen(j) + 1, 0), 0);
+        char *buf = nullptr;
+        size_t n = 0;
+        ASSERT_EQ(nng_recv(req, &buf, &n, NNG_FLAG_ALLOC), 0);  // an answer, not silence
+        EXPECT_GT(n, 8u);
+        nng_free(buf, n);
+    }
+    nng_close(req);
+    th_client *c = nullptr;
+    ASSERT_EQ(connect_with_token(url, nullptr, &c), TH_OK) << th_last_error();
+    th_client_destroy(c);
+    th_server_destroy(server);
 }
