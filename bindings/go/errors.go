@@ -24,6 +24,7 @@ const (
 	StatusUnsupported    Status = C.TH_ERR_UNSUPPORTED
 	StatusInternal       Status = C.TH_ERR_INTERNAL
 	StatusRetained       Status = C.TH_ERR_RETAINED
+	StatusAuth           Status = C.TH_ERR_AUTH
 )
 
 // String is the library's name for the status, e.g. "not found".
@@ -76,4 +77,5 @@ var (
 	ErrUnsupported    = newError(StatusUnsupported, "")
 	ErrInternal       = newError(StatusInternal, "")
 	ErrRetained       = newError(StatusRetained, "")
+	ErrAuth           = newError(StatusAuth, "")
 )

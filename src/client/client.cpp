@@ -130,7 +130,9 @@ size_t Client::newest_server(const Deadline &deadline) {
             Builder b(64);
             Header h;
             h.request_id = next_request_++;
-            uint32_t share = std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(servers_.size() - i), 1);
+            // A fixed share of the whole budget, so that a silent server
+            // cannot leave none for the Hello that follows.
+            uint32_t share = std::max<uint32_t>(cfg_.timeout_ms / static_cast<uint32_t>(servers_.size() + 1), 1);
             Bytes reply = rpc.call(finish(b, h, CreatePing(b)), deadline.capped(share));
             const Envelope *env = verify(reply.data(), reply.size());
             TH_LOG(Debug, "server ", servers_[i], " answers with epoch ", env->epoch());

@@ -164,7 +164,11 @@ void RpcServer::step(Slot &s) {
         if (rv != 0) nng_msg_free(nng_aio_get_msg(s.aio));
     } else if (rv == 0) {
         nng_msg *msg = nng_aio_get_msg(s.aio);
-        wire::Bytes reply = handler_(static_cast<const uint8_t *>(nng_msg_body(msg)), nng_msg_len(msg));
+        // FlatBuffers reads 8-byte fields in place, so the request must sit at
+        // an aligned address; an NNG message body need not.
+        auto *body = static_cast<const uint8_t *>(nng_msg_body(msg));
+        wire::Bytes request(body, body + nng_msg_len(msg));
+        wire::Bytes reply = handler_(request.data(), request.size());
         nng_msg_clear(msg);
         nng_msg_append(msg, reply.data(), reply.size());
         nng_aio_set_msg(s.aio, msg);

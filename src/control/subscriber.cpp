@@ -2,6 +2,8 @@
 
 #include <nng/protocol/pubsub0/sub.h>
 
+#include <vector>
+
 #include "common/error.hpp"
 #include "control/rpc.hpp"
 #include "wire/wire.hpp"
@@ -26,7 +28,10 @@ Subscriber::Subscriber(const std::string &url, Handler handler) : url_(url), han
             int rv = nng_recvmsg(sock_, &msg, 0);
             if (rv == NNG_ETIMEDOUT) continue;
             if (rv != 0) break;
-            handler_(static_cast<const uint8_t *>(nng_msg_body(msg)), nng_msg_len(msg));
+            // Copied: FlatBuffers needs an aligned buffer, an NNG body need not be.
+            auto *body = static_cast<const uint8_t *>(nng_msg_body(msg));
+            std::vector<uint8_t> event(body, body + nng_msg_len(msg));
+            handler_(event.data(), event.size());
             nng_msg_free(msg);
         }
     });

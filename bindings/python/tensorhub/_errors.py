@@ -7,7 +7,7 @@ from ._lib import lib
 __all__ = [
     "TensorHubError", "InvalidArgument", "VersionNotFound", "NotCommitted", "LayoutMismatch", "Conflict",
     "Timeout", "Unavailable", "TransportError", "ProtocolError", "OutOfMemory", "Closed", "Unsupported",
-    "InternalError", "Retained", "check", "error_for",
+    "InternalError", "Retained", "AuthError", "check", "error_for",
 ]
 
 
@@ -92,6 +92,10 @@ class Retained(TensorHubError):
     """TH_ERR_RETAINED: the last complete copy of a required version cannot be given up."""
 
 
+class AuthError(TensorHubError, PermissionError):
+    """TH_ERR_AUTH: the peers do not share the same cluster token."""
+
+
 _BY_CODE: dict[int, type[TensorHubError]] = {
     -1: InvalidArgument,
     -2: VersionNotFound,
@@ -107,6 +111,7 @@ _BY_CODE: dict[int, type[TensorHubError]] = {
     -12: Unsupported,
     -13: InternalError,
     -14: Retained,
+    -15: AuthError,
 }
 for _code, _cls in _BY_CODE.items():
     _cls.code = _code

@@ -109,6 +109,7 @@ class ServerConfig(Structure):
         ("listen_url", c_char_p),
         ("lease_ms", c_uint32),
         ("max_readers_per_source", c_uint32),
+        ("token", c_char_p),
     ]
 
 
@@ -126,6 +127,7 @@ class ClientConfig(Structure):
         ("max_inflight", c_uint32),
         ("retention", c_enum),
         ("mutation_wait_ms", c_uint32),
+        ("token", c_char_p),
     ]
 
 

@@ -68,6 +68,7 @@ class Client:
             a required version: "spill" it into library memory, "wait" for
             another copy, or "fail" with Retained.
         mutation_wait: how long begin_mutation waits for reads in flight, in seconds.
+        token: the cluster token, if the server has one (default $TENSORHUB_TOKEN).
 
     Raises:
         Unavailable: the server cannot be reached within `timeout`.
@@ -75,7 +76,8 @@ class Client:
 
     def __init__(self, server: str | Server, name: str | None = None, labels: Labels = None,
                  timeout: float = 10.0, heartbeat: float = 1.0, chunk_timeout: float = 5.0,
-                 max_inflight: int = 8, retention: Retention = "spill", mutation_wait: float = 5.0) -> None:
+                 max_inflight: int = 8, retention: Retention = "spill", mutation_wait: float = 5.0,
+                 token: str | None = None) -> None:
         url = server.url if isinstance(server, Server) else server
         if retention not in _RETENTION:
             raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
@@ -90,6 +92,8 @@ class Client:
         cfg.max_inflight = u32(max_inflight, "max_inflight")
         cfg.retention = _RETENTION[retention]
         cfg.mutation_wait_ms = to_ms(mutation_wait, "mutation_wait")
+        if token is not None:
+            cfg.token = encode(token, "token")
         out = ctypes.c_void_p()
         check(lib.th_client_create(ctypes.byref(out), ctypes.byref(cfg)))
         self._handle = Handle(out.value or 0, lib.th_client_destroy, "client")

@@ -25,14 +25,18 @@ class Server:
         listen: NNG URL to listen on; port 0 picks a free port.
         lease_ms: a worker silent for this long loses its replicas.
         max_readers_per_source: fan-out cap per source while other sources exist.
+        token: cluster token; when set, only peers with it are served
+            (default $TENSORHUB_TOKEN).
     """
 
     def __init__(self, listen: str = "tcp://127.0.0.1:0", lease_ms: int = 10000,
-                 max_readers_per_source: int = 2) -> None:
+                 max_readers_per_source: int = 2, token: str | None = None) -> None:
         cfg = new_config(ServerConfig, lib.th_server_config_init)
         cfg.listen_url = encode(listen, "listen")
         cfg.lease_ms = u32(lease_ms, "lease_ms")
         cfg.max_readers_per_source = u32(max_readers_per_source, "max_readers_per_source")
+        if token is not None:
+            cfg.token = encode(token, "token")
         out = ctypes.c_void_p()
         check(lib.th_server_create(ctypes.byref(out), ctypes.byref(cfg)))
         # Read once: th_server_url may not run concurrently with destroy.

@@ -22,6 +22,7 @@ pub enum Status {
     Unsupported,
     Internal,
     Retained,
+    Auth,
     /// A code newer than these bindings (codes are only ever appended).
     Unknown(i32),
 }
@@ -44,6 +45,7 @@ impl Status {
             sys::TH_ERR_UNSUPPORTED => Status::Unsupported,
             sys::TH_ERR_INTERNAL => Status::Internal,
             sys::TH_ERR_RETAINED => Status::Retained,
+            sys::TH_ERR_AUTH => Status::Auth,
             other => Status::Unknown(other),
         }
     }
@@ -65,6 +67,7 @@ impl Status {
             Status::Unsupported => sys::TH_ERR_UNSUPPORTED,
             Status::Internal => sys::TH_ERR_INTERNAL,
             Status::Retained => sys::TH_ERR_RETAINED,
+            Status::Auth => sys::TH_ERR_AUTH,
             Status::Unknown(code) => code,
         }
     }

@@ -24,6 +24,7 @@ pub const TH_ERR_CLOSED: th_status = -11;
 pub const TH_ERR_UNSUPPORTED: th_status = -12;
 pub const TH_ERR_INTERNAL: th_status = -13;
 pub const TH_ERR_RETAINED: th_status = -14;
+pub const TH_ERR_AUTH: th_status = -15;
 
 pub type th_dtype = i32;
 pub const TH_DTYPE_UINT8: th_dtype = 0;
@@ -78,6 +79,7 @@ pub struct th_server_config {
     pub listen_url: *const c_char,
     pub lease_ms: u32,
     pub max_readers_per_source: u32,
+    pub token: *const c_char,
 }
 
 #[repr(C)]
@@ -93,6 +95,7 @@ pub struct th_client_config {
     pub max_inflight: u32,
     pub retention: th_retention,
     pub mutation_wait_ms: u32,
+    pub token: *const c_char,
 }
 
 #[repr(C)]
