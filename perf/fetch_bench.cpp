@@ -28,6 +28,7 @@
 #include "args.hpp"
 #include "bench_proc.hpp"
 #include "bench_util.hpp"
+#include "host_shard.hpp"
 #include "pattern.hpp"
 #include "raw_ucx.hpp"
 #include "tensorhub/tensorhub.h"
@@ -70,17 +71,8 @@ struct Shard {
             buffers.emplace_back(per);
             names.push_back("layers." + std::to_string(t) + ".weight");
         }
-        for (unsigned t = 0; t < tensors; ++t) {
-            th_tensor v{};
-            v.name = names[t].c_str();
-            v.dtype = TH_DTYPE_FLOAT32;
-            v.ndim = 1;
-            v.shape[0] = static_cast<int64_t>(per / 4);
-            v.data = buffers[t].data();
-            v.nbytes = per;
-            v.mem_kind = TH_MEM_HOST;
-            views.push_back(v);
-        }
+        for (unsigned t = 0; t < tensors; ++t)
+            views.push_back(th_tools::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffers[t].data(), per));
     }
     void clear() {
         for (auto &b : buffers) b.clear();

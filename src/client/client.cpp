@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -386,10 +387,21 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 
 void Client::release(Replica &r, bool retain) {
     Deadline d(cfg_.timeout_ms);
-    if (retain && !r.mutating_ && r.complete_) prepare_to_give_up(r, d);
+    std::optional<Error> retention_failed;
+    if (retain && !r.mutating_ && r.complete_) {
+        try {
+            prepare_to_give_up(r, d);
+        } catch (const Error &e) {
+            if (e.code() == TH_ERR_RETAINED) throw;  // refused: nothing changed, still served
+            // The server could not be asked (it is gone or slow): the caller
+            // gives the buffers up all the same, so withdraw locally, report.
+            retention_failed = e;
+        }
+    }
     forget(&r);
     ctrl_->release(r.ctrl_.word);  // readers still on it see the generation change
     call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id_)); }, d);
+    if (retention_failed) throw *retention_failed;
 }
 
 uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {

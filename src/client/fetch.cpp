@@ -514,8 +514,15 @@ void Fetch::finish(bool ok) {
     }
     client_.remember(replica_.get());
     // The server was replaced during the fetch and never saw this replica
-    // register: declare it now that it is complete.
-    if (client_.registrations_.load() != registrations_at_start_) client_.send_publish(*replica_, Deadline(client_.config().timeout_ms));
+    // register: declare it now that it is complete. The bytes are here either
+    // way; a failure only delays serving until the next re-registration.
+    if (client_.registrations_.load() != registrations_at_start_) {
+        try {
+            client_.send_publish(*replica_, Deadline(client_.config().timeout_ms));
+        } catch (const std::exception &e) {
+            TH_LOG(Warn, "declaring the fetched replica to the new server failed: ", e.what());
+        }
+    }
 }
 
 }  // namespace th

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.hpp"
-#include "pattern.hpp"
+#include "host_shard.hpp"
 #include "tensorhub/tensorhub.h"
 
 extern char **environ;
@@ -54,30 +54,9 @@ void check(th_status st, const char *what) {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One shard's buffers: `tensors` float32 tensors of equal size.
-struct ShardBuffers {
-    std::vector<std::vector<uint8_t>> data;
-    std::vector<std::string> names;
-    std::vector<th_tensor> views;
-
-    ShardBuffers(const Options &o) {
-        uint64_t per = o.shard_bytes / o.tensors / 4 * 4;
-        for (int t = 0; t < o.tensors; ++t) {
-            data.emplace_back(per);
-            names.push_back("layers." + std::to_string(t) + ".weight");
-        }
-        for (int t = 0; t < o.tensors; ++t) {
-            th_tensor v{};
-            v.name = names[t].c_str();
-            v.dtype = TH_DTYPE_FLOAT32;
-            v.ndim = 1;
-            v.shape[0] = static_cast<int64_t>(per / 4);
-            v.data = data[t].data();
-            v.nbytes = per;
-            v.mem_kind = TH_MEM_HOST;
-            views.push_back(v);
-        }
-    }
-    uint64_t bytes() const { return data.size() * data[0].size(); }
+struct ShardBuffers : th_tools::HostShard {
+    explicit ShardBuffers(const Options &o)
+        : HostShard(o.tensors, o.shard_bytes / o.tensors, TH_DTYPE_FLOAT32, "layers.", ".weight") {}
 };
 
 th_client *connect(const std::string &url, const std::string &name) {
@@ -129,9 +108,7 @@ int run_trainer(const std::string &url, const Options &o) {
             for (th_replica *r : held[v - 2]) check(th_replica_release(r), "release");
             held.erase(v - 2);
         }
-        for (int s = 0; s < o.shards; ++s)
-            for (int t = 0; t < o.tensors; ++t)
-                th_tools::fill_pattern(set[s].data[t].data(), set[s].data[t].size(), th_tools::pattern_seed(v, s, t));
+        for (int s = 0; s < o.shards; ++s) set[s].fill(v, static_cast<uint32_t>(s));
         auto t0 = Clock::now();
         for (int s = 0; s < o.shards; ++s) {
             th_publish_config pc;
@@ -206,14 +183,12 @@ int run_reader(const std::string &url, const Options &o, int index) {
             bytes += set[s].bytes();
         }
         double secs = seconds_since(t0);
-        for (int s = 0; s < o.shards; ++s)
-            for (int t = 0; t < o.tensors; ++t) {
-                size_t bad = th_tools::check_pattern(set[s].data[t].data(), set[s].data[t].size(),
-                                                     th_tools::pattern_seed(v, s, t));
-                if (bad != set[s].data[t].size())
-                    die(name + ": version " + std::to_string(v) + " shard " + std::to_string(s) + " tensor " +
-                        std::to_string(t) + " differs at byte " + std::to_string(bad));
-            }
+        for (int s = 0; s < o.shards; ++s) {
+            size_t byte = 0;
+            if (int t = set[s].first_wrong(v, static_cast<uint32_t>(s), &byte); t >= 0)
+                die(name + ": version " + std::to_string(v) + " shard " + std::to_string(s) + " tensor " +
+                    std::to_string(t) + " differs at byte " + std::to_string(byte));
+        }
         std::printf("%-10s version %llu: %s in %.3f s (%.2f GB/s), verified\n", name.c_str(), (unsigned long long)v,
                     human_bytes(double(bytes)).c_str(), secs, bytes / secs / 1e9);
         std::fflush(stdout);

@@ -103,23 +103,23 @@ TEST_F(Errors, LayoutMismatchNamesTheTensor) {
     Shard fewer(2, 256 << 10);
     EXPECT_ERROR(fetch(reader, "m", 1, 0, fewer), TH_ERR_LAYOUT_MISMATCH, "3 tensors, 2 given");
     Shard renamed(3, 256 << 10);
-    renamed.t[2].name = "other";
+    renamed.views[2].name = "other";
     EXPECT_ERROR(fetch(reader, "m", 1, 0, renamed), TH_ERR_LAYOUT_MISMATCH, "'other' given");
     Shard retyped(3, 256 << 10);
-    retyped.t[1].dtype = TH_DTYPE_FLOAT16;
+    retyped.views[1].dtype = TH_DTYPE_FLOAT16;
     EXPECT_ERROR(fetch(reader, "m", 1, 0, retyped), TH_ERR_LAYOUT_MISMATCH, "float16 given");
 }
 
 TEST_F(Errors, NullOrInconsistentBuffers) {
     Shard dst(3, 256 << 10);
-    dst.t[1].data = nullptr;
+    dst.views[1].data = nullptr;
     EXPECT_ERROR(fetch(reader, "m", 1, 0, dst), TH_ERR_INVALID_ARG, "'w1' has a null data pointer");
     Shard bad(1, 1024, 2);
-    bad.t[0].nbytes = 1000;  // does not match bfloat16 x 512
+    bad.views[0].nbytes = 1000;  // does not match bfloat16 x 512
     th_replica *r = nullptr;
     EXPECT_ERROR(publish(pub, "m", 2, 0, 1, bad, &r), TH_ERR_INVALID_ARG, "'w0': nbytes 1000");
-    bad.t[0].nbytes = 1024;
-    bad.t[0].data = nullptr;
+    bad.views[0].nbytes = 1024;
+    bad.views[0].data = nullptr;
     EXPECT_ERROR(publish(pub, "m", 2, 0, 1, bad, &r), TH_ERR_INVALID_ARG, "null data pointer");
     EXPECT_EQ(r, nullptr);
 }
@@ -227,4 +227,17 @@ TEST(ServerErrors, ClientDestroyedBeforeItsReplicaHandles) {
     th_client_destroy(c);
     EXPECT_EQ(th_replica_release(r), TH_OK);
     th_server_destroy(s);
+}
+
+TEST(ServerErrors, ReleasingWhileTheServerIsGoneWithdrawsLocallyAndReportsIt) {
+    th_server *s = start_server();
+    th_client *c = connect(th_server_url(s), "orphan", 500);
+    Shard w(1, 64 << 10, 1);
+    th_replica *r = nullptr;
+    ASSERT_EQ(publish(c, "m", 1, 0, 1, w, &r), TH_OK) << th_last_error();
+    th_server_destroy(s);
+    // The server cannot be told: the error says so, and the handle is gone.
+    EXPECT_NE(th_replica_release(r), TH_OK);
+    EXPECT_NE(std::string(th_last_error()).find("server"), std::string::npos) << th_last_error();
+    th_client_destroy(c);  // must not touch the released replica
 }

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "pattern.hpp"
+#include "host_shard.hpp"
 #include "proc.hpp"
 #include "tensorhub/tensorhub.h"
 
@@ -20,27 +20,11 @@ namespace th_test {
 
 using Clock = std::chrono::steady_clock;
 
-// Buffers of one shard: n bfloat16 tensors "w0".."w{n-1}" of `bytes` each.
-struct Shard {
-    std::vector<std::vector<uint8_t>> data;
-    std::vector<std::string> names;
-    std::vector<th_tensor> t;
-    Shard(int n, uint64_t bytes, uint64_t version = 0, uint32_t shard = 0) {
-        for (int i = 0; i < n; ++i) {
-            data.emplace_back(bytes);
-            names.push_back("w" + std::to_string(i));
-            if (version) th_tools::fill_pattern(data.back().data(), bytes, th_tools::pattern_seed(version, shard, i));
-        }
-        for (int i = 0; i < n; ++i) {
-            th_tensor v{};
-            v.name = names[i].c_str();
-            v.dtype = TH_DTYPE_BFLOAT16;
-            v.ndim = 1;
-            v.shape[0] = static_cast<int64_t>(bytes / 2);
-            v.data = data[i].data();
-            v.nbytes = bytes;
-            t.push_back(v);
-        }
+// Buffers of one shard: n bfloat16 tensors "w0".."w{n-1}" of `bytes` each,
+// holding the pattern of (version, shard) when a version is given.
+struct Shard : th_tools::HostShard {
+    Shard(int n, uint64_t bytes, uint64_t version = 0, uint32_t shard = 0) : HostShard(n, bytes, TH_DTYPE_BFLOAT16) {
+        if (version) fill(version, shard);
     }
 };
 
@@ -78,7 +62,7 @@ inline th_status publish(th_client *c, const char *model, uint64_t version, uint
     pc.shard = shard;
     pc.num_shards = num_shards;
     pc.chunk_bytes = 64 << 10;
-    return th_publish(c, &pc, s.t.data(), s.t.size(), out);
+    return th_publish(c, &pc, s.views.data(), s.views.size(), out);
 }
 
 inline th_status fetch(th_client *c, const char *model, uint64_t version, uint32_t shard, Shard &s, uint64_t *got = nullptr,
@@ -89,7 +73,7 @@ inline th_status fetch(th_client *c, const char *model, uint64_t version, uint32
     fc.version = version;
     fc.shard = shard;
     fc.timeout_ms = timeout_ms;
-    return th_fetch(c, &fc, s.t.data(), s.t.size(), got, out);
+    return th_fetch(c, &fc, s.views.data(), s.views.size(), got, out);
 }
 
 #define EXPECT_ERROR(call, code, text)                                                        \

@@ -37,7 +37,7 @@ TEST_F(Ros, MutatingTheOnlyHolderSpillsSoTheVersionStaysReadable) {
     th_client *trainer = connect(url, "trainer");
     th_client *reader = connect(url, "reader");
     Shard w(2, 1 << 20, 1);
-    Shard v1 = w;  // what version 1 was
+    auto v1 = w.data;  // what version 1 was
     th_replica *r1 = nullptr;
     ASSERT_EQ(publish(trainer, "policy", 1, 0, 1, w, &r1), TH_OK) << th_last_error();
     // Optimizer step in place, before any reader came.
@@ -46,12 +46,12 @@ TEST_F(Ros, MutatingTheOnlyHolderSpillsSoTheVersionStaysReadable) {
     EXPECT_EQ(owned("policy", 1), 1);
     Shard got(2, 1 << 20);
     ASSERT_EQ(fetch(reader, "policy", 1, 0, got), TH_OK) << th_last_error();
-    EXPECT_EQ(got.data, v1.data);
+    EXPECT_EQ(got.data, v1);
     EXPECT_EQ(th_replica_release(r1), TH_OK);
 
     // Version 2 from the same buffers; once it has a reader, version 1 is no
     // longer required and its owned copy goes away.
-    for (int i = 0; i < 2; ++i) th_tools::fill_pattern(w.data[i].data(), w.data[i].size(), th_tools::pattern_seed(2, 0, i));
+    w.fill(2, 0);
     th_replica *r2 = nullptr;
     ASSERT_EQ(publish(trainer, "policy", 2, 0, 1, w, &r2), TH_OK) << th_last_error();
     uint64_t v = 0;

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "args.hpp"
-#include "pattern.hpp"
+#include "host_shard.hpp"
 #include "tensorhub/tensorhub.h"
 
 namespace {
@@ -45,27 +45,9 @@ void check(th_status st, const std::string &what) {
     }
 }
 
-struct Shard {
-    std::vector<std::vector<uint8_t>> data;
-    std::vector<std::string> names;
-    std::vector<th_tensor> views;
-    Shard(uint64_t bytes, int tensors) {
-        uint64_t per = bytes / tensors / 2 * 2;  // bfloat16 [per / 2], as tests/integration/harness.hpp
-        for (int t = 0; t < tensors; ++t) {
-            data.emplace_back(per);
-            names.push_back("w" + std::to_string(t));
-        }
-        for (int t = 0; t < tensors; ++t) {
-            th_tensor v{};
-            v.name = names[t].c_str();
-            v.dtype = TH_DTYPE_BFLOAT16;
-            v.ndim = 1;
-            v.shape[0] = static_cast<int64_t>(per / 2);
-            v.data = data[t].data();
-            v.nbytes = per;
-            views.push_back(v);
-        }
-    }
+// A shard as the tests lay it out: bfloat16 tensors "w0".."w{n-1}".
+struct Shard : th_tools::HostShard {
+    Shard(uint64_t bytes, int tensors) : HostShard(tensors, bytes / tensors, TH_DTYPE_BFLOAT16) {}
 };
 
 std::vector<uint32_t> parse_list(const std::string &s) {
@@ -111,8 +93,7 @@ int main(int argc, char **argv) {
         uint32_t n = static_cast<uint32_t>(args.get_u64("shards", 1));
         for (uint32_t s = 0; s < n; ++s) shards.emplace_back(shard_bytes, tensors);
         for (uint32_t s = 0; s < n; ++s) {
-            for (int t = 0; t < tensors; ++t)
-                th_tools::fill_pattern(shards[s].data[t].data(), shards[s].data[t].size(), th_tools::pattern_seed(version, s, t));
+            shards[s].fill(version, s);
             th_publish_config pc;
             th_publish_config_init(&pc, sizeof pc);
             pc.model = model.c_str();
@@ -144,13 +125,11 @@ int main(int argc, char **argv) {
             th_replica *r = nullptr;
             check(th_fetch(c, &fc, sh.views.data(), sh.views.size(), &got, args.has("no-serve") ? nullptr : &r), "fetch");
             if (got != version) die("fetched another version");
-            for (int t = 0; t < tensors; ++t) {
-                size_t bad = th_tools::check_pattern(sh.data[t].data(), sh.data[t].size(), th_tools::pattern_seed(got, s, t));
-                if (bad != sh.data[t].size()) {
-                    std::printf("corrupt shard=%u tensor=%d byte=%zu\n", s, t, bad);
-                    std::fflush(stdout);
-                    return 3;
-                }
+            size_t byte = 0;
+            if (int t = sh.first_wrong(got, s, &byte); t >= 0) {
+                std::printf("corrupt shard=%u tensor=%d byte=%zu\n", s, t, byte);
+                std::fflush(stdout);
+                return 3;
             }
             if (r) held.push_back(r);
         }
@@ -175,8 +154,7 @@ int main(int argc, char **argv) {
             for (th_replica *r : by_version[v % 2]) check(th_replica_release(r), "release");
             by_version[v % 2].clear();
             for (uint32_t s = 0; s < n; ++s) {
-                for (int t = 0; t < tensors; ++t)
-                    th_tools::fill_pattern(set[s].data[t].data(), set[s].data[t].size(), th_tools::pattern_seed(v, s, t));
+                set[s].fill(v, s);
                 th_publish_config pc;
                 th_publish_config_init(&pc, sizeof pc);
                 pc.model = model.c_str();
@@ -215,14 +193,11 @@ int main(int argc, char **argv) {
                 // A version the publisher already dropped is an honest miss, never a mix.
                 if (st == TH_ERR_NOT_FOUND || st == TH_ERR_UNAVAILABLE) break;
                 check(st, "fetch");
-                for (int t = 0; t < tensors; ++t) {
-                    size_t bad = th_tools::check_pattern(shards[s].data[t].data(), shards[s].data[t].size(),
-                                                         th_tools::pattern_seed(version, s, t));
-                    if (bad != shards[s].data[t].size()) {
-                        std::printf("mixed version=%llu shard=%u tensor=%d byte=%zu\n", (unsigned long long)version, s, t, bad);
-                        std::fflush(stdout);
-                        return 3;
-                    }
+                size_t byte = 0;
+                if (int t = shards[s].first_wrong(version, s, &byte); t >= 0) {
+                    std::printf("mixed version=%llu shard=%u tensor=%d byte=%zu\n", (unsigned long long)version, s, t, byte);
+                    std::fflush(stdout);
+                    return 3;
                 }
             }
             rounds++;
