@@ -335,6 +335,7 @@ Replica *Client::prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer
     r->regions_.push_back(ctrl_->region());
     r->desc_.ctrl_region = static_cast<uint32_t>(r->regions_.size() - 1);
     r->desc_.ctrl_offset = r->ctrl_.offset;
+    r->desc_.ctrl_generation = r->ctrl_.word->generation.load();
     for (const RegionRef &reg : r->regions_)
         r->desc_.regions.push_back({reg->base, reg->length, reg->rkey, static_cast<uint8_t>(reg->kind)});
     return r.get();

@@ -207,6 +207,7 @@ void Fetch::plan(const Deadline &deadline) {
                ") from worker ", s->worker, s->complete ? "" : " (filling)");
         sources_.push_back(std::move(s));
     }
+    if (faults().plan_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().plan_delay_us));
 }
 
 void Fetch::issue_ctrl(Source &s) {
@@ -305,8 +306,11 @@ void Fetch::handle(const Event &e) {
     if (s.failed) return;
     uint64_t gen = e.ctrl[0], chunks = e.ctrl[1];
     if (!s.gen_known) {
-        if (gen & 1) {
-            fail_source(s, "its buffers are being modified");
+        // The word must still be this replica's: a released replica's slot
+        // may already serve the next version from the same buffers.
+        if (gen != s.desc.ctrl_generation) {
+            fail_source(s, gen & 1 ? "its buffers are being modified"
+                                   : str("it was released (generation ", s.desc.ctrl_generation, " -> ", gen, ")"));
             s.report = false;
             return;
         }

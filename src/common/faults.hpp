@@ -2,6 +2,7 @@
 // documented (docs/design.md) but meant for test suites only.
 //   TENSORHUB_FAULT_CHUNK_DELAY_US=N   sleep N us before posting each chunk GET
 //   TENSORHUB_FAULT_DROP_EVENTS=1      ignore every server event (forces catch-up queries)
+//   TENSORHUB_FAULT_PLAN_DELAY_US=N    sleep N us between getting a plan and reading the source
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@ namespace th {
 struct Faults {
     uint32_t chunk_delay_us = 0;
     bool drop_events = false;
+    uint32_t plan_delay_us = 0;
 };
 
 inline const Faults &faults() {
@@ -19,6 +21,7 @@ inline const Faults &faults() {
         Faults out;
         if (const char *d = std::getenv("TENSORHUB_FAULT_CHUNK_DELAY_US")) out.chunk_delay_us = static_cast<uint32_t>(std::strtoul(d, nullptr, 10));
         if (const char *e = std::getenv("TENSORHUB_FAULT_DROP_EVENTS")) out.drop_events = e[0] == '1';
+        if (const char *p = std::getenv("TENSORHUB_FAULT_PLAN_DELAY_US")) out.plan_delay_us = static_cast<uint32_t>(std::strtoul(p, nullptr, 10));
         return out;
     }();
     return f;

@@ -466,9 +466,10 @@ void Service::prune(ModelInfo &m) {
 bool Service::is_required(const ModelInfo &m, const VersionInfo &v) const {
     if (m.latest && *m.latest == v.number) return true;
     if (m.pins.count(v.number)) return true;
-    for (const ShardInfo &s : v.shards)
-        for (const auto &[id, r] : s.replicas)
-            if (r.active_reads > 0) return true;
+    // A reader still fetching it, even one whose source has just gone.
+    std::string prefix = str(m.name, '\x1f', v.number, '\x1f');
+    for (const auto &[key, sources] : active_)
+        if (key.second.compare(0, prefix.size(), prefix) == 0) return true;
     return false;
 }
 

@@ -12,7 +12,8 @@ flatbuffers::Offset<wire::ReplicaDesc> put_desc(Builder &b, const th::ReplicaDes
         regions.push_back(CreateRegion(b, r.address, r.length, b.CreateVector(r.rkey), r.mem_kind));
     std::vector<flatbuffers::Offset<TensorPlace>> places;
     for (const auto &p : d.places) places.push_back(CreateTensorPlace(b, p.region, p.offset));
-    return CreateReplicaDesc(b, b.CreateVector(regions), b.CreateVector(places), d.ctrl_region, d.ctrl_offset);
+    return CreateReplicaDesc(b, b.CreateVector(regions), b.CreateVector(places), d.ctrl_region, d.ctrl_offset,
+                             d.ctrl_generation);
 }
 
 th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
@@ -28,6 +29,7 @@ th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
         for (const auto *p : *d->places()) out.places.push_back({p->region(), p->offset()});
     out.ctrl_region = d->ctrl_region();
     out.ctrl_offset = d->ctrl_offset();
+    out.ctrl_generation = d->ctrl_generation();
     return out;
 }
 

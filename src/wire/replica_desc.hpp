@@ -28,6 +28,7 @@ struct ReplicaDesc {
     std::vector<PlaceDesc> places;  // one per tensor, in layout order
     uint32_t ctrl_region = 0;
     uint64_t ctrl_offset = 0;
+    uint64_t ctrl_generation = 0;  // see schemas/tensorhub.fbs
 };
 
 namespace wire {

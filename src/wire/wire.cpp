@@ -14,7 +14,9 @@ const Envelope *verify(const uint8_t *data, size_t size) {
     if (env->proto() != kProtocolVersion)
         fail(TH_ERR_PROTOCOL, "protocol version ", env->proto(), " not supported (this build speaks ",
              kProtocolVersion, ")");
-    if (env->body_type() == Body::NONE) fail(TH_ERR_PROTOCOL, "message has no body");
+    // A union type without its value passes the verifier: handlers would
+    // then read through a null table.
+    if (env->body_type() == Body::NONE || env->body() == nullptr) fail(TH_ERR_PROTOCOL, "message has no body");
     return env;
 }
 

@@ -201,3 +201,28 @@ TEST_F(Ros, DescribeGivesTheLayoutToAllocateFrom) {
     th_replica_release(r);
     th_client_destroy(trainer);
 }
+
+TEST_F(Ros, AReleasedReplicaWhoseSlotServesTheNextVersionIsNotReadAsTheOld) {
+    // The reader gets a plan for version 1, then waits before reading. Meanwhile
+    // the trainer releases version 1 and publishes version 2 from the same
+    // buffers: the control-word slot is reused. The reader must notice that
+    // the word is no longer version 1's and read version 1 elsewhere.
+    th_client *trainer = connect(url, "trainer");
+    Shard w(2, 1 << 20, 1);
+    th_replica *r1 = nullptr, *r2 = nullptr;
+    ASSERT_EQ(publish(trainer, "reuse", 1, 0, 1, w, &r1), TH_OK);
+    Proc reader(worker({"fetch", "--server", url, "--name", "late", "--model", "reuse", "--version", "1", "--shard-kb",
+                        "2048", "--tensors", "2", "--no-serve"},
+                       {"TENSORHUB_FAULT_PLAN_DELAY_US=800000"}));
+    ASSERT_TRUE(eventually(url, [&](const nlohmann::json &s) {
+        auto v = version_status(s, "reuse", 1);
+        return !v.is_null() && v["shards"][0]["replicas"][0]["active_reads"].get<int>() > 0;
+    }));
+    ASSERT_EQ(th_replica_release(r1), TH_OK) << th_last_error();  // spilled: a reader needs it
+    w.fill(2, 0);
+    ASSERT_EQ(publish(trainer, "reuse", 2, 0, 1, w, &r2), TH_OK) << th_last_error();
+    std::string l = reader.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // version 1's bytes, checked by the worker
+    th_replica_release(r2);
+    th_client_destroy(trainer);
+}
