@@ -293,10 +293,9 @@ void Client::heartbeat_loop() {
             Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
                                Deadline(cfg_.timeout_ms));
             const Envelope *env = GetEnvelope(reply.data());
-            if (env->body_type() == Body::HeartbeatReply && env->body_as_HeartbeatReply()->drop() &&
-                env->body_as_HeartbeatReply()->drop()->size() > 0) {
-                const auto *d = env->body_as_HeartbeatReply()->drop();
-                drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
+            if (env->body_type() == Body::HeartbeatReply) {
+                const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
+                if (d != nullptr && d->size() > 0) drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
             }
             if (warned) TH_LOG(Warn, "server ", cfg_.server_url, " answers heartbeats again");
             warned = false;

@@ -305,8 +305,8 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     req.labels = &reader.labels;
     req.reader_worker = h.worker_id;
     req.reader_seq = reader_seq;
-    if (m->exclude()) req.exclude.assign(m->exclude()->begin(), m->exclude()->end());
-    if (m->exclude_replicas()) req.exclude_replicas.assign(m->exclude_replicas()->begin(), m->exclude_replicas()->end());
+    if (const auto *ex = aligned(m->exclude(), "exclude list")) req.exclude.assign(ex->begin(), ex->end());
+    if (const auto *ex = aligned(m->exclude_replicas(), "exclude list")) req.exclude_replicas.assign(ex->begin(), ex->end());
     std::vector<Candidate> cands;
     std::vector<const ReplicaInfo *> reps;
     for (auto &[id, r] : s.replicas) {

@@ -46,9 +46,9 @@ std::vector<th::TensorSpec> get_tensors(
         s.name = required(t->name(), "tensor name");
         if (!dtype_known(t->dtype())) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has unknown dtype ", int(t->dtype()));
         s.dtype = static_cast<th_dtype>(t->dtype());
-        if (t->shape() != nullptr) {
-            if (t->shape()->size() > TH_MAX_DIMS) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has too many dims");
-            s.shape.assign(t->shape()->begin(), t->shape()->end());
+        if (const auto *shape = aligned(t->shape(), "tensor shape")) {
+            if (shape->size() > TH_MAX_DIMS) fail(TH_ERR_PROTOCOL, "tensor '", s.name, "' has too many dims");
+            s.shape.assign(shape->begin(), shape->end());
         }
         s.nbytes = t->nbytes();
         out.push_back(std::move(s));
@@ -74,6 +74,22 @@ void throw_reply_error(const ErrorReply &e, const char *context) {
     std::string msg = e.message() ? e.message()->str() : str(context, ": server error without message");
     if (code >= 0 || code < kLowestStatus) throw Error(TH_ERR_PROTOCOL, str("unknown status ", code, ": ", msg));
     throw Error(static_cast<th_status>(code), msg);
+}
+
+namespace {
+template <typename V>
+const V *check_aligned(const V *v, const char *what) {
+    if (v != nullptr && v->size() > 0 && reinterpret_cast<uintptr_t>(v->data()) % 8 != 0)
+        fail(TH_ERR_PROTOCOL, what, " is not 8-byte aligned");
+    return v;
+}
+}  // namespace
+
+const flatbuffers::Vector<uint64_t> *aligned(const flatbuffers::Vector<uint64_t> *v, const char *what) {
+    return check_aligned(v, what);
+}
+const flatbuffers::Vector<int64_t> *aligned(const flatbuffers::Vector<int64_t> *v, const char *what) {
+    return check_aligned(v, what);
 }
 
 std::string required(const flatbuffers::String *s, const char *what) {

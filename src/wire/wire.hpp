@@ -55,6 +55,12 @@ Labels get_labels(const flatbuffers::Vector<flatbuffers::Offset<Label>> *v);
 // an unknown one becomes TH_ERR_PROTOCOL.
 [[noreturn]] void throw_reply_error(const ErrorReply &e, const char *context);
 
+// A vector of 8-byte scalars read in place must be 8-byte aligned; the
+// verifier does not check element alignment, and our own encoders always
+// align them. Returns v, or throws Error(TH_ERR_PROTOCOL).
+const flatbuffers::Vector<uint64_t> *aligned(const flatbuffers::Vector<uint64_t> *v, const char *what);
+const flatbuffers::Vector<int64_t> *aligned(const flatbuffers::Vector<int64_t> *v, const char *what);
+
 // A string field that must be present and non-empty.
 std::string required(const flatbuffers::String *s, const char *what);
 
