@@ -153,6 +153,8 @@ typedef struct th_server_config {
                                         exist. Default 2. */
     const char *token;      /* cluster token: when set (or $TENSORHUB_TOKEN is), every
                                message must carry an HMAC-SHA256 under it. Default NULL. */
+    const char *metrics_url; /* when set, serve Prometheus metrics at GET <url>/metrics,
+                                e.g. "http://0.0.0.0:9090" (port 0: any). Default NULL. */
 } th_server_config;
 
 /* Fills cfg (a struct of `size` bytes: pass sizeof *cfg) with defaults and
@@ -166,6 +168,10 @@ TH_API th_status th_server_create(th_server **out, const th_server_config *cfg);
 /* The URL clients connect to, with the real port when listen_url used port 0.
  * Owned by the server; valid until th_server_destroy. */
 TH_API const char *th_server_url(const th_server *server);
+
+/* The URL of the server's /metrics endpoint with the real port, or "" when
+ * metrics_url was not set. Owned by the server; valid until th_server_destroy. */
+TH_API const char *th_server_metrics_url(const th_server *server);
 
 /* Stops serving and frees the server. Clients see TH_ERR_UNAVAILABLE afterwards.
  * Must not be called concurrently with other calls on the same server. */

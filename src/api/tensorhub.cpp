@@ -13,6 +13,7 @@
 
 struct th_server {
     std::unique_ptr<th::Server> impl;
+    std::string metrics_url;
 };
 
 struct th_client {
@@ -174,12 +175,16 @@ th_status th_server_create(th_server **out, const th_server_config *cfg) {
         sc.heartbeat_ms = std::max<uint32_t>(c.lease_ms / 10, 1);
         sc.policy.max_readers_per_source = c.max_readers_per_source;
         auto s = std::make_unique<th_server>();
-        s->impl = std::make_unique<th::Server>(c.listen_url, sc, th::wire::cluster_token(c.token));
+        s->impl = std::make_unique<th::Server>(c.listen_url, sc, th::wire::cluster_token(c.token),
+                                               c.metrics_url ? c.metrics_url : "");
+        s->metrics_url = s->impl->metrics_url();
         *out = s.release();
     });
 }
 
 const char *th_server_url(const th_server *server) { return server ? server->impl->url().c_str() : ""; }
+
+const char *th_server_metrics_url(const th_server *server) { return server ? server->metrics_url.c_str() : ""; }
 
 void th_server_destroy(th_server *server) { delete server; }
 

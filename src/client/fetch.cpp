@@ -503,7 +503,9 @@ void Fetch::finish(bool ok) {
             [&](Builder &b, const Header &h) {
                 std::vector<flatbuffers::Offset<SourceBytes>> from;
                 for (auto &[src, n] : bytes_from_) from.push_back(CreateSourceBytes(b, src.first, n, src.second));
-                auto body = CreateFetchDone(b, b.CreateString(req_.model), version_, req_.shard, rid, ok, b.CreateVector(from));
+                auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
+                auto body = CreateFetchDone(b, b.CreateString(req_.model), version_, req_.shard, rid, ok, b.CreateVector(from),
+                                            static_cast<uint64_t>(us));
                 return wire::finish(b, h, body);
             },
             Deadline(client_.config().timeout_ms));

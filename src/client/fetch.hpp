@@ -88,6 +88,7 @@ class Fetch {
     std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
     uint64_t registrations_at_start_ = 0;
     bool finished_ = false;
+    Clock::time_point started_ = Clock::now();
 };
 
 }  // namespace th

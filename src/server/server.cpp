@@ -23,7 +23,8 @@ std::string events_listen_url(const std::string &url) {
 
 }  // namespace
 
-Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string token) : token_(std::move(token)) {
+Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string token, const std::string &metrics_url)
+    : token_(std::move(token)) {
     if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
     nng_listener listener;
     std::string events = events_listen_url(listen_url);
@@ -46,7 +47,10 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
     service_ = std::make_unique<Service>(cfg);
     try {
         rpc_ = std::make_unique<RpcServer>(listen_url, [this](const uint8_t *d, size_t n) { return answer(d, n); });
+        if (!metrics_url.empty())
+            metrics_ = std::make_unique<MetricsEndpoint>(metrics_url, [this] { return service_->metrics_text(); });
     } catch (...) {
+        rpc_.reset();
         nng_close(pub_);
         throw;
     }
@@ -83,6 +87,7 @@ Server::~Server() {
     }
     cv_.notify_all();
     lease_thread_.join();
+    metrics_.reset();
     rpc_.reset();  // no handler runs after this, so no event is sent either
     nng_close(pub_);
 }

@@ -76,7 +76,10 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         return reply;
     } catch (const Error &e) {
         h.epoch = epoch_;
-        if (e.code() == TH_ERR_PROTOCOL) TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
+        if (e.code() == TH_ERR_PROTOCOL) {
+            bad_requests_total_++;
+            TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
+        }
         return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED);
     } catch (const std::exception &e) {
         h.epoch = epoch_;
@@ -258,6 +261,7 @@ Bytes Service::on_resolve(const Envelope &env, const Header &h) {
 }
 
 Bytes Service::on_plan(const Envelope &env, const Header &h) {
+    auto started = Clock::now();
     const PlanFetch *m = env.body_as_PlanFetch();
     std::string name = required(m->model(), "model name");
     VersionInfo &v = committed_version(name, m->version());
@@ -337,7 +341,9 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
                                    first, count, src.id);
     std::vector<fb::Offset<SourceRange>> ranges{range};
     auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges));
-    return finish(b, h, reply);
+    Bytes out = finish(b, h, reply);
+    plan_seconds_.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    return out;
 }
 
 void Service::end_reads(uint64_t reader, const ReplicaKey &key) { end_reads_of({reader, active_key(key)}); }
@@ -387,12 +393,17 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
             if (wit != workers_.end()) wit->second.bytes_served += sb->bytes();
             auto &replicas = v->shards[m->shard()].replicas;
             auto rit = replicas.find(sb->replica_id());
-            if (rit != replicas.end() && rit->second.worker == sb->worker_id()) rit->second.bytes_served += sb->bytes();
+            if (rit != replicas.end() && rit->second.worker == sb->worker_id()) {
+                rit->second.bytes_served += sb->bytes();
+                const ReplicaInfo &r = rit->second;
+                bytes_served_by_kind_[r.owned ? "owned" : r.publisher ? "publisher" : "replica"] += sb->bytes();
+            }
             if (m->ok()) v->reads.push_back({h.worker_id, sb->worker_id(), m->shard(), sb->bytes()});
         }
         constexpr size_t kMaxReads = 4096;
         if (v->reads.size() > kMaxReads) v->reads.erase(v->reads.begin(), v->reads.end() - kMaxReads);
     }
+    if (m->ok() && m->duration_us() > 0) fetch_seconds_.observe(m->duration_us() / 1e6);
     if (m->replica_id() != 0) {
         auto it = replica_index_.find(m->replica_id());
         if (it != replica_index_.end()) {
@@ -417,6 +428,7 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
         TH_LOG(Warn, "worker ", h.worker_id, " could not read from worker ", m->worker_id(), " '", it->second.name, "': ",
                m->reason() ? m->reason()->str() : "no reason given");
         it->second.suspect = true;
+        source_failed_total_++;
     }
     return ack(h);
 }
@@ -474,6 +486,8 @@ bool Service::is_required(const ModelInfo &m, const VersionInfo &v) const {
 }
 
 void Service::emit(EventKind kind, const std::string &model, uint64_t version, uint64_t replica_id) {
+    if (kind == EventKind::Committed) committed_total_++;
+    if (kind == EventKind::Retired) retired_total_++;
     if (!cfg_.publish_event) return;
     Builder b(128);
     Header h;
@@ -583,12 +597,57 @@ size_t Service::expire(uint64_t now) {
     std::vector<uint64_t> dead;
     for (auto &[id, w] : workers_)
         if (now > w.last_seen_ms + cfg_.lease_ms) dead.push_back(id);
+    lease_expired_total_ += dead.size();
     for (uint64_t id : dead) {
         TH_LOG(Warn, "worker ", id, " '", workers_.at(id).name, "' missed its lease (", cfg_.lease_ms,
                " ms); dropping its replicas");
         remove_worker(id);
     }
     return dead.size();
+}
+
+std::string Service::metrics_text() {
+    std::lock_guard lk(mu_);
+    std::string out;
+    auto label = [](std::initializer_list<std::pair<const char *, std::string>> kv) {
+        std::string l = "{";
+        for (const auto &[k, v] : kv) {
+            if (l.size() > 1) l += ',';
+            l += std::string(k) + "=\"";
+            for (char c : v) l += (c == '"' || c == '\\') ? std::string("\\") + c : c == '\n' ? std::string("\\n") : std::string(1, c);
+            l += '"';
+        }
+        return l + "}";
+    };
+    render_family(out, "tensorhub_build_info", "gauge", "Version of the tensorhub server.",
+                  {{label({{"version", th_version()}}), 1}});
+    render_family(out, "tensorhub_workers", "gauge", "Registered workers.", {{"", double(workers_.size())}});
+    std::vector<std::pair<std::string, double>> replicas, latest;
+    for (const auto &[name, m] : models_) {
+        if (m.latest) latest.push_back({label({{"model", name}}), double(*m.latest)});
+        for (const auto &[num, v] : m.versions) {
+            std::map<std::string, int> kinds;
+            for (const ShardInfo &s : v.shards)
+                for (const auto &[id, r] : s.replicas) kinds[r.owned ? "owned" : r.publisher ? "publisher" : "replica"]++;
+            for (const auto &[kind, n] : kinds)
+                replicas.push_back({label({{"model", name}, {"version", std::to_string(num)}, {"kind", kind}}), double(n)});
+        }
+    }
+    render_family(out, "tensorhub_replicas", "gauge", "Replicas per model version and kind.", replicas);
+    render_family(out, "tensorhub_latest_version", "gauge", "Newest committed version per model.", latest);
+    render_family(out, "tensorhub_versions_committed_total", "counter", "Versions committed.", {{"", double(committed_total_)}});
+    render_family(out, "tensorhub_versions_retired_total", "counter", "Versions no holder or requirement keeps.",
+                  {{"", double(retired_total_)}});
+    std::vector<std::pair<std::string, double>> served;
+    for (const auto &[kind, n] : bytes_served_by_kind_) served.push_back({label({{"source_kind", kind}}), double(n)});
+    render_family(out, "tensorhub_bytes_served_total", "counter", "Bytes readers fetched, by kind of source.", served);
+    render_family(out, "tensorhub_failures_total", "counter", "Failures seen by the server, by kind.",
+                  {{label({{"kind", "source_failed"}}), double(source_failed_total_)},
+                   {label({{"kind", "lease_expired"}}), double(lease_expired_total_)},
+                   {label({{"kind", "bad_request"}}), double(bad_requests_total_.load())}});
+    plan_seconds_.render(out, "tensorhub_plan_seconds", "Time the server spent planning a fetch.");
+    fetch_seconds_.render(out, "tensorhub_fetch_seconds", "Duration of completed fetches, as readers report them.");
+    return out;
 }
 
 Bytes Service::on_status(const Header &h) {

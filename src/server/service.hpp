@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "server/metrics.hpp"
 #include "server/policy.hpp"
 #include "server/state.hpp"
 #include "wire/wire.hpp"
@@ -39,6 +40,9 @@ class Service {
     size_t expire(uint64_t now_ms);
 
     uint64_t epoch() const { return epoch_.load(); }
+
+    // The server's metrics in the Prometheus text format.
+    std::string metrics_text();
 
   private:
     using Env = wire::Envelope;
@@ -90,6 +94,13 @@ class Service {
     // Replies to recent mutating requests, so a resent request is answered
     // again instead of applied twice.
     std::map<std::pair<uint64_t, uint64_t>, wire::Bytes> replies_;
+
+    // Metrics (under mu_, but bad_requests_, counted before the lock).
+    uint64_t committed_total_ = 0, retired_total_ = 0, source_failed_total_ = 0, lease_expired_total_ = 0;
+    std::atomic<uint64_t> bad_requests_total_{0};
+    std::map<std::string, uint64_t> bytes_served_by_kind_;
+    Histogram plan_seconds_{{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05}};
+    Histogram fetch_seconds_{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     std::deque<std::pair<uint64_t, uint64_t>> reply_order_;
 };
 

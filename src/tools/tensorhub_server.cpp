@@ -18,6 +18,7 @@ static const char *kUsage =
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
     "  --lease-ms N    a worker silent this long loses its replicas (default 10000)\n"
     "  --max-readers-per-source N   fan-out cap per source (default 2)\n"
+    "  --metrics-listen URL  serve Prometheus metrics at URL/metrics (e.g. http://0.0.0.0:9090)\n"
     "  --token-file FILE   cluster token (first line of FILE); default $TENSORHUB_TOKEN.\n"
     "                  With a token, only peers that have it are served (docs/security.md).\n"
     "Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n";
@@ -29,7 +30,7 @@ int main(int argc, char **argv) {
             std::fputs(kUsage, stdout);
             return 0;
         }
-        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file"});
+        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen"});
         if (!bad.empty() || !args.positional().empty()) {
             std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
                          bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage);
@@ -41,6 +42,8 @@ int main(int argc, char **argv) {
         cfg.listen_url = listen.c_str();
         cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));
         cfg.max_readers_per_source = static_cast<uint32_t>(args.get_u64("max-readers-per-source", cfg.max_readers_per_source));
+        std::string metrics = args.get("metrics-listen");
+        if (!metrics.empty()) cfg.metrics_url = metrics.c_str();
         std::string token;  // read from a file, not argv: command lines are visible to every user
         if (args.has("token-file")) {
             std::ifstream in(args.get("token-file"));
@@ -58,6 +61,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         std::printf("listening on %s\n", th_server_url(server));
+        if (*th_server_metrics_url(server)) std::printf("metrics on %s\n", th_server_metrics_url(server));
         std::fflush(stdout);
         while (!g_stop) pause();
         th_server_destroy(server);

@@ -110,6 +110,7 @@ class ServerConfig(Structure):
         ("lease_ms", c_uint32),
         ("max_readers_per_source", c_uint32),
         ("token", c_char_p),
+        ("metrics_url", c_char_p),
     ]
 
 
@@ -184,6 +185,7 @@ _declare("th_dtype_size", c_size_t, c_enum)
 _declare("th_server_config_init", None, POINTER(ServerConfig), c_size_t)
 _declare("th_server_create", status_t, POINTER(server_p), POINTER(ServerConfig))
 _declare("th_server_url", c_char_p, server_p)
+_declare("th_server_metrics_url", c_char_p, server_p)
 _declare("th_server_destroy", None, server_p)
 # Client.
 _declare("th_client_config_init", None, POINTER(ClientConfig), c_size_t)

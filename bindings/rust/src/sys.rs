@@ -80,6 +80,7 @@ pub struct th_server_config {
     pub lease_ms: u32,
     pub max_readers_per_source: u32,
     pub token: *const c_char,
+    pub metrics_url: *const c_char,
 }
 
 #[repr(C)]
@@ -149,6 +150,7 @@ extern "C" {
     pub fn th_server_config_init(cfg: *mut th_server_config, size: usize);
     pub fn th_server_create(out: *mut *mut th_server, cfg: *const th_server_config) -> th_status;
     pub fn th_server_url(server: *const th_server) -> *const c_char;
+    pub fn th_server_metrics_url(server: *const th_server) -> *const c_char;
     pub fn th_server_destroy(server: *mut th_server);
 
     pub fn th_client_config_init(cfg: *mut th_client_config, size: usize);
