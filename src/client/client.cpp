@@ -171,6 +171,7 @@ void Client::fail_over(const std::shared_ptr<RpcClient> &from, const std::string
         current_ = (current_ + 1) % servers_.size();
         TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", servers_[current_]);
         rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
+        rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
         // Going round the whole list: give the servers a moment.
         if (current_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, deadline.remaining_ms())));
     }
@@ -242,6 +243,7 @@ void Client::hello(const Deadline &deadline) {
     while (seen < r->server_epoch() && !max_epoch_.compare_exchange_weak(seen, r->server_epoch())) {
     }
     registrations_++;
+    if (r->lease_ms() > 0) lease_ms_ = r->lease_ms();
     std::string events = r->events_url() ? r->events_url()->str() : "";
     if (!events.empty()) {
         events = reachable_events_url(rpc->url(), events);
@@ -276,6 +278,10 @@ void Client::on_event(const uint8_t *data, size_t size) {
 // forgotten us: introduce ourselves again and re-declare every complete replica,
 // so that the server rebuilds its view from the workers, which hold the truth.
 void Client::reregister(const Deadline &deadline) {
+    // Holders re-declare within a heartbeat plus a call's timeout of noticing;
+    // those that have not by the end of a lease are gone anyway. Set before
+    // the Hello: other threads may reach the new server as soon as it is sent.
+    rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
     std::lock_guard lk(reg_mu_);
     hello(deadline);
     // Without recovery: a failure here surfaces to the call that asked for
@@ -502,10 +508,28 @@ void Client::drop_owned(const std::vector<uint64_t> &ids) {
             r = std::move(it->second);
             owned_.erase(it);
         }
+        // Freed only once the server routes nobody to it and nobody reads it:
+        // a reader planned onto it since the heartbeat may still be reading.
+        bool keep = true;
+        try {
+            Deadline d(cfg_.timeout_ms);
+            Bytes reply = call([&](Builder &b, const Header &h) { return finish(b, h, CreateBeginMutation(b, r->id_)); }, d);
+            const BeginMutationReply *state = GetEnvelope(reply.data())->body_as_BeginMutationReply();
+            keep = state == nullptr || state->active_reads() > 0 || state->last_copy();
+            if (keep) call([&](Builder &b, const Header &h) { return finish(b, h, CreateCancelMutation(b, r->id_)); }, d);
+        } catch (const std::exception &e) {
+            TH_LOG(Info, "keeping the owned copy ", id, " for now: ", e.what());
+        }
+        if (keep) {
+            std::lock_guard lk(reg_mu_);
+            owned_[id] = std::move(r);  // asked again at a later heartbeat
+            continue;
+        }
         TH_LOG(Info, "freeing the owned copy of '", r->model_, "' version ", r->version_, " shard ", r->shard_,
                ": no longer required");
+        r->mutating_ = true;
         try {
-            release(*r, /*retain=*/false);
+            release(*r, /*retain=*/false);  // withdrawn locally even if the server is not told
         } catch (const std::exception &e) {
             TH_LOG(Warn, "releasing an owned copy: ", e.what());
         }

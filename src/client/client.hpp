@@ -122,6 +122,11 @@ class Client {
     wire::Bytes call(Build &&build, const Deadline &deadline);
 
     UcxWorker &ucx() { return *ucx_; }
+
+    // True for a while after this client registered again with a replaced
+    // server: holders are still re-declaring what they hold there, so a
+    // version that looks unknown may just not be back yet.
+    bool rebuilding() const { return Clock::now() < rebuilt_by_.load(); }
     ControlPage &control_page() { return *ctrl_; }
 
   private:
@@ -163,6 +168,8 @@ class Client {
     std::atomic<uint64_t> next_request_{1};
     std::atomic<uint64_t> next_replica_{1};
     std::atomic<uint64_t> registrations_{0};  // bumped each time we (re)register
+    std::atomic<uint32_t> lease_ms_{10000};   // the server's, from HelloReply
+    std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
 
     std::mutex reg_mu_;  // serializes re-registration and guards held_ and owned_
     std::map<uint64_t, Replica *> held_;

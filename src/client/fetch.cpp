@@ -94,7 +94,7 @@ void Fetch::fail_fetch(th_status code, const std::string &why) {
     throw Error(code, what);
 }
 
-void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, std::vector<TensorSpec> tensors) {
+void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors) {
     layout_ = Layout(std::move(tensors), chunk_bytes);
     version_ = version;
     have_layout_ = true;
@@ -126,6 +126,8 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, std::vector<Ten
     if (replica_) {
         replica_->version_ = version_;
         replica_->chunk_bytes_ = chunk_bytes;
+        // Re-registration declares it with the version's own shard count.
+        replica_->num_shards_ = num_shards;
     }
 }
 
@@ -164,24 +166,44 @@ void Fetch::plan(const Deadline &deadline) {
     if (!req_.tensor)
         for (const Buffer &b : dst_) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
-    Bytes reply = client_.call(
-        [&](Builder &b, const Header &h) {
-            auto model = b.CreateString(req_.model);
-            flatbuffers::Offset<wire::ReplicaDesc> desc;
-            if (replica_) desc = put_desc(b, replica_->desc_);
-            auto ex = b.CreateVector(exclude_);
-            auto ex_replicas = b.CreateVector(exclude_replicas_);
-            flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
-            if (!req_.tensor) specs = put_tensors(b, given);
-            auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs,
-                                        ex_replicas);
-            return wire::finish(b, h, body);
-        },
-        deadline);
+    Bytes reply;
+    for (;;) {
+        try {
+            reply = client_.call(
+                [&](Builder &b, const Header &h) {
+                    auto model = b.CreateString(req_.model);
+                    flatbuffers::Offset<wire::ReplicaDesc> desc;
+                    if (replica_) desc = put_desc(b, replica_->desc_);
+                    auto ex = b.CreateVector(exclude_);
+                    auto ex_replicas = b.CreateVector(exclude_replicas_);
+                    flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
+                    if (!req_.tensor) specs = put_tensors(b, given);
+                    auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs,
+                                                ex_replicas);
+                    return wire::finish(b, h, body);
+                },
+                deadline);
+            break;
+        } catch (const Error &e) {
+            // Right after a failover the new server may not know the version
+            // yet; the holders are re-declaring it. Wait for them, within the
+            // deadline, rather than report a version that exists as missing.
+            bool maybe_back_soon = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED ||
+                                   e.code() == TH_ERR_UNAVAILABLE;
+            if (!maybe_back_soon || !client_.rebuilding() || deadline.remaining_ms() < 100) {
+                TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !client_.rebuilding() ? " (not rebuilding)" : "");
+                throw;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    }
     const Envelope *env = GetEnvelope(reply.data());
     if (env->body_type() != Body::PlanReply) fail(TH_ERR_PROTOCOL, "unexpected reply to PlanFetch");
     const PlanReply *p = env->body_as_PlanReply();
-    if (!have_layout_) apply_layout(p->version(), p->chunk_bytes(), get_tensors(p->tensors()));
+    if (!have_layout_) {
+        if (p->num_shards() == 0 || req_.shard >= p->num_shards()) fail(TH_ERR_PROTOCOL, "plan with a bad shard count");
+        apply_layout(p->version(), p->chunk_bytes(), p->num_shards(), get_tensors(p->tensors()));
+    }
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
     for (const SourceRange *r : *p->ranges()) {

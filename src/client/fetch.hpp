@@ -48,7 +48,7 @@ class Fetch {
     enum ChunkState : uint8_t { Missing, InFlight, Got, Confirmed };
 
     void plan(const Deadline &deadline);
-    void apply_layout(uint64_t version, uint64_t chunk_bytes, std::vector<TensorSpec> tensors);
+    void apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors);
     std::vector<Piece> pieces(uint32_t chunk) const;
     void issue(Source &s);
     void issue_ctrl(Source &s);

@@ -340,7 +340,8 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     auto range = CreateSourceRange(b, src.worker, b.CreateVector(sw.ucx_address), put_desc(b, src.desc), src.complete,
                                    first, count, src.id);
     std::vector<fb::Offset<SourceRange>> ranges{range};
-    auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges));
+    auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges),
+                                 v.num_shards);
     Bytes out = finish(b, h, reply);
     plan_seconds_.observe(std::chrono::duration<double>(Clock::now() - started).count());
     return out;

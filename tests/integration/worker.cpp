@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
     check(th_client_create(&c, &cc), "connect");
 
     std::vector<Shard> shards;
+    std::vector<Shard> loop_sets[2];  // publish-loop's buffers; served until the end
     std::vector<th_replica *> held;
     if (role == "publish") {
         uint64_t version = args.get_u64("version", 1);
@@ -145,12 +146,12 @@ int main(int argc, char **argv) {
         // rewritten only after the replicas of v - 2 were released.
         uint32_t n = static_cast<uint32_t>(args.get_u64("shards", 1));
         uint64_t versions = args.get_u64("versions", 10), delay = args.get_u64("delay-ms", 20);
-        std::vector<Shard> sets[2];
-        for (auto &set : sets)
+        // Both buffer sets outlive the loop: the last versions stay published from them.
+        for (auto &set : loop_sets)
             for (uint32_t s = 0; s < n; ++s) set.emplace_back(shard_bytes, tensors);
         std::vector<th_replica *> by_version[2];
         for (uint64_t v = 1; v <= versions && !g_stop; ++v) {
-            auto &set = sets[v % 2];
+            auto &set = loop_sets[v % 2];
             for (th_replica *r : by_version[v % 2]) check(th_replica_release(r), "release");
             by_version[v % 2].clear();
             for (uint32_t s = 0; s < n; ++s) {
@@ -182,7 +183,8 @@ int main(int argc, char **argv) {
                 usleep(2000);
                 continue;
             }
-            for (uint32_t s = 0; s < n; ++s) {
+            bool complete = true;
+            for (uint32_t s = 0; s < n && complete; ++s) {
                 th_fetch_config fc;
                 th_fetch_config_init(&fc, sizeof fc);
                 fc.model = model.c_str();
@@ -191,7 +193,10 @@ int main(int argc, char **argv) {
                 uint64_t got = 0;
                 th_status st = th_fetch(c, &fc, shards[s].views.data(), shards[s].views.size(), &got, nullptr);
                 // A version the publisher already dropped is an honest miss, never a mix.
-                if (st == TH_ERR_NOT_FOUND || st == TH_ERR_UNAVAILABLE) break;
+                if (st == TH_ERR_NOT_FOUND || st == TH_ERR_UNAVAILABLE) {
+                    complete = false;
+                    break;
+                }
                 check(st, "fetch");
                 size_t byte = 0;
                 if (int t = shards[s].first_wrong(version, s, &byte); t >= 0) {
@@ -200,6 +205,7 @@ int main(int argc, char **argv) {
                     return 3;
                 }
             }
+            if (!complete) continue;  // only whole rounds count
             rounds++;
             if (version != last) distinct++;
             last = version;
