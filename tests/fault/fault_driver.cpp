@@ -1,7 +1,6 @@
 // th_fault_driver: randomized fault injection against a real tensorhub
 // cluster of processes (a tensorhub-server, a publisher and readers that are
-// th_test_worker processes verifying every byte they fetch; the mutation kind
-// uses th_fault_worker's loops, see fault_worker.cpp). Each run starts a
+// th_test_worker processes verifying every byte they fetch). Each run starts a
 // fresh cluster, injects ONE fault of one kind at a seeded random point, then
 // checks the invariants:
 //   - every completed fetch had exactly the published bytes of one version
@@ -12,7 +11,7 @@
 //     version stays fetchable by a fresh reader while a live holder exists.
 // See tests/fault/README.md for the fault kinds and how to read the table.
 //
-//   th_fault_driver --server-bin PATH --worker-bin PATH [--fault-worker-bin PATH]
+//   th_fault_driver --server-bin PATH --worker-bin PATH
 //                   [--seed S] [--kinds k1,k2] [--runs N] [--long] [--log-dir DIR] [--keep-logs]
 #include <algorithm>
 #include <chrono>
@@ -66,7 +65,7 @@ constexpr KindInfo kKinds[] = {
 };
 
 struct Options {
-    std::string server_bin, worker_bin, fault_worker_bin, log_dir;
+    std::string server_bin, worker_bin, log_dir;
     uint64_t seed = 20240611;  // fixed by default: ctest runs are reproducible
     int runs = 2;
     bool keep_logs = false;
@@ -74,9 +73,8 @@ struct Options {
 };
 
 const char *kUsage =
-    "usage: th_fault_driver --server-bin PATH --worker-bin PATH [--fault-worker-bin PATH]\n"
+    "usage: th_fault_driver --server-bin PATH --worker-bin PATH\n"
     "                       [--seed S] [--kinds k1,k2] [--runs N] [--long] [--log-dir DIR] [--keep-logs]\n"
-    "  --fault-worker-bin   th_fault_worker (default: next to this program)\n"
     "  kinds (names or 1-6): source-kill source-stop server-kill mutation control-faults reader-kill\n"
     "  --runs N     runs per kind (default 2; --long: 100)\n"
     "  --seed S     run i of a kind uses seed S+i: '--seed S+i --kinds K --runs 1' replays it\n"
@@ -104,7 +102,7 @@ Options parse_options(int argc, char **argv) {
         std::exit(0);
     }
     auto bad = args.unknown(
-        {"server-bin", "worker-bin", "fault-worker-bin", "seed", "kinds", "runs", "long", "log-dir", "keep-logs"});
+        {"server-bin", "worker-bin", "seed", "kinds", "runs", "long", "log-dir", "keep-logs"});
     if (!bad.empty() || !args.positional().empty())
         throw std::runtime_error("unknown argument " + (bad.empty() ? args.positional()[0] : "--" + bad[0]));
     Options o;
@@ -112,9 +110,6 @@ Options parse_options(int argc, char **argv) {
     o.worker_bin = args.get("worker-bin");
     if (o.server_bin.empty() || o.worker_bin.empty())
         throw std::runtime_error("--server-bin and --worker-bin are required");
-    o.fault_worker_bin =
-        args.get("fault-worker-bin",
-                 (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "th_fault_worker").string());
     o.seed = args.get_u64("seed", o.seed);
     o.runs = static_cast<int>(args.get_u64("runs", args.has("long") ? 100 : 2));
     o.keep_logs = args.has("keep-logs");
@@ -322,11 +317,6 @@ class Run {
     Child &worker(const std::string &name, std::vector<std::string> args, std::vector<std::string> env = {}) {
         return worker_from(opt_.worker_bin, name, std::move(args), std::move(env));
     }
-    // The same with th_fault_worker (its loops, fixed: see fault_worker.cpp).
-    Child &fault_worker(const std::string &name, std::vector<std::string> args, std::vector<std::string> env = {}) {
-        return worker_from(opt_.fault_worker_bin, name, std::move(args), std::move(env));
-    }
-
     // A publisher of `layout`; returns its worker id (0 on failure, recorded).
     uint64_t start_publisher(const std::string &url, const Layout &layout) {
         std::vector<std::string> args = {"publish", "--server", url, "--version", std::to_string(layout.version)};
@@ -734,7 +724,7 @@ void mutation(Run &run) {
                              "--chunk-kb", std::to_string(layout.chunk_kb)});
     auto sizes = layout.sizes();
     args.insert(args.end(), sizes.begin(), sizes.end());
-    Child &pub = run.fault_worker("publisher", args);
+    Child &pub = run.worker("publisher", args);
     sleep_ms(static_cast<int64_t>(run.pick(0, 300)));
 
     std::vector<Reader> readers;
@@ -744,7 +734,7 @@ void mutation(Run &run) {
                                           "--for-ms", std::to_string(for_ms)};
         rargs.insert(rargs.end(), sizes.begin(), sizes.end());
         readers.push_back(
-            run.watch(run.fault_worker("loop" + std::to_string(i), rargs,
+            run.watch(run.worker("loop" + std::to_string(i), rargs,
                                        {"TENSORHUB_FAULT_CHUNK_DELAY_US=" + std::to_string(run.pick(0, 800))})));
     }
     run.mark_fault(Clock::now(), "publish-loop of " + std::to_string(layout.version) + " versions x " +

@@ -11,7 +11,7 @@
 //                  publishes versions 1..N, shard by shard with a delay between
 //   th_test_worker fetch-loop ... --shards S --for-ms T
 //                  resolves LATEST once per round and fetches every shard of
-//                  that version; prints "ok rounds=R versions=K"
+//                  that version; prints "ok rounds=R versions=K fetched=F"
 // The environment's TENSORHUB_FAULT_* hooks apply (see src/common/faults.hpp).
 #include <chrono>
 #include <csignal>
@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
         uint32_t n = static_cast<uint32_t>(args.get_u64("shards", 1));
         for (uint32_t s = 0; s < n; ++s) shards.emplace_back(shard_bytes, tensors);
         auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.get_u64("for-ms", 2000));
-        uint64_t rounds = 0, last = 0, distinct = 0;
+        uint64_t rounds = 0, last = 0, distinct = 0, fetched = 0;
         while (std::chrono::steady_clock::now() < end) {
             uint64_t version = 0;
             if (th_resolve(c, model.c_str(), TH_LATEST, &version) != TH_OK) {
@@ -198,6 +198,7 @@ int main(int argc, char **argv) {
                     break;
                 }
                 check(st, "fetch");
+                fetched++;
                 size_t byte = 0;
                 if (int t = shards[s].first_wrong(version, s, &byte); t >= 0) {
                     std::printf("mixed version=%llu shard=%u tensor=%d byte=%zu\n", (unsigned long long)version, s, t, byte);
@@ -210,7 +211,8 @@ int main(int argc, char **argv) {
             if (version != last) distinct++;
             last = version;
         }
-        std::printf("ok rounds=%llu versions=%llu\n", (unsigned long long)rounds, (unsigned long long)distinct);
+        std::printf("ok rounds=%llu versions=%llu fetched=%llu\n", (unsigned long long)rounds,
+                    (unsigned long long)distinct, (unsigned long long)fetched);
     } else {
         die("unknown role " + role);
     }
