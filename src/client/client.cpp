@@ -217,6 +217,12 @@ Bytes Client::call_raw(const std::function<Bytes(Builder &, const Header &)> &bu
         }
         if (env->body_type() != Body::ErrorReply) return reply;
         const ErrorReply *e = env->body_as_ErrorReply();
+        // The server took over moments ago: holders are still re-declaring
+        // what they hold. Ask again while the caller's time lasts.
+        if (e->rebuilding() && recover && deadline.remaining_ms() > 100) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            continue;
+        }
         if (e->unknown_worker() && recover && reregistered++ < 2) {
             TH_LOG(Warn, "the server (", rpc->url(), ") does not know this worker; registering again");
             reregister(deadline);

@@ -50,6 +50,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         if (env->epoch() >= epoch_ && env->body_type() == Body::Hello) {
             TH_LOG(Warn, "taking over from a server of epoch ", env->epoch(), " (was ", epoch_.load(), ")");
             epoch_ = env->epoch() + 1;
+            took_over_ms_ = now_ms();
         }
         h.epoch = epoch_;
         if (env->epoch() > epoch_)
@@ -80,7 +81,10 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
             bad_requests_total_++;
             TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
         }
-        return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED);
+        // Just after a takeover, "unknown" may only mean "not re-declared yet".
+        bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
+        bool rebuilding = missing && took_over_ms_ != 0 && now_ms() < took_over_ms_ + cfg_.lease_ms;
+        return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED, false, rebuilding);
     } catch (const std::exception &e) {
         h.epoch = epoch_;
         TH_LOG(Error, "request failed: ", e.what());

@@ -82,6 +82,7 @@ class Service {
 
     ServiceConfig cfg_;
     std::atomic<uint64_t> epoch_;  // grows when this server takes over from another
+    std::atomic<uint64_t> took_over_ms_{0};  // when it last did (now_ms), 0: never
     uint64_t start_ms_;
     std::mutex mu_;
     std::map<uint64_t, WorkerInfo> workers_;

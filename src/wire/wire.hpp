@@ -41,7 +41,7 @@ Bytes finish(Builder &b, const Header &h, flatbuffers::Offset<T> body) {
 }
 
 Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker = false,
-                  bool stale_server = false);
+                  bool stale_server = false, bool rebuilding = false);
 
 // Conversions with range checks (throw Error(TH_ERR_PROTOCOL) on bad values).
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(
