@@ -50,6 +50,21 @@ struct Shard : th_tools::HostShard {
     Shard(uint64_t bytes, int tensors) : HostShard(tensors, bytes / tensors, TH_DTYPE_BFLOAT16) {}
 };
 
+// Publishes one shard of `version` from its buffers; exits on failure.
+th_replica *publish_shard(th_client *c, const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
+                          uint64_t chunk_bytes, Shard &buffers) {
+    th_publish_config pc;
+    th_publish_config_init(&pc, sizeof pc);
+    pc.model = model.c_str();
+    pc.version = version;
+    pc.shard = shard;
+    pc.num_shards = num_shards;
+    pc.chunk_bytes = chunk_bytes;
+    th_replica *r = nullptr;
+    check(th_publish(c, &pc, buffers.views.data(), buffers.views.size(), &r), "publish");
+    return r;
+}
+
 std::vector<uint32_t> parse_list(const std::string &s) {
     std::vector<uint32_t> out;
     size_t pos = 0;
@@ -95,16 +110,7 @@ int main(int argc, char **argv) {
         for (uint32_t s = 0; s < n; ++s) shards.emplace_back(shard_bytes, tensors);
         for (uint32_t s = 0; s < n; ++s) {
             shards[s].fill(version, s);
-            th_publish_config pc;
-            th_publish_config_init(&pc, sizeof pc);
-            pc.model = model.c_str();
-            pc.version = version;
-            pc.shard = s;
-            pc.num_shards = n;
-            pc.chunk_bytes = args.get_u64("chunk-kb", 256) << 10;
-            th_replica *r = nullptr;
-            check(th_publish(c, &pc, shards[s].views.data(), shards[s].views.size(), &r), "publish");
-            held.push_back(r);
+            held.push_back(publish_shard(c, model, version, s, n, args.get_u64("chunk-kb", 256) << 10, shards[s]));
         }
         std::printf("ready worker=%llu version=%llu\n", (unsigned long long)th_client_worker_id(c), (unsigned long long)version);
     } else if (role == "fetch") {
@@ -156,16 +162,7 @@ int main(int argc, char **argv) {
             by_version[v % 2].clear();
             for (uint32_t s = 0; s < n; ++s) {
                 set[s].fill(v, s);
-                th_publish_config pc;
-                th_publish_config_init(&pc, sizeof pc);
-                pc.model = model.c_str();
-                pc.version = v;
-                pc.shard = s;
-                pc.num_shards = n;
-                pc.chunk_bytes = args.get_u64("chunk-kb", 64) << 10;
-                th_replica *r = nullptr;
-                check(th_publish(c, &pc, set[s].views.data(), set[s].views.size(), &r), "publish");
-                by_version[v % 2].push_back(r);
+                by_version[v % 2].push_back(publish_shard(c, model, v, s, n, args.get_u64("chunk-kb", 64) << 10, set[s]));
                 usleep(static_cast<useconds_t>(delay * 1000));
             }
         }
