@@ -155,6 +155,11 @@ typedef struct th_server_config {
                                message must carry an HMAC-SHA256 under it. Default NULL. */
     const char *metrics_url; /* when set, serve Prometheus metrics at GET <url>/metrics,
                                 e.g. "http://0.0.0.0:9090" (port 0: any). Default NULL. */
+    uint32_t standby;       /* nonzero: this server waits to take over from another.
+                               Until workers fail over to it, and for one lease after,
+                               it cannot tell "unknown" from "not re-declared yet", so
+                               such answers tell clients to ask again (within their
+                               timeouts) instead of failing. Default 0. */
 } th_server_config;
 
 /* Fills cfg (a struct of `size` bytes: pass sizeof *cfg) with defaults and

@@ -174,6 +174,7 @@ th_status th_server_create(th_server **out, const th_server_config *cfg) {
         sc.lease_ms = c.lease_ms;
         sc.heartbeat_ms = std::max<uint32_t>(c.lease_ms / 10, 1);
         sc.policy.max_readers_per_source = c.max_readers_per_source;
+        sc.standby = c.standby != 0;
         auto s = std::make_unique<th_server>();
         s->impl = std::make_unique<th::Server>(c.listen_url, sc, th::wire::cluster_token(c.token),
                                                c.metrics_url ? c.metrics_url : "");

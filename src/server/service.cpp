@@ -81,9 +81,11 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
             bad_requests_total_++;
             TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
         }
-        // Just after a takeover, "unknown" may only mean "not re-declared yet".
+        // Just after a takeover, or on a standby before its first one,
+        // "unknown" may only mean "not re-declared yet".
         bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
-        bool rebuilding = missing && took_over_ms_ != 0 && now_ms() < took_over_ms_ + cfg_.lease_ms;
+        uint64_t took_over = took_over_ms_;
+        bool rebuilding = missing && (took_over == 0 ? cfg_.standby : now_ms() < took_over + cfg_.lease_ms);
         return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED, false, rebuilding);
     } catch (const std::exception &e) {
         h.epoch = epoch_;

@@ -23,6 +23,9 @@ struct ServiceConfig {
     uint32_t lease_ms = 10000;
     uint32_t heartbeat_ms = 1000;
     PolicyConfig policy;
+    // Started to take over from another server: until it has (and for one
+    // lease after), "unknown" may only mean "not re-declared yet".
+    bool standby = false;
     std::string events_url;  // told to clients in HelloReply
     // Sends one event to subscribers (must not block); may be empty.
     std::function<void(const wire::Bytes &)> publish_event;

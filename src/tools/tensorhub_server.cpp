@@ -14,23 +14,25 @@ static volatile sig_atomic_t g_stop = 0;
 static void on_signal(int) { g_stop = 1; }
 
 static const char *kUsage =
-    "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N]\n"
+    "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N] [--standby]\n"
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
     "  --lease-ms N    a worker silent this long loses its replicas (default 10000)\n"
     "  --max-readers-per-source N   fan-out cap per source (default 2)\n"
     "  --metrics-listen URL  serve Prometheus metrics at URL/metrics (e.g. http://0.0.0.0:9090)\n"
+    "  --standby       this server waits to take over from another: until it has,\n"
+    "                  clients asking for what it does not know yet are told to retry\n"
     "  --token-file FILE   cluster token (first line of FILE); default $TENSORHUB_TOKEN.\n"
     "                  With a token, only peers that have it are served (docs/security.md).\n"
     "Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n";
 
 int main(int argc, char **argv) {
     try {
-        th_tools::Args args(argc, argv, {"help"});
+        th_tools::Args args(argc, argv, {"help", "standby"});
         if (args.has("help")) {
             std::fputs(kUsage, stdout);
             return 0;
         }
-        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen"});
+        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen", "standby"});
         if (!bad.empty() || !args.positional().empty()) {
             std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
                          bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage);
@@ -41,6 +43,7 @@ int main(int argc, char **argv) {
         std::string listen = args.get("listen", "tcp://0.0.0.0:7070");
         cfg.listen_url = listen.c_str();
         cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));
+        cfg.standby = args.has("standby") ? 1 : 0;
         cfg.max_readers_per_source = static_cast<uint32_t>(args.get_u64("max-readers-per-source", cfg.max_readers_per_source));
         std::string metrics = args.get("metrics-listen");
         if (!metrics.empty()) cfg.metrics_url = metrics.c_str();

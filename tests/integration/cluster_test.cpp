@@ -236,9 +236,12 @@ namespace {
 
 // A tensorhub-server process; url() once it listens.
 struct ServerProc {
-    Proc proc{{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"}};
+    Proc proc;
     std::string url;
-    ServerProc() {
+    explicit ServerProc(bool standby = false)
+        : proc(standby ? std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000",
+                                                  "--standby"}
+                       : std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"}) {
         std::string l = proc.line(10000);
         EXPECT_EQ(l.rfind("listening on ", 0), 0u) << l;
         url = l.substr(13);
@@ -305,5 +308,29 @@ TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
     EXPECT_TRUE(fetch_ok("after-leader-died"));
     EXPECT_GT(used.epoch(), leader_epoch);
     EXPECT_TRUE(registered(used, "trainer"));
+    EXPECT_EQ(pub.stop(), 0);
+}
+
+// A reader that starts while the server is dead and reaches the standby
+// before any holder has failed over to it: the standby cannot tell "unknown"
+// from "not re-declared yet", so the reader asks again until the trainer has
+// re-registered there, instead of being told the model does not exist.
+TEST(Failover, ANewReaderReachingTheStandbyFirstWaitsForTheHolders) {
+    ServerProc standby(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary;
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    const std::string both = primary.url + "," + standby.url;
+    // The trainer notices the dead server only after its 1.5 s timeout.
+    Proc pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "sb", "--shard-kb", "1024",
+                     "--heartbeat-ms", "300", "--timeout-ms", "1500"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    const uint64_t before = standby.epoch();
+    kill(primary.proc.pid(), SIGKILL);
+    Proc r(worker({"fetch", "--server", standby.url, "--name", "newcomer", "--model", "sb", "--shard-kb", "1024",
+                   "--no-serve", "--exit", "--timeout-ms", "10000"}));
+    std::string l = r.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+    EXPECT_GT(standby.epoch(), before);  // it took over when the trainer came
     EXPECT_EQ(pub.stop(), 0);
 }

@@ -111,6 +111,7 @@ class ServerConfig(Structure):
         ("max_readers_per_source", c_uint32),
         ("token", c_char_p),
         ("metrics_url", c_char_p),
+        ("standby", c_uint32),
     ]
 
 

@@ -81,6 +81,7 @@ pub struct th_server_config {
     pub max_readers_per_source: u32,
     pub token: *const c_char,
     pub metrics_url: *const c_char,
+    pub standby: u32,
 }
 
 #[repr(C)]
