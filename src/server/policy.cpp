@@ -17,12 +17,26 @@ bool same(const Labels &a, const Labels &b, const char *key) {
     return x != nullptr && y != nullptr && *x == *y;
 }
 
-std::string dc_of(const Labels &l) {
+// Called for every holder of a shard on each plan: no copies.
+const std::string &dc_of(const Labels &l) {
+    static const std::string kNone;
     const std::string *d = label(l, "dc");
-    return d ? *d : std::string();
+    return d ? *d : kNone;
+}
+
+// "kind", dc and value, unambiguous for any label text.
+std::string group_key(const char *kind, const std::string &dc, const std::string *value) {
+    if (value == nullptr) return {};
+    return std::string(kind) + '\0' + std::to_string(dc.size()) + ':' + dc + *value;
 }
 
 }  // namespace
+
+Neighbourhood neighbourhood(const Labels &l) {
+    const std::string &dc = dc_of(l);
+    return {group_key("host", dc, label(l, "host")), group_key("rack", dc, label(l, "rack")),
+            group_key("zone", dc, label(l, "zone"))};
+}
 
 Distance distance(const Labels &a, const Labels &b) {
     if (dc_of(a) != dc_of(b)) return Distance::OtherDc;

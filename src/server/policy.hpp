@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/labels.hpp"
@@ -17,6 +18,15 @@ enum class Distance : int { SameHost = 0, SameRack = 1, SameDc = 2, OtherDc = 3 
 // Labels used: "host", "rack" (or "zone"), "dc". A missing "dc" on both sides
 // counts as the same datacenter; a missing host or rack never matches.
 Distance distance(const Labels &a, const Labels &b);
+
+// The groups a worker belongs to, as keys ("" where a label is missing): two
+// workers with the same host key are at SameHost; two at distance SameRack
+// share a rack or a zone key. Lets the server index the holders of a shard
+// by place and look at a reader's neighbours before everyone else.
+struct Neighbourhood {
+    std::string host, rack, zone;
+};
+Neighbourhood neighbourhood(const Labels &labels);
 
 struct Candidate {
     uint64_t worker_id = 0;

@@ -147,6 +147,7 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     w.id = m->worker_id();
     w.name = m->name() ? m->name()->str() : "";
     w.labels = get_labels(m->labels());
+    w.place = neighbourhood(w.labels);
     w.ucx_address.assign(m->ucx_address()->begin(), m->ucx_address()->end());
     w.last_seen_ms = now_ms();
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
@@ -246,6 +247,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     r.seq = next_seq_++;
     r.desc = std::move(desc);
     replica_index_[r.id] = {name, v.number, m->shard()};
+    index_replica(s, r);
     if (!v.committed && v.published_shards() == v.num_shards) {
         v.committed = true;
         if (!mi.latest || v.number > *mi.latest) mi.latest = v.number;
@@ -302,6 +304,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
             r.seq = next_seq_++;
             r.desc = std::move(desc);
             replica_index_[r.id] = key;
+            index_replica(s, r);
             reader_seq = r.seq;
         } else {
             if (existing->second.worker != h.worker_id) fail(TH_ERR_PROTOCOL, "replica id belongs to another worker");
@@ -315,24 +318,31 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     req.reader_seq = reader_seq;
     if (const auto *ex = aligned(m->exclude(), "exclude list")) req.exclude.assign(ex->begin(), ex->end());
     if (const auto *ex = aligned(m->exclude_replicas(), "exclude list")) req.exclude_replicas.assign(ex->begin(), ex->end());
-    std::vector<Candidate> cands;
-    std::vector<const ReplicaInfo *> reps;
-    for (auto &[id, r] : s.replicas) {
-        auto wit = workers_.find(r.worker);
-        if (wit == workers_.end() || wit->second.suspect || r.mutating) continue;
-        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
-                         wit->second.bytes_served});
-        reps.push_back(&r);
-    }
-    auto chosen = choose_source(req, cands, cfg_.policy);
+    // The policy ranks by distance first, so the best eligible holder on the
+    // reader's host, else in its rack or zone, is the best of all; only when
+    // there is none does the plan weigh every holder of the shard.
+    auto group = [&](const std::string &key) -> const std::vector<uint64_t> * {
+        if (key.empty()) return nullptr;
+        auto it = s.nearby.find(key);
+        return it == s.nearby.end() ? nullptr : &it->second;
+    };
+    std::vector<const std::vector<uint64_t> *> same_host, same_rack;
+    if (auto *g = group(reader.place.host)) same_host.push_back(g);
+    for (const std::string *key : {&reader.place.rack, &reader.place.zone})
+        if (auto *g = group(*key)) same_rack.push_back(g);
+    std::optional<uint64_t> chosen;
+    if (!same_host.empty()) chosen = pick_source(req, s, &same_host);
+    if (!chosen && !same_rack.empty()) chosen = pick_source(req, s, &same_rack);
+    if (!chosen) chosen = pick_source(req, s, nullptr);
     if (!chosen) {
-        size_t holders = std::count_if(reps.begin(), reps.end(), [&](auto *r) { return r->worker != h.worker_id; });
+        size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(),
+                                       [&](auto &kv) { return routable(kv.second) && kv.second.worker != h.worker_id; });
         if (holders == 0)
             fail(TH_ERR_UNAVAILABLE, "no live holder of model '", name, "' version ", v.number, " shard ", m->shard());
         fail(TH_ERR_UNAVAILABLE, "every holder of model '", name, "' version ", v.number, " shard ", m->shard(),
              " failed this reader (", holders, " tried)");
     }
-    ReplicaInfo &src = s.replicas.at(reps[*chosen]->id);
+    ReplicaInfo &src = s.replicas.at(*chosen);
     WorkerInfo &sw = workers_.at(src.worker);
     // Move the reader's active read to the new source.
     end_reads(h.worker_id, key);
@@ -349,6 +359,56 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     Bytes out = finish(b, h, reply);
     plan_seconds_.observe(std::chrono::duration<double>(Clock::now() - started).count());
     return out;
+}
+
+bool Service::routable(const ReplicaInfo &r) const {
+    auto wit = workers_.find(r.worker);
+    return wit != workers_.end() && !wit->second.suspect && !r.mutating;
+}
+
+std::optional<uint64_t> Service::pick_source(const Request &req, const ShardInfo &s,
+                                             const std::vector<const std::vector<uint64_t> *> *groups) const {
+    std::vector<Candidate> cands;
+    std::vector<uint64_t> ids;
+    auto add = [&](const ReplicaInfo &r) {
+        auto wit = workers_.find(r.worker);
+        if (wit == workers_.end() || wit->second.suspect || r.mutating) return;
+        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
+                         wit->second.bytes_served});
+        ids.push_back(r.id);
+    };
+    if (groups == nullptr) {
+        cands.reserve(s.replicas.size());
+        for (const auto &[id, r] : s.replicas) add(r);
+    } else {
+        for (const auto *g : *groups)
+            for (uint64_t id : *g)
+                if (auto it = s.replicas.find(id); it != s.replicas.end()) add(it->second);
+    }
+    auto chosen = choose_source(req, cands, cfg_.policy);
+    if (!chosen) return std::nullopt;
+    return ids[*chosen];
+}
+
+void Service::index_replica(ShardInfo &s, const ReplicaInfo &r) {
+    const Neighbourhood &place = workers_.at(r.worker).place;
+    for (const std::string *key : {&place.host, &place.rack, &place.zone})
+        if (!key->empty()) s.nearby[*key].push_back(r.id);
+}
+
+void Service::unindex_replica(ShardInfo &s, const ReplicaInfo &r) {
+    auto drop = [&](std::unordered_map<std::string, std::vector<uint64_t>>::iterator it) {
+        auto &ids = it->second;
+        ids.erase(std::remove(ids.begin(), ids.end(), r.id), ids.end());
+        if (ids.empty()) s.nearby.erase(it);
+    };
+    auto wit = workers_.find(r.worker);
+    if (wit == workers_.end()) {  // not expected: workers outlive their replicas
+        for (auto it = s.nearby.begin(); it != s.nearby.end();) drop(it++);
+        return;
+    }
+    for (const std::string *key : {&wit->second.place.host, &wit->second.place.rack, &wit->second.place.zone})
+        if (auto it = s.nearby.find(*key); !key->empty() && it != s.nearby.end()) drop(it);
 }
 
 void Service::end_reads(uint64_t reader, const ReplicaKey &key) { end_reads_of({reader, active_key(key)}); }
@@ -456,8 +516,10 @@ void Service::remove_replica(uint64_t replica_id) {
     ReplicaKey k = it->second;
     replica_index_.erase(it);
     ModelInfo &m = models_.at(k.model);
-    auto &replicas = m.versions.at(k.version).shards[k.shard].replicas;
+    ShardInfo &s = m.versions.at(k.version).shards[k.shard];
+    auto &replicas = s.replicas;
     const ReplicaInfo &r = replicas.at(replica_id);
+    unindex_replica(s, r);
     // Readers still planned onto it stop loading its worker.
     auto wit = workers_.find(r.worker);
     if (wit != workers_.end()) wit->second.active_reads -= std::min(wit->second.active_reads, r.active_reads);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -74,6 +75,15 @@ class Service {
     // The committed version a request means (number or UINT64_MAX = latest).
     VersionInfo &committed_version(const std::string &model_name, uint64_t version);
     void remove_replica(uint64_t replica_id);
+    // Keep ShardInfo::nearby in step with its replicas.
+    void index_replica(ShardInfo &s, const ReplicaInfo &r);
+    void unindex_replica(ShardInfo &s, const ReplicaInfo &r);
+    // A holder plans may name: its worker is live and it is not being overwritten.
+    bool routable(const ReplicaInfo &r) const;
+    // The policy's choice among the given groups of s's holders (all of them
+    // when groups is null): a replica id, or nullopt when none is eligible.
+    std::optional<uint64_t> pick_source(const Request &req, const ShardInfo &s,
+                                        const std::vector<const std::vector<uint64_t> *> *groups) const;
     void remove_worker(uint64_t worker_id);
     using ActiveKey = std::pair<uint64_t, std::string>;  // (reader, shard of a version)
     void end_reads(uint64_t reader, const ReplicaKey &key);

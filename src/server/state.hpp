@@ -8,10 +8,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/labels.hpp"
 #include "common/layout.hpp"
+#include "server/policy.hpp"
 #include "wire/replica_desc.hpp"
 
 namespace th {
@@ -20,6 +22,7 @@ struct WorkerInfo {
     uint64_t id = 0;
     std::string name;
     Labels labels;
+    Neighbourhood place;  // from labels
     std::vector<uint8_t> ucx_address;
     uint64_t last_seen_ms = 0;
     uint64_t bytes_served = 0;
@@ -47,6 +50,9 @@ struct ShardInfo {
     uint64_t total_bytes = 0;
     uint32_t num_chunks = 0;
     std::map<uint64_t, ReplicaInfo> replicas;  // by replica id
+    // Replica ids by the host, rack and zone keys of their workers, so that a
+    // plan finds a reader's neighbours without looking at every holder.
+    std::unordered_map<std::string, std::vector<uint64_t>> nearby;
 };
 
 struct ReadRecord {
