@@ -55,7 +55,7 @@ uint32_t Requests::num_chunks() const {
 Bytes Requests::hello(uint64_t worker, uint64_t request_id) const {
     Builder b(512);
     std::vector<uint8_t> ucx_address(120, 3);  // the size of a tcp/sm worker address
-    auto body = CreateHello(b, worker, b.CreateString("worker-" + std::to_string(worker)), put_labels(b, labels_of(worker)),
+    auto body = CreateHello(b, worker, b.CreateString("worker-" + std::to_string(worker)), put_labels(b, shape_.topology ? labels_of(worker) : th::Labels{}),
                             b.CreateVector(ucx_address));
     return finish(b, header(worker, request_id), body);
 }

@@ -15,8 +15,10 @@ namespace th_load {
 using th::wire::Bytes;
 
 // What the simulated cluster looks like: one model, one version, shards of
-// `tensors` tensors, workers packed 8 to a host and 128 to a rack.
+// `tensors` tensors, workers packed 8 to a host and 128 to a rack (or, without
+// topology, no labels at all: every holder is as near as any other).
 struct Shape {
+    bool topology = true;
     std::string model = "load";
     uint64_t version = 1;
     uint32_t tensors = 16;

@@ -16,7 +16,7 @@
 // per repetition, so they share the machine's noise. Every reply is checked.
 //
 //   tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 3]
-//                         [--reps 3] [--mix 1,1,1] [--tensors 16]
+//                         [--reps 3] [--mix 1,1,1] [--tensors 16] [--labels racks|none]
 //                         [--server-cpus 0] [--client-cpus 1] [--markdown] [--smoke]
 //
 // Prints a table (and a markdown table with --markdown) and, last, one JSON
@@ -57,6 +57,7 @@ struct Options {
     unsigned reps = 3;
     std::vector<uint64_t> mix = {1, 1, 1};  // plan, resolve, progress
     uint32_t tensors = 16;
+    bool topology = true;  // --labels racks (default) or none
     std::string server_cpus, client_cpus;  // "" = decide; "none" = do not pin
     bool markdown = false;
     bool smoke = false;
@@ -171,7 +172,7 @@ void require_clean(const RunStats &s, const std::string &what) {
 
 class Load {
   public:
-    explicit Load(const Options &o) : o_(o), requests_(th_load::Shape{.tensors = o.tensors}) {}
+    explicit Load(const Options &o) : o_(o), requests_(th_load::Shape{.topology = o.topology, .tensors = o.tensors}) {}
 
     // Registers W workers and gives every one a replica of shard 0.
     void setup(const std::string &url, uint64_t workers, uint64_t phase) {
@@ -262,9 +263,9 @@ int run_parent(const Options &o) {
     if (urls.size() != o.workers.size() + 1) fail("the server process gave ", urls.size(), " URLs");
 
     std::printf("tensorhub metadata server under load: %u client threads (own connection, 1 request in flight each), "
-                "mix plan:resolve:progress = %llu:%llu:%llu, %u tensors per shard, %u x %.1f s per target\n",
+                "mix plan:resolve:progress = %llu:%llu:%llu, %u tensors per shard, %s, %u x %.1f s per target\n",
                 o.threads, (unsigned long long)o.mix[0], (unsigned long long)o.mix[1], (unsigned long long)o.mix[2], o.tensors,
-                o.reps, o.seconds);
+                o.topology ? "8 workers a host, 128 a rack" : "no topology labels", o.reps, o.seconds);
     std::printf("server process on CPUs %s, client threads on CPUs %s (of %u)\n", o.server_cpus.c_str(), o.client_cpus.c_str(),
                 std::thread::hardware_concurrency());
     Load load(o);
@@ -332,9 +333,9 @@ int run_parent(const Options &o) {
                         t.workers ? str(std::fixed, std::setprecision(2), f.rps / echo.rps, "x").c_str() : "");
         }
     }
-    std::printf("{\"bench\":\"server_load\",\"threads\":%u,\"seconds\":%.1f,\"reps\":%u,\"echo\":{\"rps\":%.0f,\"p50_us\":%.1f,"
+    std::printf("{\"bench\":\"server_load\",\"labels\":\"%s\",\"threads\":%u,\"seconds\":%.1f,\"reps\":%u,\"echo\":{\"rps\":%.0f,\"p50_us\":%.1f,"
                 "\"p99_us\":%.1f},\"servers\":[",
-                o.threads, o.seconds, o.reps, echo.rps, echo.p50_us, echo.p99_us);
+                o.topology ? "racks" : "none", o.threads, o.seconds, o.reps, echo.rps, echo.p50_us, echo.p99_us);
     for (size_t i = 1; i < targets.size(); ++i) {
         Figures f = targets[i].all();
         std::printf("%s{\"workers\":%llu,\"rps\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"ratio\":%.3f", i > 1 ? "," : "",
@@ -374,6 +375,9 @@ Options parse(const th_tools::Args &args) {
     o.server_cpus = args.get("server-cpus");
     o.client_cpus = args.get("client-cpus");
     o.markdown = args.has("markdown");
+    std::string labels = args.get("labels", "racks");
+    if (labels != "racks" && labels != "none") fail("--labels takes racks or none");
+    o.topology = labels == "racks";
     default_split(o);
     uint64_t weight = 0;
     for (uint64_t m : o.mix) weight += m;
@@ -392,11 +396,11 @@ int main(int argc, char **argv) {
         th_tools::Args args(argc, argv, {"help", "smoke", "markdown"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 3] [--reps 3] "
-                        "[--mix 1,1,1] [--tensors 16] [--server-cpus LIST] [--client-cpus LIST] [--markdown] [--smoke]\n");
+                        "[--mix 1,1,1] [--tensors 16] [--labels racks|none] [--server-cpus LIST] [--client-cpus LIST] [--markdown] [--smoke]\n");
             return 0;
         }
         auto bad = args.unknown({"workers", "threads", "seconds", "reps", "mix", "tensors", "server-cpus", "client-cpus",
-                                 "markdown", "smoke", "role"});
+                                 "markdown", "smoke", "role", "labels"});
         if (!bad.empty()) fail("unknown option --", bad[0], " (see --help)");
         Options o = parse(args);
         ensure_std_fds();

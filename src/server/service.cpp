@@ -240,6 +240,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     ReplicaInfo &r = s.replicas[m->replica_id()];
     r.id = m->replica_id();
     r.worker = h.worker_id;
+    r.holder = &workers_.at(h.worker_id);
     r.publisher = !m->owned();
     r.owned = m->owned();
     r.complete = true;
@@ -301,6 +302,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
             ReplicaInfo &r = s.replicas[m->replica_id()];
             r.id = m->replica_id();
             r.worker = h.worker_id;
+            r.holder = &reader;
             r.seq = next_seq_++;
             r.desc = std::move(desc);
             replica_index_[r.id] = key;
@@ -361,20 +363,16 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     return out;
 }
 
-bool Service::routable(const ReplicaInfo &r) const {
-    auto wit = workers_.find(r.worker);
-    return wit != workers_.end() && !wit->second.suspect && !r.mutating;
-}
+bool Service::routable(const ReplicaInfo &r) const { return !r.holder->suspect && !r.mutating; }
 
 std::optional<uint64_t> Service::pick_source(const Request &req, const ShardInfo &s,
                                              const std::vector<const std::vector<uint64_t> *> *groups) const {
     std::vector<Candidate> cands;
     std::vector<uint64_t> ids;
     auto add = [&](const ReplicaInfo &r) {
-        auto wit = workers_.find(r.worker);
-        if (wit == workers_.end() || wit->second.suspect || r.mutating) return;
-        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
-                         wit->second.bytes_served});
+        if (!routable(r)) return;
+        const WorkerInfo &w = *r.holder;
+        cands.push_back({r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served});
         ids.push_back(r.id);
     };
     if (groups == nullptr) {
@@ -391,24 +389,20 @@ std::optional<uint64_t> Service::pick_source(const Request &req, const ShardInfo
 }
 
 void Service::index_replica(ShardInfo &s, const ReplicaInfo &r) {
-    const Neighbourhood &place = workers_.at(r.worker).place;
+    const Neighbourhood &place = r.holder->place;
     for (const std::string *key : {&place.host, &place.rack, &place.zone})
         if (!key->empty()) s.nearby[*key].push_back(r.id);
 }
 
 void Service::unindex_replica(ShardInfo &s, const ReplicaInfo &r) {
-    auto drop = [&](std::unordered_map<std::string, std::vector<uint64_t>>::iterator it) {
+    const Neighbourhood &place = r.holder->place;
+    for (const std::string *key : {&place.host, &place.rack, &place.zone}) {
+        auto it = key->empty() ? s.nearby.end() : s.nearby.find(*key);
+        if (it == s.nearby.end()) continue;
         auto &ids = it->second;
         ids.erase(std::remove(ids.begin(), ids.end(), r.id), ids.end());
         if (ids.empty()) s.nearby.erase(it);
-    };
-    auto wit = workers_.find(r.worker);
-    if (wit == workers_.end()) {  // not expected: workers outlive their replicas
-        for (auto it = s.nearby.begin(); it != s.nearby.end();) drop(it++);
-        return;
     }
-    for (const std::string *key : {&wit->second.place.host, &wit->second.place.rack, &wit->second.place.zone})
-        if (auto it = s.nearby.find(*key); !key->empty() && it != s.nearby.end()) drop(it);
 }
 
 void Service::end_reads(uint64_t reader, const ReplicaKey &key) { end_reads_of({reader, active_key(key)}); }

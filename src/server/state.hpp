@@ -33,6 +33,9 @@ struct WorkerInfo {
 struct ReplicaInfo {
     uint64_t id = 0;
     uint64_t worker = 0;
+    // workers[worker]: a worker's replicas go before it does, so this stays
+    // valid; saves a lookup per holder on every plan.
+    WorkerInfo *holder = nullptr;
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
     bool mutating = false;  // its holder is about to overwrite it: not routed to
