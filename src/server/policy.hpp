@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/labels.hpp"
@@ -24,6 +25,7 @@ Distance distance(const Labels &a, const Labels &b);
 // share a rack or a zone key. Lets the server index the holders of a shard
 // by place and look at a reader's neighbours before everyone else.
 struct Neighbourhood {
+    std::string dc;  // the label itself, "" when missing
     std::string host, rack, zone;
 };
 Neighbourhood neighbourhood(const Labels &labels);
@@ -54,6 +56,13 @@ struct Request {
     std::vector<uint64_t> exclude;           // workers that failed this reader
     std::vector<uint64_t> exclude_replicas;  // replicas that changed under it
 };
+
+// Whether c may serve req at all, whatever its distance and load.
+bool eligible(const Request &req, const Candidate &c);
+
+// How the policy ranks eligible sources at the same distance: smaller first.
+using LoadRank = std::tuple<bool, uint32_t, uint64_t, bool, uint64_t>;
+LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg);
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.
 // Order: distance; then sources under the fan-out cap; then fewest active

@@ -322,7 +322,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     if (const auto *ex = aligned(m->exclude_replicas(), "exclude list")) req.exclude_replicas.assign(ex->begin(), ex->end());
     // The policy ranks by distance first, so the best eligible holder on the
     // reader's host, else in its rack or zone, is the best of all; only when
-    // there is none does the plan weigh every holder of the shard.
+    // there is none does the plan go by load (pick_by_load).
     auto group = [&](const std::string &key) -> const std::vector<uint64_t> * {
         if (key.empty()) return nullptr;
         auto it = s.nearby.find(key);
@@ -333,9 +333,9 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     for (const std::string *key : {&reader.place.rack, &reader.place.zone})
         if (auto *g = group(*key)) same_rack.push_back(g);
     std::optional<uint64_t> chosen;
-    if (!same_host.empty()) chosen = pick_source(req, s, &same_host);
-    if (!chosen && !same_rack.empty()) chosen = pick_source(req, s, &same_rack);
-    if (!chosen) chosen = pick_source(req, s, nullptr);
+    if (!same_host.empty()) chosen = pick_source(req, s, same_host);
+    if (!chosen && !same_rack.empty()) chosen = pick_source(req, s, same_rack);
+    if (!chosen) chosen = pick_by_load(req, s, reader.place.dc);
     if (!chosen) {
         size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(),
                                        [&](auto &kv) { return routable(kv.second) && kv.second.worker != h.worker_id; });
@@ -350,6 +350,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     end_reads(h.worker_id, key);
     sw.active_reads++;
     src.active_reads++;
+    rerank(sw);
     active_[{h.worker_id, active_key(key)}] = {src.id};
 
     Builder b(1024);
@@ -365,43 +366,84 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
 
 bool Service::routable(const ReplicaInfo &r) const { return !r.holder->suspect && !r.mutating; }
 
-std::optional<uint64_t> Service::pick_source(const Request &req, const ShardInfo &s,
-                                             const std::vector<const std::vector<uint64_t> *> *groups) const {
-    std::vector<Candidate> cands;
-    std::vector<uint64_t> ids;
-    auto add = [&](const ReplicaInfo &r) {
-        if (!routable(r)) return;
-        const WorkerInfo &w = *r.holder;
-        cands.push_back({r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served});
-        ids.push_back(r.id);
-    };
-    if (groups == nullptr) {
-        cands.reserve(s.replicas.size());
-        for (const auto &[id, r] : s.replicas) add(r);
-    } else {
-        for (const auto *g : *groups)
-            for (uint64_t id : *g)
-                if (auto it = s.replicas.find(id); it != s.replicas.end()) add(it->second);
-    }
-    auto chosen = choose_source(req, cands, cfg_.policy);
-    if (!chosen) return std::nullopt;
-    return ids[*chosen];
+Candidate Service::candidate(const ReplicaInfo &r) const {
+    const WorkerInfo &w = *r.holder;
+    return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served};
 }
 
-void Service::index_replica(ShardInfo &s, const ReplicaInfo &r) {
+std::optional<uint64_t> Service::pick_source(const Request &req, const ShardInfo &s,
+                                             const std::vector<const std::vector<uint64_t> *> &groups) const {
+    std::vector<Candidate> cands;
+    for (const auto *g : groups)
+        for (uint64_t id : *g)
+            if (auto it = s.replicas.find(id); it != s.replicas.end() && routable(it->second))
+                cands.push_back(candidate(it->second));
+    auto chosen = choose_source(req, cands, cfg_.policy);
+    if (!chosen) return std::nullopt;
+    return cands[*chosen].replica_id;
+}
+
+std::optional<uint64_t> Service::pick_by_load(const Request &req, const ShardInfo &s, const std::string &dc) const {
+    // No holder at SameRack or closer is eligible, so in the reader's own
+    // datacenter the first eligible in load order is the policy's choice; only
+    // without one does it cross, to the best of each other's first eligible.
+    using Filed = std::pair<LoadRank, uint64_t>;
+    auto first_eligible = [&](const std::set<Filed> &filed) -> const Filed * {
+        for (const Filed &f : filed) {
+            const ReplicaInfo &r = s.replicas.at(f.second);
+            if (routable(r) && eligible(req, candidate(r))) return &f;
+        }
+        return nullptr;
+    };
+    if (auto home = s.by_load.find(dc); home != s.by_load.end())
+        if (const Filed *f = first_eligible(home->second)) return f->second;
+    const Filed *best = nullptr;
+    for (const auto &[other, filed] : s.by_load)
+        if (other != dc)
+            if (const Filed *f = first_eligible(filed); f && (!best || *f < *best)) best = f;
+    if (!best) return std::nullopt;
+    return best->second;
+}
+
+void Service::file(ReplicaInfo &r) {
+    r.rank = load_rank(candidate(r), cfg_.policy);
+    r.shard->by_load[r.holder->place.dc].insert({r.rank, r.id});
+}
+
+void Service::unfile(ReplicaInfo &r) {
+    auto it = r.shard->by_load.find(r.holder->place.dc);
+    if (it == r.shard->by_load.end()) return;
+    it->second.erase({r.rank, r.id});
+    if (it->second.empty()) r.shard->by_load.erase(it);
+}
+
+void Service::rerank(WorkerInfo &w) {
+    for (ReplicaInfo *r : w.held) {
+        unfile(*r);
+        file(*r);
+    }
+}
+
+void Service::index_replica(ShardInfo &s, ReplicaInfo &r) {
+    r.shard = &s;
+    r.holder->held.push_back(&r);
     const Neighbourhood &place = r.holder->place;
     for (const std::string *key : {&place.host, &place.rack, &place.zone})
         if (!key->empty()) s.nearby[*key].push_back(r.id);
+    file(r);
 }
 
-void Service::unindex_replica(ShardInfo &s, const ReplicaInfo &r) {
+void Service::unindex_replica(ReplicaInfo &r) {
+    unfile(r);
+    auto &held = r.holder->held;
+    held.erase(std::remove(held.begin(), held.end(), &r), held.end());
     const Neighbourhood &place = r.holder->place;
     for (const std::string *key : {&place.host, &place.rack, &place.zone}) {
-        auto it = key->empty() ? s.nearby.end() : s.nearby.find(*key);
-        if (it == s.nearby.end()) continue;
+        auto it = key->empty() ? r.shard->nearby.end() : r.shard->nearby.find(*key);
+        if (it == r.shard->nearby.end()) continue;
         auto &ids = it->second;
         ids.erase(std::remove(ids.begin(), ids.end(), r.id), ids.end());
-        if (ids.empty()) s.nearby.erase(it);
+        if (ids.empty()) r.shard->nearby.erase(it);
     }
 }
 
@@ -419,7 +461,10 @@ void Service::end_reads_of(const ActiveKey &key) {
         ReplicaInfo &r = models_.at(k.model).versions.at(k.version).shards[k.shard].replicas.at(rid);
         if (r.active_reads > 0) r.active_reads--;
         auto wit = workers_.find(r.worker);
-        if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
+        if (wit != workers_.end() && wit->second.active_reads > 0) {
+            wit->second.active_reads--;
+            rerank(wit->second);
+        }
         if (r.mutating && r.active_reads == 0) emit(EventKind::Drained, k.model, k.version, rid);
     }
 }
@@ -449,7 +494,10 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
     if (v != nullptr && m->bytes_from()) {
         for (const auto *sb : *m->bytes_from()) {
             auto wit = workers_.find(sb->worker_id());
-            if (wit != workers_.end()) wit->second.bytes_served += sb->bytes();
+            if (wit != workers_.end()) {
+                wit->second.bytes_served += sb->bytes();
+                rerank(wit->second);
+            }
             auto &replicas = v->shards[m->shard()].replicas;
             auto rit = replicas.find(sb->replica_id());
             if (rit != replicas.end() && rit->second.worker == sb->worker_id()) {
@@ -471,6 +519,7 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
             if (r.worker != h.worker_id) fail(TH_ERR_PROTOCOL, "replica belongs to another worker");
             if (m->ok()) {
                 r.complete = true;
+                rerank(*r.holder);
                 r.chunks_done = models_.at(it->second.model).versions.at(it->second.version).shards[it->second.shard].num_chunks;
             } else {
                 remove_replica(m->replica_id());
@@ -510,13 +559,13 @@ void Service::remove_replica(uint64_t replica_id) {
     ReplicaKey k = it->second;
     replica_index_.erase(it);
     ModelInfo &m = models_.at(k.model);
-    ShardInfo &s = m.versions.at(k.version).shards[k.shard];
-    auto &replicas = s.replicas;
-    const ReplicaInfo &r = replicas.at(replica_id);
-    unindex_replica(s, r);
+    auto &replicas = m.versions.at(k.version).shards[k.shard].replicas;
+    ReplicaInfo &r = replicas.at(replica_id);
+    unindex_replica(r);
     // Readers still planned onto it stop loading its worker.
-    auto wit = workers_.find(r.worker);
-    if (wit != workers_.end()) wit->second.active_reads -= std::min(wit->second.active_reads, r.active_reads);
+    WorkerInfo &w = *r.holder;
+    w.active_reads -= std::min(w.active_reads, r.active_reads);
+    rerank(w);
     replicas.erase(replica_id);
     prune(m);
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -75,15 +76,23 @@ class Service {
     // The committed version a request means (number or UINT64_MAX = latest).
     VersionInfo &committed_version(const std::string &model_name, uint64_t version);
     void remove_replica(uint64_t replica_id);
-    // Keep ShardInfo::nearby in step with its replicas.
-    void index_replica(ShardInfo &s, const ReplicaInfo &r);
-    void unindex_replica(ShardInfo &s, const ReplicaInfo &r);
+    // Keep ShardInfo::nearby and by_load and WorkerInfo::held in step with
+    // the replicas; rerank() after a change to a worker's load or to whether
+    // its replicas are complete.
+    void index_replica(ShardInfo &s, ReplicaInfo &r);
+    void unindex_replica(ReplicaInfo &r);
+    void rerank(WorkerInfo &w);
+    void file(ReplicaInfo &r);
+    void unfile(ReplicaInfo &r);
+    Candidate candidate(const ReplicaInfo &r) const;
     // A holder plans may name: its worker is live and it is not being overwritten.
     bool routable(const ReplicaInfo &r) const;
-    // The policy's choice among the given groups of s's holders (all of them
-    // when groups is null): a replica id, or nullopt when none is eligible.
+    // The policy's choice among the given groups of s's holders: a replica id,
+    // or nullopt when none is eligible.
     std::optional<uint64_t> pick_source(const Request &req, const ShardInfo &s,
-                                        const std::vector<const std::vector<uint64_t> *> *groups) const;
+                                        const std::vector<const std::vector<uint64_t> *> &groups) const;
+    // The policy's choice when no holder at SameRack or closer is eligible.
+    std::optional<uint64_t> pick_by_load(const Request &req, const ShardInfo &s, const std::string &dc) const;
     void remove_worker(uint64_t worker_id);
     using ActiveKey = std::pair<uint64_t, std::string>;  // (reader, shard of a version)
     void end_reads(uint64_t reader, const ReplicaKey &key);

@@ -18,6 +18,9 @@
 
 namespace th {
 
+struct ReplicaInfo;
+struct ShardInfo;
+
 struct WorkerInfo {
     uint64_t id = 0;
     std::string name;
@@ -28,6 +31,7 @@ struct WorkerInfo {
     uint64_t bytes_served = 0;
     uint32_t active_reads = 0;
     bool suspect = false;  // a reader failed to read from it: not routed to until it re-registers
+    std::vector<ReplicaInfo *> held;  // its replicas: their ranks move with its load
 };
 
 struct ReplicaInfo {
@@ -36,6 +40,8 @@ struct ReplicaInfo {
     // workers[worker]: a worker's replicas go before it does, so this stays
     // valid; saves a lookup per holder on every plan.
     WorkerInfo *holder = nullptr;
+    ShardInfo *shard = nullptr;  // the shard holding it
+    LoadRank rank{};             // where it is filed in shard->by_load
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
     bool mutating = false;  // its holder is about to overwrite it: not routed to
@@ -56,6 +62,10 @@ struct ShardInfo {
     // Replica ids by the host, rack and zone keys of their workers, so that a
     // plan finds a reader's neighbours without looking at every holder.
     std::unordered_map<std::string, std::vector<uint64_t>> nearby;
+    // Replicas in the policy's load order, per datacenter, so that a reader
+    // with no eligible neighbour takes the first eligible one in its own
+    // datacenter (else the best first of the others) without weighing all.
+    std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> by_load;
 };
 
 struct ReadRecord {

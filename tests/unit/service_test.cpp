@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <regex>
 
 #include "client/client.hpp"
@@ -222,11 +223,13 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
     // Replica ids grow with registration, so they order replicas as seq does.
     std::map<uint64_t, uint64_t> held;  // worker -> its replica of the shard
     std::map<uint64_t, uint64_t> read_from;
+    std::set<uint64_t> suspect;  // reported unreachable until they join again
     uint64_t next_replica = 1001;
-    int planned = 0, unavailable = 0;
+    int planned = 0;
     for (int step = 0; step < 600; ++step) {
         uint64_t w = 2 + rng() % (kWorkers - 1);
-        int action = rng() % 10;
+        int action = rng() % 11;
+        if (suspect.count(w)) action = 9;  // the server tells it to register again
         if (action < 6) {
             uint64_t rid = held.count(w) ? held[w] : (rng() % 2 ? next_replica++ : 0);
             std::vector<uint64_t> exclude;
@@ -242,6 +245,7 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
             }
             std::vector<Candidate> all;
             for (const auto *r : *st->models()->Get(0)->versions()->Get(0)->shards()->Get(0)->replicas()) {
+                if (suspect.count(r->worker_id())) continue;
                 const WorkerStatus *ws = workers.at(r->worker_id());
                 all.push_back({r->worker_id(), r->replica_id(), &labels[r->worker_id()], r->complete(), ws->active_reads(),
                                r->replica_id(), ws->bytes_served()});
@@ -255,7 +259,6 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
             Bytes r = call(finish(b, hdr(w, req++), body));
             if (!expected) {
                 EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE) << "step " << step;
-                unavailable++;
             } else {
                 ASSERT_EQ(env(r)->body_type(), Body::PlanReply) << "step " << step << ": " << error_text(r);
                 const SourceRange *src = env(r)->body_as_PlanReply()->ranges()->Get(0);
@@ -278,6 +281,12 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
             join(w, random_labels());  // moves: its replicas go
             held.erase(w);
             read_from.erase(w);
+            suspect.erase(w);
+        } else if (action == 10 && rng() % 4 == 0) {
+            uint64_t failed = 2 + rng() % (kWorkers - 1);
+            Builder b;
+            ASSERT_EQ(error_code(call(finish(b, hdr(w, req++), CreateSourceFailed(b, failed, b.CreateString("test"))))), 0);
+            if (failed != w) suspect.insert(failed);
         }
     }
     EXPECT_GT(planned, 200);
