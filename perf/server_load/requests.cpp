@@ -24,6 +24,7 @@ const char *kind_name(Kind k) {
         case Kind::FetchDone: return "fetch_done";
         case Kind::Resolve: return "resolve";
         case Kind::Progress: return "progress";
+        case Kind::Heartbeat: return "heartbeat";
     }
     return "?";
 }
@@ -97,6 +98,11 @@ Bytes Requests::progress(uint64_t worker, uint64_t request_id) const {
     return finish(b, header(worker, request_id), CreateProgress(b, replica_of(worker), num_chunks()));
 }
 
+Bytes Requests::heartbeat(uint64_t worker, uint64_t request_id) const {
+    Builder b(64);
+    return finish(b, header(worker, request_id), CreateHeartbeat(b));
+}
+
 Bytes Requests::make(Kind kind, uint64_t worker, uint64_t request_id) const {
     switch (kind) {
         case Kind::Hello: return hello(worker, request_id);
@@ -105,6 +111,7 @@ Bytes Requests::make(Kind kind, uint64_t worker, uint64_t request_id) const {
         case Kind::FetchDone: return fetch_done(worker, request_id, 1);
         case Kind::Resolve: return resolve(worker, request_id);
         case Kind::Progress: return progress(worker, request_id);
+        case Kind::Heartbeat: return heartbeat(worker, request_id);
     }
     return {};
 }
@@ -127,6 +134,7 @@ std::string Requests::check(Kind kind, uint64_t worker, uint64_t request_id, con
         case Kind::Publish: want = Body::PublishReply; break;
         case Kind::Plan: want = Body::PlanReply; break;
         case Kind::Resolve: want = Body::ResolveReply; break;
+        case Kind::Heartbeat: want = Body::HeartbeatReply; break;
         case Kind::FetchDone:
         case Kind::Progress: break;
     }

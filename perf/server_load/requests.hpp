@@ -26,7 +26,7 @@ struct Shape {
     uint64_t chunk_bytes = 1 << 20;
 };
 
-enum class Kind { Hello, Publish, Plan, FetchDone, Resolve, Progress };
+enum class Kind { Hello, Publish, Plan, FetchDone, Resolve, Progress, Heartbeat };
 const char *kind_name(Kind k);
 
 class Requests {
@@ -46,6 +46,7 @@ class Requests {
     Bytes fetch_done(uint64_t worker, uint64_t request_id, uint64_t source) const;
     Bytes resolve(uint64_t worker, uint64_t request_id) const;
     Bytes progress(uint64_t worker, uint64_t request_id) const;
+    Bytes heartbeat(uint64_t worker, uint64_t request_id) const;
     Bytes make(Kind kind, uint64_t worker, uint64_t request_id) const;
 
     // Empty when reply is the answer a request of this kind from this worker

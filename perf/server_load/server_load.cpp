@@ -10,13 +10,14 @@
 // it with the requests the client sends when it serves a fetched copy
 // (PlanFetch with its replica, FetchDone), so the shard has W holders. Then,
 // from T client threads (own connection and context each, one request in
-// flight), a mix of PlanFetch, Resolve and Progress from random workers, as
-// fast as the server answers, for a fixed time; the echo server is driven by
-// the same threads with the same request bytes. Echo and servers alternate
+// flight), a mix of PlanFetch, Resolve and Progress (and, if asked,
+// Heartbeat) from random workers, as fast as the server answers, for a fixed
+// time; the echo server is driven by the same threads with the same request
+// bytes. Echo and servers alternate
 // per repetition, so they share the machine's noise. Every reply is checked.
 //
 //   tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 3]
-//                         [--reps 3] [--mix 1,1,1] [--tensors 16] [--labels racks|none]
+//                         [--reps 3] [--mix 1,1,1,0] [--tensors 16] [--labels racks|none]
 //                         [--server-cpus 0] [--client-cpus 1] [--markdown] [--smoke]
 //
 // Prints a table (and a markdown table with --markdown) and, last, one JSON
@@ -48,14 +49,14 @@ namespace {
 
 constexpr Millis kCommandLimit{120000};
 constexpr Millis kIdleLimit{60 * 60 * 1000};
-const Kind kMeasured[] = {Kind::Plan, Kind::Resolve, Kind::Progress};
+const Kind kMeasured[] = {Kind::Plan, Kind::Resolve, Kind::Progress, Kind::Heartbeat};
 
 struct Options {
     std::vector<uint64_t> workers = {1000, 10000};
     unsigned threads = 8;
     double seconds = 3;
     unsigned reps = 3;
-    std::vector<uint64_t> mix = {1, 1, 1};  // plan, resolve, progress
+    std::vector<uint64_t> mix = {1, 1, 1, 0};  // plan, resolve, progress, heartbeat
     uint32_t tensors = 16;
     bool topology = true;  // --labels racks (default) or none
     std::string server_cpus, client_cpus;  // "" = decide; "none" = do not pin
@@ -263,8 +264,8 @@ int run_parent(const Options &o) {
     if (urls.size() != o.workers.size() + 1) fail("the server process gave ", urls.size(), " URLs");
 
     std::printf("tensorhub metadata server under load: %u client threads (own connection, 1 request in flight each), "
-                "mix plan:resolve:progress = %llu:%llu:%llu, %u tensors per shard, %s, %u x %.1f s per target\n",
-                o.threads, (unsigned long long)o.mix[0], (unsigned long long)o.mix[1], (unsigned long long)o.mix[2], o.tensors,
+                "mix plan:resolve:progress:heartbeat = %llu:%llu:%llu:%llu, %u tensors per shard, %s, %u x %.1f s per target\n",
+                o.threads, (unsigned long long)o.mix[0], (unsigned long long)o.mix[1], (unsigned long long)o.mix[2], (unsigned long long)o.mix[3], o.tensors,
                 o.topology ? "8 workers a host, 128 a rack" : "no topology labels", o.reps, o.seconds);
     std::printf("server process on CPUs %s, client threads on CPUs %s (of %u)\n", o.server_cpus.c_str(), o.client_cpus.c_str(),
                 std::thread::hardware_concurrency());
@@ -311,7 +312,8 @@ int run_parent(const Options &o) {
     };
     for (Target &t : targets) {
         if (t.workers)
-            for (Kind k : kMeasured) row(t.name, kind_name(k), t.of(k), false);
+            for (Kind k : kMeasured)
+                if (t.count[k]) row(t.name, kind_name(k), t.of(k), false);
         row(t.name, "all", t.all(), t.workers != 0);
     }
     Target &big = targets.back();
@@ -324,6 +326,7 @@ int run_parent(const Options &o) {
         for (Target &t : targets) {
             if (t.workers)
                 for (Kind k : kMeasured) {
+                    if (!t.count[k]) continue;
                     Figures f = t.of(k);
                     std::printf("| %s | %s | %s | %.0f | %.0f | |\n", t.name.c_str(), kind_name(k), fmt_rate(f.rps).c_str(), f.p50_us,
                                 f.p99_us);
@@ -341,6 +344,7 @@ int run_parent(const Options &o) {
         std::printf("%s{\"workers\":%llu,\"rps\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"ratio\":%.3f", i > 1 ? "," : "",
                     (unsigned long long)targets[i].workers, f.rps, f.p50_us, f.p99_us, f.rps / echo.rps);
         for (Kind k : kMeasured) {
+            if (!targets[i].count[k]) continue;
             Figures g = targets[i].of(k);
             std::printf(",\"%s\":{\"rps\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f}", kind_name(k), g.rps, g.p50_us, g.p99_us);
         }
@@ -359,6 +363,7 @@ Options parse(const th_tools::Args &args) {
         o.seconds = 1;
         o.reps = 1;
         o.tensors = 4;
+        o.mix = {1, 1, 1, 1};
     }
     if (args.has("workers")) {
         o.workers.clear();
@@ -381,7 +386,8 @@ Options parse(const th_tools::Args &args) {
     default_split(o);
     uint64_t weight = 0;
     for (uint64_t m : o.mix) weight += m;
-    if (o.mix.size() != 3 || weight == 0) fail("--mix takes three weights: plan,resolve,progress");
+    if (o.mix.size() == 3) o.mix.push_back(0);
+    if (o.mix.size() != 4 || weight == 0) fail("--mix takes weights plan,resolve,progress[,heartbeat]");
     if (o.workers.empty() || o.threads < 1 || o.seconds <= 0 || o.reps < 1 || o.tensors < 1)
         fail("--workers, --threads, --seconds, --reps and --tensors must be positive");
     for (uint64_t w : o.workers)
@@ -396,7 +402,7 @@ int main(int argc, char **argv) {
         th_tools::Args args(argc, argv, {"help", "smoke", "markdown"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 3] [--reps 3] "
-                        "[--mix 1,1,1] [--tensors 16] [--labels racks|none] [--server-cpus LIST] [--client-cpus LIST] [--markdown] [--smoke]\n");
+                        "[--mix 1,1,1,0] [--tensors 16] [--labels racks|none] [--server-cpus LIST] [--client-cpus LIST] [--markdown] [--smoke]\n");
             return 0;
         }
         auto bad = args.unknown({"workers", "threads", "seconds", "reps", "mix", "tensors", "server-cpus", "client-cpus",

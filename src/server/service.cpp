@@ -617,12 +617,13 @@ ReplicaInfo &Service::own_replica(uint64_t replica_id, uint64_t worker, ReplicaK
 
 Bytes Service::on_heartbeat(const Header &h) {
     // Owned copies whose version nobody needs any more can be freed.
+    // Every worker sends one a second: look at its own replicas only.
     std::vector<uint64_t> drop;
-    for (auto &[id, key] : replica_index_) {
+    for (const ReplicaInfo *r : workers_.at(h.worker_id).held) {
+        if (!r->owned) continue;
+        const ReplicaKey &key = replica_index_.at(r->id);
         ModelInfo &m = models_.at(key.model);
-        VersionInfo &v = m.versions.at(key.version);
-        const ReplicaInfo &r = v.shards[key.shard].replicas.at(id);
-        if (r.worker == h.worker_id && r.owned && !is_required(m, v)) drop.push_back(id);
+        if (!is_required(m, m.versions.at(key.version))) drop.push_back(r->id);
     }
     Builder b(64);
     return finish(b, h, CreateHeartbeatReply(b, b.CreateVector(drop)));
