@@ -323,18 +323,18 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     // The policy ranks by distance first, so the best eligible holder on the
     // reader's host, else in its rack or zone, is the best of all; only when
     // there is none does the plan go by load (pick_by_load).
-    auto group = [&](const std::string &key) -> const std::vector<uint64_t> * {
+    auto group = [&](const std::string &key) -> const std::vector<ReplicaInfo *> * {
         if (key.empty()) return nullptr;
         auto it = s.nearby.find(key);
         return it == s.nearby.end() ? nullptr : &it->second;
     };
-    std::vector<const std::vector<uint64_t> *> same_host, same_rack;
+    std::vector<const std::vector<ReplicaInfo *> *> same_host, same_rack;
     if (auto *g = group(reader.place.host)) same_host.push_back(g);
     for (const std::string *key : {&reader.place.rack, &reader.place.zone})
         if (auto *g = group(*key)) same_rack.push_back(g);
     std::optional<uint64_t> chosen;
-    if (!same_host.empty()) chosen = pick_source(req, s, same_host);
-    if (!chosen && !same_rack.empty()) chosen = pick_source(req, s, same_rack);
+    if (!same_host.empty()) chosen = pick_source(req, same_host);
+    if (!chosen && !same_rack.empty()) chosen = pick_source(req, same_rack);
     if (!chosen) chosen = pick_by_load(req, s, reader.place.dc);
     if (!chosen) {
         size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(),
@@ -371,13 +371,12 @@ Candidate Service::candidate(const ReplicaInfo &r) const {
     return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served};
 }
 
-std::optional<uint64_t> Service::pick_source(const Request &req, const ShardInfo &s,
-                                             const std::vector<const std::vector<uint64_t> *> &groups) const {
+std::optional<uint64_t> Service::pick_source(const Request &req,
+                                             const std::vector<const std::vector<ReplicaInfo *> *> &groups) const {
     std::vector<Candidate> cands;
     for (const auto *g : groups)
-        for (uint64_t id : *g)
-            if (auto it = s.replicas.find(id); it != s.replicas.end() && routable(it->second))
-                cands.push_back(candidate(it->second));
+        for (const ReplicaInfo *r : *g)
+            if (routable(*r)) cands.push_back(candidate(*r));
     auto chosen = choose_source(req, cands, cfg_.policy);
     if (!chosen) return std::nullopt;
     return cands[*chosen].replica_id;
@@ -429,7 +428,7 @@ void Service::index_replica(ShardInfo &s, ReplicaInfo &r) {
     r.holder->held.push_back(&r);
     const Neighbourhood &place = r.holder->place;
     for (const std::string *key : {&place.host, &place.rack, &place.zone})
-        if (!key->empty()) s.nearby[*key].push_back(r.id);
+        if (!key->empty()) s.nearby[*key].push_back(&r);
     file(r);
 }
 
@@ -441,9 +440,9 @@ void Service::unindex_replica(ReplicaInfo &r) {
     for (const std::string *key : {&place.host, &place.rack, &place.zone}) {
         auto it = key->empty() ? r.shard->nearby.end() : r.shard->nearby.find(*key);
         if (it == r.shard->nearby.end()) continue;
-        auto &ids = it->second;
-        ids.erase(std::remove(ids.begin(), ids.end(), r.id), ids.end());
-        if (ids.empty()) r.shard->nearby.erase(it);
+        auto &near = it->second;
+        near.erase(std::remove(near.begin(), near.end(), &r), near.end());
+        if (near.empty()) r.shard->nearby.erase(it);
     }
 }
 

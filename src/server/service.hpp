@@ -87,10 +87,10 @@ class Service {
     Candidate candidate(const ReplicaInfo &r) const;
     // A holder plans may name: its worker is live and it is not being overwritten.
     bool routable(const ReplicaInfo &r) const;
-    // The policy's choice among the given groups of s's holders: a replica id,
-    // or nullopt when none is eligible.
-    std::optional<uint64_t> pick_source(const Request &req, const ShardInfo &s,
-                                        const std::vector<const std::vector<uint64_t> *> &groups) const;
+    // The policy's choice among the given groups of holders: a replica id, or
+    // nullopt when none is eligible.
+    std::optional<uint64_t> pick_source(const Request &req,
+                                        const std::vector<const std::vector<ReplicaInfo *> *> &groups) const;
     // The policy's choice when no holder at SameRack or closer is eligible.
     std::optional<uint64_t> pick_by_load(const Request &req, const ShardInfo &s, const std::string &dc) const;
     void remove_worker(uint64_t worker_id);

@@ -59,9 +59,9 @@ struct ShardInfo {
     uint64_t total_bytes = 0;
     uint32_t num_chunks = 0;
     std::map<uint64_t, ReplicaInfo> replicas;  // by replica id
-    // Replica ids by the host, rack and zone keys of their workers, so that a
+    // Replicas by the host, rack and zone keys of their workers, so that a
     // plan finds a reader's neighbours without looking at every holder.
-    std::unordered_map<std::string, std::vector<uint64_t>> nearby;
+    std::unordered_map<std::string, std::vector<ReplicaInfo *>> nearby;
     // Replicas in the policy's load order, per datacenter, so that a reader
     // with no eligible neighbour takes the first eligible one in its own
     // datacenter (else the best first of the others) without weighing all.
