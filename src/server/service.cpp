@@ -763,10 +763,13 @@ std::string Service::metrics_text() {
 Bytes Service::on_status(const Header &h) {
     Builder b(4096);
     uint64_t now = now_ms();
+    std::vector<const WorkerInfo *> by_id;
+    for (const auto &[id, w] : workers_) by_id.push_back(&w);
+    std::sort(by_id.begin(), by_id.end(), [](auto *a, auto *b) { return a->id < b->id; });
     std::vector<fb::Offset<WorkerStatus>> workers;
-    for (auto &[id, w] : workers_)
-        workers.push_back(CreateWorkerStatus(b, id, b.CreateString(w.name), put_labels(b, w.labels), w.bytes_served,
-                                             w.active_reads, now - std::min(now, w.last_seen_ms)));
+    for (const WorkerInfo *w : by_id)
+        workers.push_back(CreateWorkerStatus(b, w->id, b.CreateString(w->name), put_labels(b, w->labels), w->bytes_served,
+                                             w->active_reads, now - std::min(now, w->last_seen_ms)));
     std::vector<fb::Offset<ModelStatus>> models;
     for (auto &[name, m] : models_) {
         std::vector<fb::Offset<VersionStatus>> versions;

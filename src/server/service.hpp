@@ -104,7 +104,9 @@ class Service {
     std::atomic<uint64_t> took_over_ms_{0};  // when it last did (now_ms), 0: never
     uint64_t start_ms_;
     std::mutex mu_;
-    std::map<uint64_t, WorkerInfo> workers_;
+    // Hashed: every request looks its sender up. Elements stay put when it
+    // grows (replicas point at their workers).
+    std::unordered_map<uint64_t, WorkerInfo> workers_;
     std::map<std::string, ModelInfo> models_;
     std::unordered_map<uint64_t, ReplicaKey> replica_index_;
     // Source replicas a reader is currently planned onto, per (reader, shard of a version).
