@@ -16,8 +16,8 @@
 // bytes. Echo and servers alternate
 // per repetition, so they share the machine's noise. Every reply is checked.
 //
-//   tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 3]
-//                         [--reps 3] [--mix 1,1,1,0] [--tensors 16] [--labels racks|none]
+//   tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 1.5]
+//                         [--reps 9] [--mix 1,1,1,0] [--tensors 16] [--labels racks|none]
 //                         [--server-cpus 0] [--client-cpus 1] [--markdown] [--smoke]
 //
 // Prints a table (and a markdown table with --markdown) and, last, one JSON
@@ -54,8 +54,8 @@ const Kind kMeasured[] = {Kind::Plan, Kind::Resolve, Kind::Progress, Kind::Heart
 struct Options {
     std::vector<uint64_t> workers = {1000, 10000};
     unsigned threads = 8;
-    double seconds = 3;
-    unsigned reps = 3;
+    double seconds = 1.5;  // short, many repetitions: echo and servers share the noise
+    unsigned reps = 9;
     std::vector<uint64_t> mix = {1, 1, 1, 0};  // plan, resolve, progress, heartbeat
     uint32_t tensors = 16;
     bool topology = true;  // --labels racks (default) or none
@@ -401,7 +401,7 @@ int main(int argc, char **argv) {
     try {
         th_tools::Args args(argc, argv, {"help", "smoke", "markdown"});
         if (args.has("help")) {
-            std::printf("usage: tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 3] [--reps 3] "
+            std::printf("usage: tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 1.5] [--reps 9] "
                         "[--mix 1,1,1,0] [--tensors 16] [--labels racks|none] [--server-cpus LIST] [--client-cpus LIST] [--markdown] [--smoke]\n");
             return 0;
         }
