@@ -17,12 +17,26 @@ bool same(const Labels &a, const Labels &b, const char *key) {
     return x != nullptr && y != nullptr && *x == *y;
 }
 
-std::string dc_of(const Labels &l) {
+// Called for every holder of a shard on each plan: no copies.
+const std::string &dc_of(const Labels &l) {
+    static const std::string kNone;
     const std::string *d = label(l, "dc");
-    return d ? *d : std::string();
+    return d ? *d : kNone;
+}
+
+// "kind", dc and value, unambiguous for any label text.
+std::string group_key(const char *kind, const std::string &dc, const std::string *value) {
+    if (value == nullptr) return {};
+    return std::string(kind) + '\0' + std::to_string(dc.size()) + ':' + dc + *value;
 }
 
 }  // namespace
+
+Neighbourhood neighbourhood(const Labels &l) {
+    const std::string &dc = dc_of(l);
+    return {dc, group_key("host", dc, label(l, "host")), group_key("rack", dc, label(l, "rack")),
+            group_key("zone", dc, label(l, "zone"))};
+}
 
 Distance distance(const Labels &a, const Labels &b) {
     if (dc_of(a) != dc_of(b)) return Distance::OtherDc;
@@ -31,22 +45,28 @@ Distance distance(const Labels &a, const Labels &b) {
     return Distance::SameDc;
 }
 
+bool eligible(const Request &req, const Candidate &c) {
+    if (c.worker_id == req.reader_worker) return false;
+    if (std::find(req.exclude.begin(), req.exclude.end(), c.worker_id) != req.exclude.end()) return false;
+    if (std::find(req.exclude_replicas.begin(), req.exclude_replicas.end(), c.replica_id) != req.exclude_replicas.end())
+        return false;
+    return c.complete || req.reader_seq == 0 || c.seq < req.reader_seq;
+}
+
+LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg) {
+    return {c.active_reads >= cfg.max_readers_per_source, c.active_reads, c.bytes_served, !c.complete, c.seq};
+}
+
 std::optional<size_t> choose_source(const Request &req, const std::vector<Candidate> &candidates,
                                     const PolicyConfig &cfg) {
     static const Labels kNone;
     const Labels &me = req.labels ? *req.labels : kNone;
     std::optional<size_t> best;
-    std::tuple<int, bool, uint32_t, uint64_t, bool, uint64_t> best_key{};
+    std::pair<int, LoadRank> best_key{};
     for (size_t i = 0; i < candidates.size(); ++i) {
         const Candidate &c = candidates[i];
-        if (c.worker_id == req.reader_worker) continue;
-        if (std::find(req.exclude.begin(), req.exclude.end(), c.worker_id) != req.exclude.end()) continue;
-        if (std::find(req.exclude_replicas.begin(), req.exclude_replicas.end(), c.replica_id) != req.exclude_replicas.end())
-            continue;
-        if (!c.complete && req.reader_seq != 0 && c.seq >= req.reader_seq) continue;
-        auto key = std::make_tuple(static_cast<int>(distance(me, c.labels ? *c.labels : kNone)),
-                                   c.active_reads >= cfg.max_readers_per_source, c.active_reads, c.bytes_served,
-                                   !c.complete, c.seq);
+        if (!eligible(req, c)) continue;
+        std::pair<int, LoadRank> key{static_cast<int>(distance(me, c.labels ? *c.labels : kNone)), load_rank(c, cfg)};
         if (!best || key < best_key) {
             best = i;
             best_key = key;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/labels.hpp"
@@ -17,6 +19,16 @@ enum class Distance : int { SameHost = 0, SameRack = 1, SameDc = 2, OtherDc = 3 
 // Labels used: "host", "rack" (or "zone"), "dc". A missing "dc" on both sides
 // counts as the same datacenter; a missing host or rack never matches.
 Distance distance(const Labels &a, const Labels &b);
+
+// The groups a worker belongs to, as keys ("" where a label is missing): two
+// workers with the same host key are at SameHost; two at distance SameRack
+// share a rack or a zone key. Lets the server index the holders of a shard
+// by place and look at a reader's neighbours before everyone else.
+struct Neighbourhood {
+    std::string dc;  // the label itself, "" when missing
+    std::string host, rack, zone;
+};
+Neighbourhood neighbourhood(const Labels &labels);
 
 struct Candidate {
     uint64_t worker_id = 0;
@@ -44,6 +56,13 @@ struct Request {
     std::vector<uint64_t> exclude;           // workers that failed this reader
     std::vector<uint64_t> exclude_replicas;  // replicas that changed under it
 };
+
+// Whether c may serve req at all, whatever its distance and load.
+bool eligible(const Request &req, const Candidate &c);
+
+// How the policy ranks eligible sources at the same distance: smaller first.
+using LoadRank = std::tuple<bool, uint32_t, uint64_t, bool, uint64_t>;
+LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg);
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.
 // Order: distance; then sources under the fan-out cap; then fewest active

@@ -149,6 +149,7 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     w.id = m->worker_id();
     w.name = m->name() ? m->name()->str() : "";
     w.labels = get_labels(m->labels());
+    w.place = neighbourhood(w.labels);
     w.ucx_address.assign(m->ucx_address()->begin(), m->ucx_address()->end());
     w.last_seen_ms = now_ms();
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
@@ -241,6 +242,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     ReplicaInfo &r = s.replicas[m->replica_id()];
     r.id = m->replica_id();
     r.worker = h.worker_id;
+    r.holder = &workers_.at(h.worker_id);
     r.publisher = !m->owned();
     r.owned = m->owned();
     r.complete = true;
@@ -248,6 +250,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     r.seq = next_seq_++;
     r.desc = std::move(desc);
     replica_index_[r.id] = {name, v.number, m->shard()};
+    index_replica(s, r);
     if (!v.committed && v.published_shards() == v.num_shards) {
         v.committed = true;
         if (!mi.latest || v.number > *mi.latest) mi.latest = v.number;
@@ -301,9 +304,11 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
             ReplicaInfo &r = s.replicas[m->replica_id()];
             r.id = m->replica_id();
             r.worker = h.worker_id;
+            r.holder = &reader;
             r.seq = next_seq_++;
             r.desc = std::move(desc);
             replica_index_[r.id] = key;
+            index_replica(s, r);
             reader_seq = r.seq;
         } else {
             if (existing->second.worker != h.worker_id) fail(TH_ERR_PROTOCOL, "replica id belongs to another worker");
@@ -317,29 +322,37 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     req.reader_seq = reader_seq;
     if (const auto *ex = aligned(m->exclude(), "exclude list")) req.exclude.assign(ex->begin(), ex->end());
     if (const auto *ex = aligned(m->exclude_replicas(), "exclude list")) req.exclude_replicas.assign(ex->begin(), ex->end());
-    std::vector<Candidate> cands;
-    std::vector<const ReplicaInfo *> reps;
-    for (auto &[id, r] : s.replicas) {
-        auto wit = workers_.find(r.worker);
-        if (wit == workers_.end() || wit->second.suspect || r.mutating) continue;
-        cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
-                         wit->second.bytes_served});
-        reps.push_back(&r);
-    }
-    auto chosen = choose_source(req, cands, cfg_.policy);
+    // The policy ranks by distance first, so the best eligible holder on the
+    // reader's host, else in its rack or zone, is the best of all; only when
+    // there is none does the plan go by load (pick_by_load).
+    auto group = [&](const std::string &key) -> const std::vector<ReplicaInfo *> * {
+        if (key.empty()) return nullptr;
+        auto it = s.nearby.find(key);
+        return it == s.nearby.end() ? nullptr : &it->second;
+    };
+    std::vector<const std::vector<ReplicaInfo *> *> same_host, same_rack;
+    if (auto *g = group(reader.place.host)) same_host.push_back(g);
+    for (const std::string *key : {&reader.place.rack, &reader.place.zone})
+        if (auto *g = group(*key)) same_rack.push_back(g);
+    std::optional<uint64_t> chosen;
+    if (!same_host.empty()) chosen = pick_source(req, same_host);
+    if (!chosen && !same_rack.empty()) chosen = pick_source(req, same_rack);
+    if (!chosen) chosen = pick_by_load(req, s, reader.place.dc);
     if (!chosen) {
-        size_t holders = std::count_if(reps.begin(), reps.end(), [&](auto *r) { return r->worker != h.worker_id; });
+        size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(),
+                                       [&](auto &kv) { return routable(kv.second) && kv.second.worker != h.worker_id; });
         if (holders == 0)
             fail(TH_ERR_UNAVAILABLE, "no live holder of model '", name, "' version ", v.number, " shard ", m->shard());
         fail(TH_ERR_UNAVAILABLE, "every holder of model '", name, "' version ", v.number, " shard ", m->shard(),
              " failed this reader (", holders, " tried)");
     }
-    ReplicaInfo &src = s.replicas.at(reps[*chosen]->id);
+    ReplicaInfo &src = s.replicas.at(*chosen);
     WorkerInfo &sw = workers_.at(src.worker);
     // Move the reader's active read to the new source.
     end_reads(h.worker_id, key);
     sw.active_reads++;
     src.active_reads++;
+    rerank(sw);
     active_[{h.worker_id, active_key(key)}] = {src.id};
 
     Builder b(1024);
@@ -351,6 +364,88 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     Bytes out = finish(b, h, reply);
     plan_seconds_.observe(std::chrono::duration<double>(Clock::now() - started).count());
     return out;
+}
+
+bool Service::routable(const ReplicaInfo &r) const { return !r.holder->suspect && !r.mutating; }
+
+Candidate Service::candidate(const ReplicaInfo &r) const {
+    const WorkerInfo &w = *r.holder;
+    return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served};
+}
+
+std::optional<uint64_t> Service::pick_source(const Request &req,
+                                             const std::vector<const std::vector<ReplicaInfo *> *> &groups) const {
+    std::vector<Candidate> cands;
+    for (const auto *g : groups)
+        for (const ReplicaInfo *r : *g)
+            if (routable(*r)) cands.push_back(candidate(*r));
+    auto chosen = choose_source(req, cands, cfg_.policy);
+    if (!chosen) return std::nullopt;
+    return cands[*chosen].replica_id;
+}
+
+std::optional<uint64_t> Service::pick_by_load(const Request &req, const ShardInfo &s, const std::string &dc) const {
+    // No holder at SameRack or closer is eligible, so in the reader's own
+    // datacenter the first eligible in load order is the policy's choice; only
+    // without one does it cross, to the best of each other's first eligible.
+    using Filed = std::pair<LoadRank, uint64_t>;
+    auto first_eligible = [&](const std::set<Filed> &filed) -> const Filed * {
+        for (const Filed &f : filed) {
+            const ReplicaInfo &r = s.replicas.at(f.second);
+            if (routable(r) && eligible(req, candidate(r))) return &f;
+        }
+        return nullptr;
+    };
+    if (auto home = s.by_load.find(dc); home != s.by_load.end())
+        if (const Filed *f = first_eligible(home->second)) return f->second;
+    const Filed *best = nullptr;
+    for (const auto &[other, filed] : s.by_load)
+        if (other != dc)
+            if (const Filed *f = first_eligible(filed); f && (!best || *f < *best)) best = f;
+    if (!best) return std::nullopt;
+    return best->second;
+}
+
+void Service::file(ReplicaInfo &r) {
+    r.rank = load_rank(candidate(r), cfg_.policy);
+    r.shard->by_load[r.holder->place.dc].insert({r.rank, r.id});
+}
+
+void Service::unfile(ReplicaInfo &r) {
+    auto it = r.shard->by_load.find(r.holder->place.dc);
+    if (it == r.shard->by_load.end()) return;
+    it->second.erase({r.rank, r.id});
+    if (it->second.empty()) r.shard->by_load.erase(it);
+}
+
+void Service::rerank(WorkerInfo &w) {
+    for (ReplicaInfo *r : w.held) {
+        unfile(*r);
+        file(*r);
+    }
+}
+
+void Service::index_replica(ShardInfo &s, ReplicaInfo &r) {
+    r.shard = &s;
+    r.holder->held.push_back(&r);
+    const Neighbourhood &place = r.holder->place;
+    for (const std::string *key : {&place.host, &place.rack, &place.zone})
+        if (!key->empty()) s.nearby[*key].push_back(&r);
+    file(r);
+}
+
+void Service::unindex_replica(ReplicaInfo &r) {
+    unfile(r);
+    auto &held = r.holder->held;
+    held.erase(std::remove(held.begin(), held.end(), &r), held.end());
+    const Neighbourhood &place = r.holder->place;
+    for (const std::string *key : {&place.host, &place.rack, &place.zone}) {
+        auto it = key->empty() ? r.shard->nearby.end() : r.shard->nearby.find(*key);
+        if (it == r.shard->nearby.end()) continue;
+        auto &near = it->second;
+        near.erase(std::remove(near.begin(), near.end(), &r), near.end());
+        if (near.empty()) r.shard->nearby.erase(it);
+    }
 }
 
 void Service::end_reads(uint64_t reader, const ReplicaKey &key) { end_reads_of({reader, active_key(key)}); }
@@ -367,7 +462,10 @@ void Service::end_reads_of(const ActiveKey &key) {
         ReplicaInfo &r = models_.at(k.model).versions.at(k.version).shards[k.shard].replicas.at(rid);
         if (r.active_reads > 0) r.active_reads--;
         auto wit = workers_.find(r.worker);
-        if (wit != workers_.end() && wit->second.active_reads > 0) wit->second.active_reads--;
+        if (wit != workers_.end() && wit->second.active_reads > 0) {
+            wit->second.active_reads--;
+            rerank(wit->second);
+        }
         if (r.mutating && r.active_reads == 0) emit(EventKind::Drained, k.model, k.version, rid);
     }
 }
@@ -397,7 +495,10 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
     if (v != nullptr && m->bytes_from()) {
         for (const auto *sb : *m->bytes_from()) {
             auto wit = workers_.find(sb->worker_id());
-            if (wit != workers_.end()) wit->second.bytes_served += sb->bytes();
+            if (wit != workers_.end()) {
+                wit->second.bytes_served += sb->bytes();
+                rerank(wit->second);
+            }
             auto &replicas = v->shards[m->shard()].replicas;
             auto rit = replicas.find(sb->replica_id());
             if (rit != replicas.end() && rit->second.worker == sb->worker_id()) {
@@ -419,6 +520,7 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
             if (r.worker != h.worker_id) fail(TH_ERR_PROTOCOL, "replica belongs to another worker");
             if (m->ok()) {
                 r.complete = true;
+                rerank(*r.holder);
                 r.chunks_done = models_.at(it->second.model).versions.at(it->second.version).shards[it->second.shard].num_chunks;
             } else {
                 remove_replica(m->replica_id());
@@ -459,10 +561,12 @@ void Service::remove_replica(uint64_t replica_id) {
     replica_index_.erase(it);
     ModelInfo &m = models_.at(k.model);
     auto &replicas = m.versions.at(k.version).shards[k.shard].replicas;
-    const ReplicaInfo &r = replicas.at(replica_id);
+    ReplicaInfo &r = replicas.at(replica_id);
+    unindex_replica(r);
     // Readers still planned onto it stop loading its worker.
-    auto wit = workers_.find(r.worker);
-    if (wit != workers_.end()) wit->second.active_reads -= std::min(wit->second.active_reads, r.active_reads);
+    WorkerInfo &w = *r.holder;
+    w.active_reads -= std::min(w.active_reads, r.active_reads);
+    rerank(w);
     replicas.erase(replica_id);
     prune(m);
 }
@@ -514,12 +618,13 @@ ReplicaInfo &Service::own_replica(uint64_t replica_id, uint64_t worker, ReplicaK
 
 Bytes Service::on_heartbeat(const Header &h) {
     // Owned copies whose version nobody needs any more can be freed.
+    // Every worker sends one a second: look at its own replicas only.
     std::vector<uint64_t> drop;
-    for (auto &[id, key] : replica_index_) {
+    for (const ReplicaInfo *r : workers_.at(h.worker_id).held) {
+        if (!r->owned) continue;
+        const ReplicaKey &key = replica_index_.at(r->id);
         ModelInfo &m = models_.at(key.model);
-        VersionInfo &v = m.versions.at(key.version);
-        const ReplicaInfo &r = v.shards[key.shard].replicas.at(id);
-        if (r.worker == h.worker_id && r.owned && !is_required(m, v)) drop.push_back(id);
+        if (!is_required(m, m.versions.at(key.version))) drop.push_back(r->id);
     }
     Builder b(64);
     return finish(b, h, CreateHeartbeatReply(b, b.CreateVector(drop)));
@@ -660,10 +765,13 @@ std::string Service::metrics_text() {
 Bytes Service::on_status(const Header &h) {
     Builder b(4096);
     uint64_t now = now_ms();
+    std::vector<const WorkerInfo *> by_id;
+    for (const auto &[id, w] : workers_) by_id.push_back(&w);
+    std::sort(by_id.begin(), by_id.end(), [](auto *a, auto *b) { return a->id < b->id; });
     std::vector<fb::Offset<WorkerStatus>> workers;
-    for (auto &[id, w] : workers_)
-        workers.push_back(CreateWorkerStatus(b, id, b.CreateString(w.name), put_labels(b, w.labels), w.bytes_served,
-                                             w.active_reads, now - std::min(now, w.last_seen_ms)));
+    for (const WorkerInfo *w : by_id)
+        workers.push_back(CreateWorkerStatus(b, w->id, b.CreateString(w->name), put_labels(b, w->labels), w->bytes_served,
+                                             w->active_reads, now - std::min(now, w->last_seen_ms)));
     std::vector<fb::Offset<ModelStatus>> models;
     for (auto &[name, m] : models_) {
         std::vector<fb::Offset<VersionStatus>> versions;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -77,6 +79,23 @@ class Service {
     // The committed version a request means (number or UINT64_MAX = latest).
     VersionInfo &committed_version(const std::string &model_name, uint64_t version);
     void remove_replica(uint64_t replica_id);
+    // Keep ShardInfo::nearby and by_load and WorkerInfo::held in step with
+    // the replicas; rerank() after a change to a worker's load or to whether
+    // its replicas are complete.
+    void index_replica(ShardInfo &s, ReplicaInfo &r);
+    void unindex_replica(ReplicaInfo &r);
+    void rerank(WorkerInfo &w);
+    void file(ReplicaInfo &r);
+    void unfile(ReplicaInfo &r);
+    Candidate candidate(const ReplicaInfo &r) const;
+    // A holder plans may name: its worker is live and it is not being overwritten.
+    bool routable(const ReplicaInfo &r) const;
+    // The policy's choice among the given groups of holders: a replica id, or
+    // nullopt when none is eligible.
+    std::optional<uint64_t> pick_source(const Request &req,
+                                        const std::vector<const std::vector<ReplicaInfo *> *> &groups) const;
+    // The policy's choice when no holder at SameRack or closer is eligible.
+    std::optional<uint64_t> pick_by_load(const Request &req, const ShardInfo &s, const std::string &dc) const;
     void remove_worker(uint64_t worker_id);
     using ActiveKey = std::pair<uint64_t, std::string>;  // (reader, shard of a version)
     void end_reads(uint64_t reader, const ReplicaKey &key);
@@ -88,7 +107,9 @@ class Service {
     std::atomic<uint64_t> took_over_ms_{0};  // when it last did (now_ms), 0: never
     uint64_t start_ms_;
     std::mutex mu_;
-    std::map<uint64_t, WorkerInfo> workers_;
+    // Hashed: every request looks its sender up. Elements stay put when it
+    // grows (replicas point at their workers).
+    std::unordered_map<uint64_t, WorkerInfo> workers_;
     std::map<std::string, ModelInfo> models_;
     std::unordered_map<uint64_t, ReplicaKey> replica_index_;
     // Source replicas a reader is currently planned onto, per (reader, shard of a version).

@@ -8,28 +8,40 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/labels.hpp"
 #include "common/layout.hpp"
+#include "server/policy.hpp"
 #include "wire/replica_desc.hpp"
 
 namespace th {
+
+struct ReplicaInfo;
+struct ShardInfo;
 
 struct WorkerInfo {
     uint64_t id = 0;
     std::string name;
     Labels labels;
+    Neighbourhood place;  // from labels
     std::vector<uint8_t> ucx_address;
     uint64_t last_seen_ms = 0;
     uint64_t bytes_served = 0;
     uint32_t active_reads = 0;
     bool suspect = false;  // a reader failed to read from it: not routed to until it re-registers
+    std::vector<ReplicaInfo *> held;  // its replicas: their ranks move with its load
 };
 
 struct ReplicaInfo {
     uint64_t id = 0;
     uint64_t worker = 0;
+    // workers[worker]: a worker's replicas go before it does, so this stays
+    // valid; saves a lookup per holder on every plan.
+    WorkerInfo *holder = nullptr;
+    ShardInfo *shard = nullptr;  // the shard holding it
+    LoadRank rank{};             // where it is filed in shard->by_load
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
     bool mutating = false;  // its holder is about to overwrite it: not routed to
@@ -47,6 +59,13 @@ struct ShardInfo {
     uint64_t total_bytes = 0;
     uint32_t num_chunks = 0;
     std::map<uint64_t, ReplicaInfo> replicas;  // by replica id
+    // Replicas by the host, rack and zone keys of their workers, so that a
+    // plan finds a reader's neighbours without looking at every holder.
+    std::unordered_map<std::string, std::vector<ReplicaInfo *>> nearby;
+    // Replicas in the policy's load order, per datacenter, so that a reader
+    // with no eligible neighbour takes the first eligible one in its own
+    // datacenter (else the best first of the others) without weighing all.
+    std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> by_load;
 };
 
 struct ReadRecord {

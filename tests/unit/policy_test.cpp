@@ -96,3 +96,28 @@ TEST(Policy, OneReaderPerDatacenterCrossesTheWan) {
     ASSERT_TRUE(pick);
     EXPECT_NE(*pick, 0u);
 }
+
+// The server indexes holders by these keys and trusts them to mean distance.
+TEST(Policy, NeighbourhoodKeysMeanDistance) {
+    std::vector<Labels> all;
+    for (const char *dc : {"", "a", "ab", "-"})
+        for (const char *rack : {"", "r", "br"})
+            for (const char *zone : {"", "z"})
+                for (const char *host : {"", "h", "bh", "c", "-"}) {
+                    Labels l;
+                    for (auto [key, value] : {std::pair{"dc", dc}, {"rack", rack}, {"zone", zone}, {"host", host}})
+                        if (*value) l[key] = value[0] == '-' ? "" : value;
+                    all.push_back(l);
+                }
+    auto shared = [](const std::string &x, const std::string &y) { return !x.empty() && x == y; };
+    for (const Labels &a : all)
+        for (const Labels &b : all) {
+            Neighbourhood x = neighbourhood(a), y = neighbourhood(b);
+            Distance d = distance(a, b);
+            EXPECT_EQ(x.dc == y.dc, d != Distance::OtherDc) << format_labels(a) << " / " << format_labels(b);
+            EXPECT_EQ(shared(x.host, y.host), d == Distance::SameHost) << format_labels(a) << " / " << format_labels(b);
+            bool rack_or_zone = shared(x.rack, y.rack) || shared(x.zone, y.zone);
+            if (d == Distance::SameRack) EXPECT_TRUE(rack_or_zone) << format_labels(a) << " / " << format_labels(b);
+            if (rack_or_zone) EXPECT_LE(d, Distance::SameRack) << format_labels(a) << " / " << format_labels(b);
+        }
+}

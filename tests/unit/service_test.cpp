@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <regex>
 
 #include "client/client.hpp"
@@ -200,4 +201,93 @@ TEST_F(ServiceTest, ForgetsVersionsNobodyHoldsExceptTheLatest) {
     Builder b2;
     ASSERT_EQ(error_code(call(finish(b2, hdr(1, req++), CreateRelease(b2, 101)))), 0);
     EXPECT_NE(state().find("\"latest\":2"), std::string::npos);  // still the latest, unavailable
+}
+
+// Plans look at the reader's host, then its rack or zone, before every holder
+// (service.cpp); whatever the labels, loads and exclusions, the source must be
+// the one the policy picks among all holders.
+TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
+    std::mt19937 rng(7);
+    auto pick = [&](std::vector<const char *> options) { return options[rng() % options.size()]; };
+    auto random_labels = [&] {
+        Labels l;
+        for (auto [key, value] : {std::pair{"dc", pick({"", "a", "b"})}, {"rack", pick({"", "r1", "r2", "r3"})},
+                                  {"zone", pick({"", "", "z1"})}, {"host", pick({"", "h1", "h2", "h3", "h4", "h5"})}})
+            if (*value) l[key] = value;
+        return l;
+    };
+    const uint64_t kWorkers = 40;
+    for (uint64_t w = 1; w <= kWorkers; ++w) join(w, random_labels());
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 1000))), 0);
+    // Replica ids grow with registration, so they order replicas as seq does.
+    std::map<uint64_t, uint64_t> held;  // worker -> its replica of the shard
+    std::map<uint64_t, uint64_t> read_from;
+    std::set<uint64_t> suspect;  // reported unreachable until they join again
+    uint64_t next_replica = 1001;
+    int planned = 0;
+    for (int step = 0; step < 600; ++step) {
+        uint64_t w = 2 + rng() % (kWorkers - 1);
+        int action = rng() % 11;
+        if (suspect.count(w)) action = 9;  // the server tells it to register again
+        if (action < 6) {
+            uint64_t rid = held.count(w) ? held[w] : (rng() % 2 ? next_replica++ : 0);
+            std::vector<uint64_t> exclude;
+            for (int i = rng() % 3; i > 0; --i) exclude.push_back(1 + rng() % kWorkers);
+            // The policy over every holder, from the state the server reports.
+            Bytes snapshot = call(status(req++));
+            const StatusReply *st = env(snapshot)->body_as_StatusReply();
+            std::map<uint64_t, Labels> labels;
+            std::map<uint64_t, const WorkerStatus *> workers;
+            for (const auto *ws : *st->workers()) {
+                labels[ws->worker_id()] = get_labels(ws->labels());
+                workers[ws->worker_id()] = ws;
+            }
+            std::vector<Candidate> all;
+            for (const auto *r : *st->models()->Get(0)->versions()->Get(0)->shards()->Get(0)->replicas()) {
+                if (suspect.count(r->worker_id())) continue;
+                const WorkerStatus *ws = workers.at(r->worker_id());
+                all.push_back({r->worker_id(), r->replica_id(), &labels[r->worker_id()], r->complete(), ws->active_reads(),
+                               r->replica_id(), ws->bytes_served()});
+            }
+            Request policy_req{&labels[w], w, rid, exclude, {}};
+            auto expected = choose_source(policy_req, all, PolicyConfig{});
+
+            Builder b;
+            auto body = CreatePlanFetch(b, b.CreateString("m"), UINT64_MAX, 0, 0, 0, rid ? put_desc(b, desc_for(ts)) : 0, rid,
+                                        b.CreateVector(exclude), put_tensors(b, ts));
+            Bytes r = call(finish(b, hdr(w, req++), body));
+            if (!expected) {
+                EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE) << "step " << step;
+            } else {
+                ASSERT_EQ(env(r)->body_type(), Body::PlanReply) << "step " << step << ": " << error_text(r);
+                const SourceRange *src = env(r)->body_as_PlanReply()->ranges()->Get(0);
+                EXPECT_EQ(src->replica_id(), all[*expected].replica_id) << "step " << step;
+                read_from[w] = src->worker_id();
+                planned++;
+            }
+            if (rid) held[w] = rid;
+        } else if (action < 8 && held.count(w) && read_from.count(w)) {
+            Builder b;
+            std::vector<flatbuffers::Offset<SourceBytes>> from{CreateSourceBytes(b, read_from[w], 16384, 0)};
+            ASSERT_EQ(error_code(call(finish(b, hdr(w, req++), CreateFetchDone(b, b.CreateString("m"), 1, 0, held[w], true,
+                                                                                    b.CreateVector(from), 1000)))),
+                      0);
+        } else if (action == 8 && held.count(w)) {
+            Builder b;
+            ASSERT_EQ(error_code(call(finish(b, hdr(w, req++), CreateRelease(b, held[w])))), 0);
+            held.erase(w);
+        } else if (action == 9) {
+            join(w, random_labels());  // moves: its replicas go
+            held.erase(w);
+            read_from.erase(w);
+            suspect.erase(w);
+        } else if (action == 10 && rng() % 4 == 0) {
+            uint64_t failed = 2 + rng() % (kWorkers - 1);
+            Builder b;
+            ASSERT_EQ(error_code(call(finish(b, hdr(w, req++), CreateSourceFailed(b, failed, b.CreateString("test"))))), 0);
+            if (failed != w) suspect.insert(failed);
+        }
+    }
+    EXPECT_GT(planned, 200);
 }
