@@ -129,7 +129,7 @@ void print_status(const json &s) {
             for (const auto &r : v["reads"])
                 std::printf("      read: %s <- %s, shard %llu, %s\n", name_of(names, r["reader"].get<uint64_t>()).c_str(),
                             name_of(names, r["source"].get<uint64_t>()).c_str(), u(r["shard"]),
-                            human_bytes(r["bytes"].get<double>()).c_str());
+                            r.value("active", false) ? "in progress" : human_bytes(r["bytes"].get<double>()).c_str());
         }
     }
 }
