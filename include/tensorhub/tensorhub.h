@@ -346,7 +346,7 @@ typedef struct th_fetch_config {
      * Default NULL. */
     void (*progress)(uint64_t bytes_done, uint64_t bytes_total, void *user_data);
     void *progress_user_data;      /* passed to progress as user_data */
-    uint32_t progress_interval_ms; /* Default 100. */
+    uint32_t progress_interval_ms; /* Default 100; 0: whenever bytes may have arrived. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
