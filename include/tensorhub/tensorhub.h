@@ -399,7 +399,10 @@ TH_API th_status th_describe_json(th_client *client, const char *model, uint64_t
 TH_API th_status th_status_json(th_client *client, char **out_json);
 
 /* The same without a client: connects to server_url, asks, disconnects. The
- * cluster token, if the server needs one, comes from $TENSORHUB_TOKEN. */
+ * cluster token, if the server needs one, comes from $TENSORHUB_TOKEN.
+ * server_url may also be the server's HTTP endpoint ("http://host:9090", see
+ * th_server_config.metrics_url): the document then comes from GET
+ * <url>/api/status, the one the live page reads. */
 TH_API th_status th_server_status_json(const char *server_url, uint32_t timeout_ms,
                                        char **out_json);
 

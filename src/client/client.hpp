@@ -203,7 +203,8 @@ wire::Bytes Client::call(Build &&build, const Deadline &deadline) {
     return call_raw(std::forward<Build>(build), deadline);
 }
 
-// Asks the server at url for its status without registering a worker.
+// Asks the server at url for its status without registering a worker; an
+// http:// url is the server's HTTP endpoint (GET url/api/status).
 std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token);
 
 // The client a replica belongs to, or nullptr once that client is destroyed.

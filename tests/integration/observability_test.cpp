@@ -179,14 +179,19 @@ TEST(Observability, TheServerServesTheLivePageAndTheStatusItPolls) {
     for (const char *load : {"src=", "href=", "@import", "url("})
         EXPECT_EQ(page.find(load), std::string::npos) << "the page loads nothing: found " << load;
 
-    // /api/status is the document th_status_json gives, up to the clocks.
+    // /api/status is the document th_status_json gives, up to the clocks, and
+    // th_server_status_json reads it there when given the HTTP URL.
     auto api = nlohmann::json::parse(http_get(base + "/api/status"));
     auto rpc = server_status(url);
-    for (auto *doc : {&api, &rpc}) {
+    auto via_http = server_status(base);
+    for (auto *doc : {&api, &rpc, &via_http}) {
         doc->erase("uptime_ms");
         for (auto &wk : (*doc)["workers"]) wk.erase("last_seen_ms_ago");
     }
     EXPECT_EQ(api, rpc);
+    EXPECT_EQ(via_http, rpc);
+    char *out = nullptr;
+    EXPECT_EQ(th_server_status_json("http://127.0.0.1:1", 1000, &out), TH_ERR_UNAVAILABLE) << th_last_error();
     EXPECT_EQ(api["models"][0]["latest"], 7);
     th_replica_release(pr);
     th_client_destroy(pub);
