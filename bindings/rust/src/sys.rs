@@ -128,7 +128,8 @@ pub struct th_sync_stats {
 }
 
 /// th_fetch_config.progress: called with (bytes_done, bytes_total, user_data).
-pub type th_progress_fn = Option<unsafe extern "C" fn(bytes_done: u64, bytes_total: u64, user_data: *mut std::ffi::c_void)>;
+pub type th_progress_fn =
+    Option<unsafe extern "C" fn(bytes_done: u64, bytes_total: u64, user_data: *mut std::ffi::c_void)>;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
