@@ -29,7 +29,7 @@ if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --output-on-failure --timeout 300 -L unit -E "^(exports|readme_snippets)$" &&
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --output-on-failure --timeout 300 -R "^(Errors|ServerErrors|Security)[.]")
+        ctest --output-on-failure --timeout 300 -R "^(Errors|ServerErrors|Security|Observability)[.]")
 fi
 
 if [ "${TH_TSAN:-0}" = 1 ]; then

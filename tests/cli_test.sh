@@ -8,10 +8,11 @@ pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
 trap cleanup EXIT
 
-"$server_bin" --listen tcp://127.0.0.1:0 > "$dir/server.out" 2>&1 &
+"$server_bin" --listen tcp://127.0.0.1:0 --metrics-listen http://127.0.0.1:0 > "$dir/server.out" 2>&1 &
 pids="$pids $!"
-for _ in $(seq 100); do grep -q listening "$dir/server.out" && break; sleep 0.05; done
+for _ in $(seq 100); do grep -q "live page" "$dir/server.out" && break; sleep 0.05; done
 url=$(sed -n 's/^listening on //p' "$dir/server.out")
+page=$(sed -n 's/^live page on //p' "$dir/server.out")
 [ -n "$url" ] || { echo "server did not start"; exit 1; }
 
 "$worker" publish --server "$url" --name cli-publisher --model policy --version 9 --shard-kb 512 > "$dir/pub.out" 2>&1 &
@@ -24,6 +25,20 @@ grep -q "policy (latest committed: 9)" "$dir/human.out" || { cat "$dir/human.out
 grep -q "cli-publisher\[published\]" "$dir/human.out" || { cat "$dir/human.out"; exit 1; }
 TENSORHUB_SERVER="$url" "$cli" status --json > "$dir/json.out"
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert s["models"][0]["latest"]==9, s' "$dir/json.out"
+
+# The live page's endpoint gives the CLI the same document.
+"$cli" status --server "$page" > "$dir/human-http.out"
+grep -q "cli-publisher\[published\]" "$dir/human-http.out" || { cat "$dir/human-http.out"; exit 1; }
+"$cli" status --server "$page" --json > "$dir/json-http.out"
+python3 - "$dir/json.out" "$dir/json-http.out" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for doc in (a, b):
+    doc.pop("uptime_ms")
+    for w in doc["workers"]:
+        w.pop("last_seen_ms_ago")
+assert a == b, (a, b)
+PY
 
 "$cli" workers --server "$url" | grep -q "cli-publisher" || exit 1
 "$cli" versions policy --server "$url" | grep -q "^9	committed, required	1 replicas	latest" || { "$cli" versions policy --server "$url"; exit 1; }

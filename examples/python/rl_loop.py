@@ -11,7 +11,9 @@ into one of their own two buffers and serve it on to the other rollouts.
     python examples/python/rl_loop.py --steps 5 --rollouts 3 --mb 16
 
 By default the metadata server is embedded in this process; --server URL uses
-a running tensorhub-server instead. Needs numpy and the tensorhub package
+a running tensorhub-server instead. rollout-0 draws a progress bar while it
+fetches (on a terminal, or always with --progress); every fetch prints its
+summary (client.last_sync_stats, the dict one would hand to wandb.log). Needs numpy and the tensorhub package
 (pip install ./bindings/python, or PYTHONPATH=bindings/python).
 """
 
@@ -46,6 +48,7 @@ class Options:
     mb: float
     tensors: int
     train_time: float
+    progress: bool
 
 
 def new_weights(o: Options) -> dict[str, np.ndarray]:
@@ -90,11 +93,25 @@ def trainer(o: Options, stop: Any) -> None:
         stop.wait(120)
 
 
-def fetch_latest(client: tensorhub.Client, weights: dict[str, np.ndarray], attempts: int = 5) -> int:
+class ProgressBar:
+    """A one-line text bar for fetch(progress=...): redrawn in place on stderr."""
+
+    def __init__(self, label: str, width: int = 30) -> None:
+        self.label, self.width = label, width
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = self.width * done // total if total else self.width
+        end = "\n" if done >= total else ""
+        print(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {100 * done // max(total, 1):3d}% "
+              f"{done / (1 << 20):6.1f}/{total / (1 << 20):.1f} MiB", end=end, file=sys.stderr, flush=True)
+
+
+def fetch_latest(client: tensorhub.Client, weights: dict[str, np.ndarray], attempts: int = 5,
+                 bar: ProgressBar | None = None) -> int:
     """Fetches the newest version into `weights` and serves it from there."""
     for attempt in range(1, attempts + 1):
         try:
-            return client.fetch(MODEL, into=weights)
+            return client.fetch(MODEL, into=weights, progress=bar)
         except tensorhub.Unavailable:
             # Every holder of the version LATEST named went away mid-read
             # (the trainer reuses a buffer two versions later; rollouts move
@@ -118,13 +135,17 @@ def rollout(o: Options, index: int, done: Any, stop: Any) -> None:
             # Fetch into the buffer not being served; the client releases the
             # previous replica only once this fetch succeeded.
             weights = buffers[len(seen) % 2]
-            have = fetch_latest(client, weights)
+            bar = ProgressBar(f"[{name}] fetching") if index == 0 and o.progress else None
+            have = fetch_latest(client, weights, bar=bar)
             t2 = time.monotonic()
+            stats = client.last_sync_stats or {}
             if weights["meta.step"][0] != have or weights["meta.check"][0] != checksum(weights):
                 raise SystemExit(f"[{name}] version {have} arrived corrupted")
             seen.append(have)
             print(f"[{name}] version {have}: sync {(t2 - t0) * 1e3:7.1f} ms "
-                  f"(waited {(t1 - t0) * 1e3:6.1f}, fetched {(t2 - t1) * 1e3:6.1f}), verified", flush=True)
+                  f"(waited {(t1 - t0) * 1e3:6.1f}, fetched {(t2 - t1) * 1e3:6.1f}: "
+                  f"{stats.get('gbps', 0):.2f} GB/s from {stats.get('sources', 0)} source(s), "
+                  f"{stats.get('replans', 0)} replans), verified", flush=True)
             time.sleep(rnd.uniform(0.02, 0.15))  # "generation" with these weights
         done.put((index, seen))
         stop.wait(120)  # keep serving until everyone is done
@@ -184,12 +205,14 @@ def main() -> int:
     parser.add_argument("--tensors", type=int, default=8, help="weight tensors in the policy")
     parser.add_argument("--train-time", type=float, default=0.1, help="seconds per training step")
     parser.add_argument("--server", help="URL of a running tensorhub-server (default: embedded)")
+    parser.add_argument("--progress", action="store_true", default=sys.stderr.isatty(),
+                        help="draw rollout-0's fetch progress bar (default: when stderr is a terminal)")
     args = parser.parse_args()
     if args.steps < 1 or args.rollouts < 1 or args.tensors < 1 or args.mb <= 0:
         parser.error("--steps, --rollouts, --tensors and --mb must be positive")
 
     def options(url: str) -> Options:
-        return Options(url, args.steps, args.rollouts, args.mb, args.tensors, args.train_time)
+        return Options(url, args.steps, args.rollouts, args.mb, args.tensors, args.train_time, args.progress)
 
     if args.server:
         return run(options(args.server))

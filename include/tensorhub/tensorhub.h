@@ -153,8 +153,10 @@ typedef struct th_server_config {
                                         exist. Default 2. */
     const char *token;      /* cluster token: when set (or $TENSORHUB_TOKEN is), every
                                message must carry an HMAC-SHA256 under it. Default NULL. */
-    const char *metrics_url; /* when set, serve Prometheus metrics at GET <url>/metrics,
-                                e.g. "http://0.0.0.0:9090" (port 0: any). Default NULL. */
+    const char *metrics_url; /* when set, serve HTTP at this URL, e.g. "http://0.0.0.0:9090"
+                                (port 0: any): Prometheus metrics at GET <url>/metrics, a
+                                live page at <url>/ and the status document it polls (the
+                                JSON of th_status_json) at <url>/api/status. Default NULL. */
     uint32_t standby;       /* nonzero: this server waits to take over from another.
                                Until workers fail over to it, and for one lease after,
                                it cannot tell "unknown" from "not re-declared yet", so
@@ -242,6 +244,30 @@ TH_API uint64_t th_client_worker_id(const th_client *client);
 /* A version held in this process's memory and served to others. */
 typedef struct th_replica th_replica;
 
+/* A summary of one th_fetch or th_publish, for logs and experiment trackers.
+ * An out-struct: initialise it with th_sync_stats_init(&s, sizeof s) and pass
+ * its address in th_fetch_config.stats or th_publish_config.stats; the call
+ * fills it (only the fields a struct of its struct_size has) when it returns
+ * TH_OK. Fields are only ever appended. */
+typedef struct th_sync_stats {
+    size_t struct_size;
+    uint64_t version;            /* the version fetched or published */
+    uint64_t bytes;              /* bytes fetched; for publish, bytes declared */
+    double seconds;              /* wall time of the call */
+    double gbps;                 /* bytes / seconds / 1e9 for a fetch; 0 for publish
+                                    (nothing is moved) */
+    uint32_t sources;            /* distinct holders bytes came from (0 for publish) */
+    uint32_t replans;            /* plans asked for after the first one: a source
+                                    failed, changed or stalled */
+    uint32_t failed_sources;     /* sources dropped during the fetch */
+    uint32_t chunks;             /* chunks fetched (publish: chunks declared) */
+    uint64_t bytes_from_publisher; /* of bytes, read from a publisher's replica */
+    uint64_t bytes_from_replicas;  /* of bytes, read from readers' replicas or spilled copies */
+} th_sync_stats;
+
+/* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */
+TH_API void th_sync_stats_init(th_sync_stats *stats, size_t size);
+
 /* Pass as th_fetch_config.version to fetch the newest committed version. */
 #define TH_LATEST UINT64_MAX
 
@@ -252,6 +278,8 @@ typedef struct th_publish_config {
     uint32_t shard;       /* 0 <= shard < num_shards */
     uint32_t num_shards;  /* default 1 */
     uint64_t chunk_bytes; /* transfer unit. Default 4 MiB; must agree across shards */
+    th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
+                             Default NULL. */
 } th_publish_config;
 
 TH_API void th_publish_config_init(th_publish_config *cfg, size_t size);
@@ -312,6 +340,18 @@ typedef struct th_fetch_config {
     const char *tensor;   /* NULL: the whole shard. Else fetch only this tensor: */
     uint64_t offset;      /*   byte offset inside it */
     uint64_t length;      /*   bytes to fetch; 0 = to the end of the tensor */
+    th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
+                             Default NULL. */
+    /* If not NULL, called with the bytes received so far and the bytes the
+     * fetch needs: on the thread that called th_fetch, between transfers, at
+     * most every progress_interval_ms, and once more with bytes_done ==
+     * bytes_total when every byte arrived. No tensorhub lock is held. It should
+     * return quickly: the fetch, and the readers that follow this one, wait
+     * for it. It must not destroy the client, nor fetch into the same buffers.
+     * Default NULL. */
+    void (*progress)(uint64_t bytes_done, uint64_t bytes_total, void *user_data);
+    void *progress_user_data;      /* passed to progress as user_data */
+    uint32_t progress_interval_ms; /* Default 100; 0: whenever bytes may have arrived. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
@@ -364,7 +404,10 @@ TH_API th_status th_describe_json(th_client *client, const char *model, uint64_t
 TH_API th_status th_status_json(th_client *client, char **out_json);
 
 /* The same without a client: connects to server_url, asks, disconnects. The
- * cluster token, if the server needs one, comes from $TENSORHUB_TOKEN. */
+ * cluster token, if the server needs one, comes from $TENSORHUB_TOKEN.
+ * server_url may also be the server's HTTP endpoint ("http://host:9090", see
+ * th_server_config.metrics_url): the document then comes from GET
+ * <url>/api/status, the one the live page reads. */
 TH_API th_status th_server_status_json(const char *server_url, uint32_t timeout_ms,
                                        char **out_json);
 

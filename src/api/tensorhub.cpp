@@ -55,6 +55,33 @@ T read_config(const T *cfg, void (*init)(T *, size_t), const char *what) {
     return out;
 }
 
+// Checked before the call does anything, so that a bad stats struct never
+// turns a done publish or fetch into a failure.
+void check_stats(const th_sync_stats *out) {
+    if (out == nullptr) return;
+    if (out->struct_size < sizeof(size_t) || out->struct_size > (1u << 16))
+        fail(TH_ERR_INVALID_ARG, "th_sync_stats.struct_size is ", out->struct_size, "; call th_sync_stats_init first");
+}
+
+// Fills the caller's th_sync_stats, only as far as the struct it has.
+void write_stats(th_sync_stats *out, const th::SyncStats &st) {
+    if (out == nullptr) return;
+    const size_t given = out->struct_size;
+    th_sync_stats full{};
+    full.struct_size = std::min(given, sizeof full);
+    full.version = st.version;
+    full.bytes = st.bytes;
+    full.seconds = st.seconds;
+    full.gbps = st.gbps();
+    full.sources = st.sources;
+    full.replans = st.replans;
+    full.failed_sources = st.failed_sources;
+    full.chunks = st.chunks;
+    full.bytes_from_publisher = st.bytes_from_publisher;
+    full.bytes_from_replicas = st.bytes_from_replicas;
+    std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
+}
+
 std::vector<th::Buffer> buffers(const th_tensor *tensors, size_t n) {
     if (tensors == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "no tensors given");
     std::vector<th::Buffer> out;
@@ -230,6 +257,10 @@ void th_client_destroy(th_client *client) { delete client; }
 
 uint64_t th_client_worker_id(const th_client *client) { return client ? client->impl->worker_id() : 0; }
 
+void th_sync_stats_init(th_sync_stats *stats, size_t size) {
+    init_config(stats, size, [](th_sync_stats &) {});
+}
+
 void th_publish_config_init(th_publish_config *cfg, size_t size) {
     init_config(cfg, size, [](th_publish_config &c) {
         c.num_shards = 1;
@@ -245,9 +276,12 @@ th_status th_publish(th_client *client, const th_publish_config *cfg, const th_t
         if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
         th_publish_config c = read_config(cfg, th_publish_config_init, "th_publish_config");
         if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        check_stats(c.stats);
         auto r = std::make_unique<th_replica>();
-        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n));
+        th::SyncStats st;
+        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n), &st);
         *out = r.release();
+        write_stats(c.stats, st);
     });
 }
 
@@ -269,6 +303,7 @@ th_status th_replica_release(th_replica *replica) {
 void th_fetch_config_init(th_fetch_config *cfg, size_t size) {
     init_config(cfg, size, [](th_fetch_config &c) {
         c.version = TH_LATEST;
+        c.progress_interval_ms = 100;
     });
 }
 
@@ -279,6 +314,7 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
         if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
         th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
         if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        check_stats(c.stats);
         th::FetchRequest req;
         req.model = c.model;
         req.version = c.version;
@@ -287,6 +323,12 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
         if (c.tensor) req.tensor = std::string(c.tensor);
         req.offset = c.offset;
         req.length = c.length;
+        if (c.progress) {
+            auto progress = c.progress;
+            void *user_data = c.progress_user_data;
+            req.progress = [progress, user_data](uint64_t done, uint64_t total) { progress(done, total, user_data); };
+            req.progress_interval_ms = c.progress_interval_ms;
+        }
         th::FetchResult res = client->impl->fetch(req, buffers(dst, n), out_replica != nullptr);
         if (out_version) *out_version = res.version;
         if (out_replica) {
@@ -294,6 +336,7 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
             r->impl = std::move(res.replica);
             *out_replica = r.release();
         }
+        write_stats(c.stats, res.stats);
     });
 }
 

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
+#include "control/http_get.hpp"
 #include "transport/memory_kind.hpp"
 #include "wire/auth.hpp"
 
@@ -366,7 +367,9 @@ void Client::send_publish(const Replica &r, const Deadline &deadline, bool recov
 }
 
 std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t version, uint32_t shard,
-                                         uint32_t num_shards, uint64_t chunk_bytes, std::vector<Buffer> buffers) {
+                                         uint32_t num_shards, uint64_t chunk_bytes, std::vector<Buffer> buffers,
+                                         SyncStats *stats) {
+    auto started = Clock::now();
     if (model.empty() || model.size() > 255) fail(TH_ERR_INVALID_ARG, "model name must be 1..255 bytes");
     if (num_shards == 0 || shard >= num_shards)
         fail(TH_ERR_INVALID_ARG, "shard ", shard, " is out of range for ", num_shards, " shards");
@@ -392,8 +395,14 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
         throw;
     }
     remember(r.get());
-    TH_LOG(Info, "published '", model, "' v", version, " shard ", shard, "/", num_shards, " (", layout.total_bytes(),
-           " bytes)");
+    SyncStats st;
+    st.version = version;
+    st.bytes = layout.total_bytes();
+    st.chunks = layout.num_chunks();
+    st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    TH_LOG(Info, "published '", model, "' v", version, " shard ", shard, "/", num_shards, ": ", st.bytes, " bytes, ",
+           st.chunks, " chunks in ", st.seconds, " s");
+    if (stats) *stats = st;
     return r;
 }
 
@@ -616,6 +625,12 @@ namespace th {
 Client *replica_client(const Replica &r) { return r.client_; }
 
 std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token) {
+    // The server's HTTP endpoint serves the same document to its live page.
+    if (url.rfind("http://", 0) == 0) {
+        std::string base = url;
+        while (!base.empty() && base.back() == '/') base.pop_back();
+        return http_get(base + "/api/status", timeout_ms);
+    }
     RpcClient rpc(url, token);
     Builder b(64);
     Header h;
@@ -630,7 +645,7 @@ std::string query_status(const std::string &url, uint32_t timeout_ms, const std:
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {
     Fetch f(*this, req, std::move(dst), serve);
     FetchResult r = f.run();
-    TH_LOG(Info, "fetched '", req.model, "' v", r.version, " shard ", req.shard);
+    TH_LOG(Info, "fetched '", req.model, "' ", r.stats.fetch_summary(req.shard));
     return r;
 }
 

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "client/control_word.hpp"
+#include "client/sync_stats.hpp"
 #include "common/deadline.hpp"
 #include "common/labels.hpp"
 #include "common/layout.hpp"
@@ -22,6 +24,7 @@
 #include "control/subscriber.hpp"
 #include "server/state.hpp"
 #include "transport/ucx.hpp"
+#include "wire/status_json.hpp"
 #include "wire/wire.hpp"
 
 namespace th {
@@ -87,11 +90,16 @@ struct FetchRequest {
     std::optional<std::string> tensor;  // partial fetch of one tensor
     uint64_t offset = 0;
     uint64_t length = 0;
+    // Called on the fetching thread with (bytes done, bytes needed), at most
+    // every progress_interval_ms and once at the end; may be empty.
+    std::function<void(uint64_t, uint64_t)> progress;
+    uint32_t progress_interval_ms = 100;
 };
 
 struct FetchResult {
     uint64_t version = 0;
     std::unique_ptr<Replica> replica;  // set when the fetch was asked to serve
+    SyncStats stats;
 };
 
 class Client {
@@ -102,8 +110,9 @@ class Client {
     uint64_t worker_id() const { return worker_id_; }
     const ClientConfig &config() const { return cfg_; }
 
+    // stats (may be null) receives the publish's summary.
     std::unique_ptr<Replica> publish(const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
-                                     uint64_t chunk_bytes, std::vector<Buffer> buffers);
+                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr);
     FetchResult fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve);
     uint64_t resolve(const std::string &model, uint64_t version);
     // Withdraws the replica. With retain, the retention policy applies first
@@ -194,11 +203,8 @@ wire::Bytes Client::call(Build &&build, const Deadline &deadline) {
     return call_raw(std::forward<Build>(build), deadline);
 }
 
-// Renders a StatusReply / DescribeReply as JSON.
-std::string status_to_json(const wire::StatusReply &s);
-std::string describe_to_json(const std::string &model, uint32_t shard, const wire::DescribeReply &d);
-
-// Asks the server at url for its status without registering a worker.
+// Asks the server at url for its status without registering a worker; an
+// http:// url is the server's HTTP endpoint (GET url/api/status).
 std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token);
 
 // The client a replica belongs to, or nullptr once that client is destroyed.

@@ -17,6 +17,8 @@ namespace {
 // How often a reader re-reads the control word of a source that is still
 // filling while it waits for the next chunk.
 constexpr auto kFollowPoll = std::chrono::microseconds(200);
+// How often the server hears how far a serving reader's replica has filled.
+constexpr uint32_t kProgressReportMs = 200;
 }  // namespace
 
 struct Fetch::Source {
@@ -206,10 +208,14 @@ void Fetch::plan(const Deadline &deadline) {
     }
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
+    plans_++;
+    if (replica_ && !reporter_)
+        reporter_ = std::make_unique<ProgressReporter>(client_, replica_->id_, replica_->ctrl_.word, kProgressReportMs);
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<Source>();
         s->worker = r->worker_id();
         s->replica = r->replica_id();
+        publisher_[s->replica] = r->publisher();
         s->desc = get_desc(r->replica());
         check_desc(s->desc, layout_.tensors());
         if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
@@ -352,6 +358,7 @@ void Fetch::handle(const Event &e) {
         uint64_t n = 0;
         for (const Piece &p : pieces(u.first)) n += p.length;
         bytes_from_[{s.worker, s.replica}] += n;
+        bytes_done_ += n;
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
@@ -378,6 +385,7 @@ void Fetch::retire_failed_sources() {
         Source &s = *sp;
         if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight) continue;
         s.retired = true;
+        failed_sources_++;
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
@@ -430,6 +438,7 @@ FetchResult Fetch::run() {
                 events.swap(mailbox_->events);
             }
             for (const Event &e : events) handle(e);
+            report_progress(false);
 
             // A source that stops making progress is treated as dead: closing
             // its endpoint completes what is still in flight with an error.
@@ -467,10 +476,39 @@ FetchResult Fetch::run() {
     }
     drain();
     finish(true);
+    report_progress(true);
     FetchResult out;
     out.version = version_;
     out.replica = std::move(replica_);
+    out.stats = stats();
     return out;
+}
+
+void Fetch::report_progress(bool final) {
+    if (!req_.progress || !have_layout_) return;
+    auto now = Clock::now();
+    if (!final && now - progress_at_ < std::chrono::milliseconds(req_.progress_interval_ms)) return;
+    progress_at_ = now;
+    req_.progress(bytes_done_, range_end_ - range_begin_);
+}
+
+SyncStats Fetch::stats() const {
+    SyncStats st;
+    st.version = version_;
+    st.bytes = bytes_done_;
+    st.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    st.replans = plans_ > 0 ? plans_ - 1 : 0;
+    st.failed_sources = failed_sources_;
+    st.chunks = needed_;
+    std::vector<uint64_t> workers;
+    for (const auto &[src, n] : bytes_from_) {
+        if (n == 0) continue;
+        if (std::find(workers.begin(), workers.end(), src.first) == workers.end()) workers.push_back(src.first);
+        auto it = publisher_.find(src.second);
+        (it != publisher_.end() && it->second ? st.bytes_from_publisher : st.bytes_from_replicas) += n;
+    }
+    st.sources = static_cast<uint32_t>(workers.size());
+    return st;
 }
 
 // Waits until no operation of this fetch is in flight, force-closing sources
@@ -510,6 +548,7 @@ void Fetch::drain() {
 
 void Fetch::finish(bool ok) {
     finished_ = true;
+    reporter_.reset();  // no Progress after FetchDone
     if (!have_layout_) {
         if (replica_) client_.control_page().release(replica_->ctrl_.word);
         replica_.reset();

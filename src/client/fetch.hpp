@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "client/client.hpp"
+#include "client/progress_reporter.hpp"
 
 namespace th {
 
@@ -60,6 +61,9 @@ class Fetch {
     bool done() const { return confirmed_ == needed_; }
     void drain();
     void finish(bool ok);
+    // Calls req_.progress if it is due (or, with final, unconditionally).
+    void report_progress(bool final);
+    SyncStats stats() const;
     [[noreturn]] void fail_fetch(th_status code, const std::string &why);
 
     Client &client_;
@@ -80,6 +84,12 @@ class Fetch {
     std::vector<uint64_t> exclude_;           // workers that failed
     std::vector<uint64_t> exclude_replicas_;  // replicas that changed under us
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from_;  // (worker, replica) -> bytes confirmed
+    std::map<uint64_t, bool> publisher_;  // source replica -> is a publisher's
+    uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
+    uint32_t plans_ = 0, failed_sources_ = 0;
+    Clock::time_point progress_at_{};
+    // Tells the server how far our replica has filled (serving fetches only).
+    std::unique_ptr<ProgressReporter> reporter_;
     uint32_t inflight_ = 0;
     uint64_t event_seq_ = 0;
 

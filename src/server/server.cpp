@@ -5,6 +5,7 @@
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "server/live_page.hpp"
 #include "wire/auth.hpp"
 
 namespace th {
@@ -23,7 +24,7 @@ std::string events_listen_url(const std::string &url) {
 
 }  // namespace
 
-Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string token, const std::string &metrics_url)
+Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string token, const std::string &http_url)
     : token_(std::move(token)) {
     if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
     nng_listener listener;
@@ -47,8 +48,13 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
     service_ = std::make_unique<Service>(cfg);
     try {
         rpc_ = std::make_unique<RpcServer>(listen_url, [this](const uint8_t *d, size_t n) { return answer(d, n); });
-        if (!metrics_url.empty())
-            metrics_ = std::make_unique<MetricsEndpoint>(metrics_url, [this] { return service_->metrics_text(); });
+        if (!http_url.empty())
+            http_ = std::make_unique<HttpEndpoint>(
+                http_url, std::vector<HttpRoute>{
+                              {"/metrics", "text/plain; version=0.0.4; charset=utf-8", [this] { return service_->metrics_text(); }},
+                              {"/api/status", "application/json", [this] { return service_->status_json(); }},
+                              {"/", "text/html; charset=utf-8", [] { return std::string(kLivePage); }},
+                          });
     } catch (...) {
         rpc_.reset();
         nng_close(pub_);
@@ -87,7 +93,7 @@ Server::~Server() {
     }
     cv_.notify_all();
     lease_thread_.join();
-    metrics_.reset();
+    http_.reset();
     rpc_.reset();  // no handler runs after this, so no event is sent either
     nng_close(pub_);
 }

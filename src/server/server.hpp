@@ -12,7 +12,7 @@
 #include <nng/nng.h>
 
 #include "control/rpc.hpp"
-#include "server/metrics.hpp"
+#include "server/http_endpoint.hpp"
 #include "server/service.hpp"
 
 namespace th {
@@ -20,13 +20,14 @@ namespace th {
 class Server {
   public:
     // token: the cluster token (empty: none); see wire/auth.hpp.
-    // metrics_url: serve GET /metrics there too (empty: no metrics endpoint).
-    Server(const std::string &listen_url, ServiceConfig cfg, std::string token = "", const std::string &metrics_url = "");
+    // http_url: serve GET /metrics, the live page (/) and /api/status there
+    // (empty: no HTTP endpoint).
+    Server(const std::string &listen_url, ServiceConfig cfg, std::string token = "", const std::string &http_url = "");
     ~Server();
     const std::string &url() const { return rpc_->url(); }
     const std::string &events_url() const { return events_url_; }
     // The bound /metrics URL, or "".
-    std::string metrics_url() const { return metrics_ ? metrics_->url() : std::string(); }
+    std::string metrics_url() const { return http_ ? http_->url() + "/metrics" : std::string(); }
     Service &service() { return *service_; }
 
   private:
@@ -37,7 +38,7 @@ class Server {
     std::string events_url_;
     std::unique_ptr<Service> service_;
     std::unique_ptr<RpcServer> rpc_;
-    std::unique_ptr<MetricsEndpoint> metrics_;
+    std::unique_ptr<HttpEndpoint> http_;
     std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;

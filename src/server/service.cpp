@@ -6,6 +6,7 @@
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "wire/status_json.hpp"
 
 namespace th {
 
@@ -357,7 +358,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
 
     Builder b(1024);
     auto range = CreateSourceRange(b, src.worker, b.CreateVector(sw.ucx_address), put_desc(b, src.desc), src.complete,
-                                   first, count, src.id);
+                                   first, count, src.id, src.publisher);
     std::vector<fb::Offset<SourceRange>> ranges{range};
     auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges),
                                  v.num_shards);
@@ -762,12 +763,33 @@ std::string Service::metrics_text() {
     return out;
 }
 
+std::string Service::status_json() {
+    Bytes reply;
+    {
+        std::lock_guard lk(mu_);
+        Header h;
+        h.epoch = epoch_;
+        reply = on_status(h);
+    }
+    return status_to_json(*GetEnvelope(reply.data())->body_as_StatusReply());
+}
+
 Bytes Service::on_status(const Header &h) {
     Builder b(4096);
     uint64_t now = now_ms();
     std::vector<const WorkerInfo *> by_id;
     for (const auto &[id, w] : workers_) by_id.push_back(&w);
     std::sort(by_id.begin(), by_id.end(), [](auto *a, auto *b) { return a->id < b->id; });
+    // Reads still running, so that the replication tree shows as it forms:
+    // shard of a version -> (reader, source worker).
+    std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> running;
+    for (auto &[key, sources] : active_)
+        for (uint64_t rid : sources)
+            if (auto idx = replica_index_.find(rid); idx != replica_index_.end()) {
+                const ReplicaKey &k = idx->second;
+                uint64_t source = models_.at(k.model).versions.at(k.version).shards[k.shard].replicas.at(rid).worker;
+                running[key.second].push_back({key.first, source});
+            }
     std::vector<fb::Offset<WorkerStatus>> workers;
     for (const WorkerInfo *w : by_id)
         workers.push_back(CreateWorkerStatus(b, w->id, b.CreateString(w->name), put_labels(b, w->labels), w->bytes_served,
@@ -787,6 +809,9 @@ Bytes Service::on_status(const Header &h) {
             }
             std::vector<fb::Offset<ReadStatus>> reads;
             for (auto &r : v.reads) reads.push_back(CreateReadStatus(b, r.reader, r.source, r.shard, r.bytes));
+            for (uint32_t i = 0; i < v.shards.size(); ++i)
+                for (auto &[reader, source] : running[active_key({name, num, i})])
+                    reads.push_back(CreateReadStatus(b, reader, source, i, 0, true));
             versions.push_back(CreateVersionStatus(b, num, v.num_shards, v.committed, m.pins.count(num) > 0,
                                                    is_required(m, v), b.CreateVector(shards), b.CreateVector(reads)));
         }

@@ -49,6 +49,9 @@ class Service {
     // The server's metrics in the Prometheus text format.
     std::string metrics_text();
 
+    // The status document (the same JSON as th_status_json and the CLI).
+    std::string status_json();
+
   private:
     using Env = wire::Envelope;
     wire::Bytes dispatch(const Env &env, const wire::Header &h);

@@ -33,7 +33,8 @@ const char *kUsage =
     "                          print changes (commits, retirements, workers joining and\n"
     "                          leaving) as they happen, until interrupted or N changes\n"
     "options:\n"
-    "  --server URL            server address (default: $TENSORHUB_SERVER)\n"
+    "  --server URL            server address (default: $TENSORHUB_SERVER); an http:// URL reads\n"
+    "                          the server's HTTP endpoint (--metrics-listen), as its live page does\n"
     "  --format human|json     output format (default human; --json is short for json)\n"
     "exit codes: 0 ok, 1 server failed or unreachable, 2 usage, 3 model or version not found\n";
 
@@ -129,7 +130,7 @@ void print_status(const json &s) {
             for (const auto &r : v["reads"])
                 std::printf("      read: %s <- %s, shard %llu, %s\n", name_of(names, r["reader"].get<uint64_t>()).c_str(),
                             name_of(names, r["source"].get<uint64_t>()).c_str(), u(r["shard"]),
-                            human_bytes(r["bytes"].get<double>()).c_str());
+                            r.value("active", false) ? "in progress" : human_bytes(r["bytes"].get<double>()).c_str());
         }
     }
 }

@@ -1,6 +1,8 @@
 // tensorhub-server: the ROS metadata server as its own process.
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -18,7 +20,8 @@ static const char *kUsage =
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
     "  --lease-ms N    a worker silent this long loses its replicas (default 10000)\n"
     "  --max-readers-per-source N   fan-out cap per source (default 2)\n"
-    "  --metrics-listen URL  serve Prometheus metrics at URL/metrics (e.g. http://0.0.0.0:9090)\n"
+    "  --metrics-listen URL  serve HTTP there (e.g. http://0.0.0.0:9090): Prometheus metrics at\n"
+    "                  URL/metrics, the live page at URL/, its status document at URL/api/status\n"
     "  --standby       this server waits to take over from another: until it has,\n"
     "                  clients asking for what it does not know yet are told to retry\n"
     "  --token-file FILE   cluster token (first line of FILE); default $TENSORHUB_TOKEN.\n"
@@ -64,7 +67,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         std::printf("listening on %s\n", th_server_url(server));
-        if (*th_server_metrics_url(server)) std::printf("metrics on %s\n", th_server_metrics_url(server));
+        if (const std::string metrics = th_server_metrics_url(server); !metrics.empty()) {
+            std::printf("metrics on %s\n", metrics.c_str());
+            std::printf("live page on %s/\n", metrics.substr(0, metrics.size() - std::strlen("/metrics")).c_str());
+        }
         std::fflush(stdout);
         while (!g_stop) pause();
         th_server_destroy(server);

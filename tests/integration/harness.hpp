@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <regex>
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,10 +34,12 @@ struct Shard : th_tools::HostShard {
     }
 };
 
-inline th_server *start_server(const char *url = nullptr) {
+// http: also serve the HTTP endpoint (/metrics, the live page) on a free port.
+inline th_server *start_server(const char *url = nullptr, bool http = false) {
     th_server_config sc;
     th_server_config_init(&sc, sizeof sc);
     if (url) sc.listen_url = url;
+    if (http) sc.metrics_url = "http://127.0.0.1:0";
     th_server *s = nullptr;
     EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
     return s;
@@ -116,6 +124,31 @@ bool eventually(const std::string &url, Pred pred, int ms = 10000) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;
+}
+
+// GET of an http://127.0.0.1:PORT/path URL; the body, or "" on failure.
+inline std::string http_get(const std::string &url) {
+    std::smatch m;
+    if (!std::regex_match(url, m, std::regex(R"(http://([0-9.]+):([0-9]+)(/.*))"))) return "";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(std::stoi(m[2])));
+    inet_pton(AF_INET, m[1].str().c_str(), &sa.sin_addr);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) != 0) {
+        close(fd);
+        return "";
+    }
+    std::string req = "GET " + m[3].str() + " HTTP/1.0\r\nHost: x\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+    close(fd);
+    size_t body = out.find("\r\n\r\n");
+    return body == std::string::npos ? "" : out.substr(body + 4);
 }
 
 // The worker binary, with extra environment variables.

@@ -14,7 +14,9 @@ import os
 from ctypes import (
     POINTER,
     Structure,
+    CFUNCTYPE,
     c_char_p,
+    c_double,
     c_int,
     c_int32,
     c_int64,
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 __all__ = ["lib", "path", "TH_MAX_DIMS", "TH_LATEST", "Tensor", "ServerConfig", "ClientConfig",
-           "PublishConfig", "FetchConfig", "new_config", "take_json"]
+           "SyncStats", "ProgressFn", "PublishConfig", "FetchConfig", "new_config", "take_json"]
 
 TH_MAX_DIMS = 8
 TH_LATEST = 2**64 - 1
@@ -133,6 +135,28 @@ class ClientConfig(Structure):
     ]
 
 
+class SyncStats(Structure):
+    """th_sync_stats."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("version", c_uint64),
+        ("bytes", c_uint64),
+        ("seconds", c_double),
+        ("gbps", c_double),
+        ("sources", c_uint32),
+        ("replans", c_uint32),
+        ("failed_sources", c_uint32),
+        ("chunks", c_uint32),
+        ("bytes_from_publisher", c_uint64),
+        ("bytes_from_replicas", c_uint64),
+    ]
+
+
+# th_fetch_config.progress: void (*)(uint64_t bytes_done, uint64_t bytes_total, void *user_data).
+ProgressFn = CFUNCTYPE(None, c_uint64, c_uint64, c_void_p)
+
+
 class PublishConfig(Structure):
     """th_publish_config."""
 
@@ -143,6 +167,7 @@ class PublishConfig(Structure):
         ("shard", c_uint32),
         ("num_shards", c_uint32),
         ("chunk_bytes", c_uint64),
+        ("stats", POINTER(SyncStats)),
     ]
 
 
@@ -158,6 +183,10 @@ class FetchConfig(Structure):
         ("tensor", c_char_p),
         ("offset", c_uint64),
         ("length", c_uint64),
+        ("stats", POINTER(SyncStats)),
+        ("progress", ProgressFn),
+        ("progress_user_data", c_void_p),
+        ("progress_interval_ms", c_uint32),
     ]
 
 
@@ -194,6 +223,7 @@ _declare("th_client_create", status_t, POINTER(client_p), POINTER(ClientConfig))
 _declare("th_client_destroy", None, client_p)
 _declare("th_client_worker_id", c_uint64, client_p)
 # Replicas.
+_declare("th_sync_stats_init", None, POINTER(SyncStats), c_size_t)
 _declare("th_publish_config_init", None, POINTER(PublishConfig), c_size_t)
 _declare("th_publish", status_t, client_p, POINTER(PublishConfig), POINTER(Tensor), c_size_t, POINTER(replica_p))
 _declare("th_replica_version", c_uint64, replica_p)
@@ -218,7 +248,7 @@ _declare("th_server_status_json", status_t, c_char_p, c_uint32, POINTER(c_void_p
 # Config structs
 # --------------------------------------------------------------------------- #
 
-_Config = TypeVar("_Config", ServerConfig, ClientConfig, PublishConfig, FetchConfig)
+_Config = TypeVar("_Config", ServerConfig, ClientConfig, PublishConfig, FetchConfig, SyncStats)
 
 def new_config(cls: type[_Config], init: Callable[..., None]) -> _Config:
     """A config struct initialised by its th_*_config_init function.

@@ -16,6 +16,7 @@ import numpy as np
 from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, version_arg
 from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
 from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
+from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
 from ._tensors import DType, Tensors, TensorLike, View, numpy_dtype, to_c, torch_dtype, view_of, views_of, with_dtype
 from .replica import Replica
 from .server import Server
@@ -104,6 +105,7 @@ class Client:
         # fetch(serve=True) replicas by (model, shard): the newest, plus older
         # ones whose release the retention policy refused (Retained).
         self._served: dict[tuple[str, int], list[Replica]] = {}
+        self._last = threading.local()  # last_sync_stats, per calling thread
         close_at_exit(self, order=0)
 
     # ------------------------------------------------------------------ #
@@ -114,6 +116,21 @@ class Client:
     def worker_id(self) -> int:
         """The id the server knows this client by."""
         return self._worker_id
+
+    @property
+    def last_sync_stats(self) -> dict[str, Any] | None:
+        """The summary of the last successful fetch or publish this client
+        made on the calling thread (None before any), as a plain dict ready
+        for wandb.log or mlflow.log_metrics:
+
+        {"op": "fetch" | "publish", "model", "shard", "version", "bytes",
+        "seconds", "gbps", "sources", "replans", "failed_sources", "chunks",
+        "bytes_from_publisher", "bytes_from_replicas"}
+
+        For a publish, bytes and chunks are what was declared, and gbps and
+        sources are 0 (nothing moved)."""
+        stats: dict[str, Any] | None = getattr(self._last, "stats", None)
+        return dict(stats) if stats is not None else None
 
     @property
     def url(self) -> str:
@@ -222,17 +239,24 @@ class Client:
         cfg.shard = u32(shard, "shard")
         cfg.num_shards = u32(num_shards, "num_shards")
         cfg.chunk_bytes = version_arg(chunk_bytes, "chunk_bytes")
+        stats = new_stats()
+        cfg.stats = stats_pointer(stats)
         out = ctypes.c_void_p()
         with self._handle.use() as ptr:
             check(lib.th_publish(ptr, ctypes.byref(cfg), c_tensors, len(views), ctypes.byref(out)))
-            return self._adopt(out.value or 0, model, shard, views)
+            replica = self._adopt(out.value or 0, model, shard, views)
+        self._last.stats = stats_dict("publish", model, shard, stats)
+        return replica
 
     # ------------------------------------------------------------------ #
     # Fetch
     # ------------------------------------------------------------------ #
 
     def _fetch(self, model: str, version: int, views: list[View], shard: int, timeout: float | None,
-               serve: bool, tensor: str | None = None, offset: int = 0) -> tuple[int, Replica | None]:
+               serve: bool, tensor: str | None = None, offset: int = 0,
+               hook: ProgressHook | None = None) -> tuple[int, Replica | None]:
+        # The caller raises what the progress callback raised (hook.raise_if_failed)
+        # once its own bookkeeping is done.
         cfg = new_config(FetchConfig, lib.th_fetch_config_init)
         cfg.model = encode(model, "model")
         cfg.version = version_arg(version)
@@ -243,6 +267,10 @@ class Client:
             cfg.tensor = encode(tensor, "name")
             cfg.offset = version_arg(offset, "offset")
             cfg.length = views[0].nbytes
+        stats = new_stats()
+        cfg.stats = stats_pointer(stats)
+        if hook is not None:
+            cfg.progress = hook.c_function  # the hook outlives this call
         c_tensors = to_c(views)
         got = ctypes.c_uint64()
         out = ctypes.c_void_p()
@@ -250,10 +278,12 @@ class Client:
             check(lib.th_fetch(ptr, ctypes.byref(cfg), c_tensors, len(views), ctypes.byref(got),
                                ctypes.byref(out) if serve else None))
             replica = self._adopt(out.value or 0, model, shard, views) if serve else None
+        self._last.stats = stats_dict("fetch", model, shard, stats)
         return int(got.value), replica
 
     def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
-              timeout: float | None = None, serve: bool = True) -> int:
+              timeout: float | None = None, serve: bool = True,
+              progress: ProgressCallback | None = None) -> int:
         """Fetches a shard of `version` (default: the newest committed) into
         the caller's tensors, reading directly from processes that hold it.
 
@@ -261,6 +291,10 @@ class Client:
             into: the destination, a state_dict or (name, tensor) pairs with
                 the published names, order, dtypes and sizes; contiguous and writable.
             timeout: whole-fetch deadline in seconds (None: 6x the client timeout).
+            progress: called as progress(bytes_done, bytes_total) on this
+                thread, at most every 100 ms and once at the end. An exception
+                it raises is raised by fetch once the fetch is over (the
+                callback is not called again).
             serve: keep serving the fetched version from `into` afterwards. The
                 client then holds the replica for (model, shard) and releases
                 the previous one only after this fetch succeeded, so a reader can
@@ -277,15 +311,18 @@ class Client:
             Unavailable (no live holder), Timeout, TransportError.
         """
         views = views_of(into, writable=True)
+        hook = ProgressHook(progress)
         if not serve:
-            return self._fetch(model, version, views, shard, timeout, serve=False)[0]
+            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook)[0]
+            hook.raise_if_failed()
+            return got
         key = (model, shard)
         with self._lock:
             served = list(self._served.get(key, []))
         for old in served:
             if old._overlaps(views):
                 old.release()  # Retained propagates: those bytes must not be overwritten
-        got, replica = self._fetch(model, version, views, shard, timeout, serve=True)
+        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook)
         assert replica is not None
         with self._lock:
             older = self._served.get(key, [])
@@ -300,18 +337,29 @@ class Client:
                     self._served[key].insert(0, old)
             except TensorHubError:
                 pass  # the handle is released anyway; the fetch itself succeeded
+        hook.raise_if_failed()
         return got
 
     def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
-                      timeout: float | None = None) -> tuple[int, Replica]:
+                      timeout: float | None = None,
+                      progress: ProgressCallback | None = None) -> tuple[int, Replica]:
         """Like fetch(serve=True), but the caller owns the resulting Replica
         and releases it (or uses it as a context manager).
 
         Returns:
             (version delivered, the replica serving it from `into`).
         """
-        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True)
+        hook = ProgressHook(progress)
+        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook)
         assert replica is not None
+        try:
+            hook.raise_if_failed()
+        except BaseException:
+            try:
+                replica.release()  # the caller never gets the handle
+            except TensorHubError:
+                pass  # Retained: the client keeps it and frees it on close()
+            raise
         return got, replica
 
     def stop_serving(self, model: str, shard: int = 0) -> None:
@@ -354,7 +402,8 @@ class Client:
 
     def fetch_iter(self, model: str, version: int = LATEST, shard: int = 0, device: str = "cpu",
                    like: Literal["numpy", "torch"] = "numpy",
-                   timeout: float | None = None) -> Iterator[tuple[str, Any]]:
+                   timeout: float | None = None,
+                   progress: ProgressCallback | None = None) -> Iterator[tuple[str, Any]]:
         """Fetches a shard into newly allocated arrays and yields (name, array)
         in published order. The whole shard is fetched (from one version)
         before the first item is yielded; errors are raised by this call.
@@ -387,7 +436,7 @@ class Client:
                 target = array if exact else with_dtype(array, dtype)
             pairs.append((t["name"], array))
             dst.append((t["name"], target))
-        self.fetch(model, desc["version"], into=dst, shard=shard, timeout=timeout, serve=False)
+        self.fetch(model, desc["version"], into=dst, shard=shard, timeout=timeout, serve=False, progress=progress)
         return iter(pairs)
 
     # ------------------------------------------------------------------ #

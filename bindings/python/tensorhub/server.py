@@ -76,7 +76,8 @@ class Server:
 
 def server_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
     """The state of the server at `url` (workers, models, versions, replicas,
-    reads), without a client: connects, asks, disconnects.
+    reads), without a client: connects, asks, disconnects. `url` may also be
+    the server's HTTP endpoint ("http://host:9090"), where the live page reads it.
 
     Raises:
         Unavailable: the server cannot be reached within `timeout` seconds.

@@ -22,6 +22,7 @@ STRUCTS = {
     "th_client_config": _lib.ClientConfig,
     "th_publish_config": _lib.PublishConfig,
     "th_fetch_config": _lib.FetchConfig,
+    "th_sync_stats": _lib.SyncStats,
 }
 
 
@@ -64,7 +65,10 @@ def test_every_function_and_field_of_the_header_is_mirrored() -> None:
     for c_name, mirror in STRUCTS.items():
         body = re.search(r"typedef struct " + c_name + r" \{(.*?)\} " + c_name + ";", text, re.S)
         assert body, c_name
-        fields = re.findall(r"(\w+)(?:\[\w+\])?;", re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S))
+        declarations = re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S)
+        # A function pointer "void (*name)(...);" declares the field name.
+        declarations = re.sub(r"\(\s*\*\s*(\w+)\s*\)\s*\([^)]*\)\s*;", r"\1;", declarations)
+        fields = re.findall(r"(\w+)(?:\[\w+\])?;", declarations)
         assert fields == [f for f, _ in mirror._fields_], c_name
 
 

@@ -4,6 +4,7 @@ use crate::client::Client;
 use crate::error::{check, Result};
 use crate::ffi::{created, cstring, init_config, millis, version_arg};
 use crate::replica::Replica;
+use crate::stats::{raw_stats, SyncStats};
 use crate::sys;
 use crate::tensor::{RawTensors, TensorMut};
 use std::ffi::CString;
@@ -58,6 +59,17 @@ impl Client {
         dst: &'a mut [TensorMut<'_>],
         serve: bool,
     ) -> Result<(u64, Option<Replica<'a>>)> {
+        self.fetch_with_stats(request, dst, serve).map(|(version, replica, _)| (version, replica))
+    }
+
+    /// [`fetch_with`](Client::fetch_with), also returning what the fetch did:
+    /// bytes, time, GB/s, sources, re-plans.
+    pub fn fetch_with_stats<'a>(
+        &'a self,
+        request: &FetchRequest<'_>,
+        dst: &'a mut [TensorMut<'_>],
+        serve: bool,
+    ) -> Result<(u64, Option<Replica<'a>>, SyncStats)> {
         let model = cstring("model", request.model)?;
         let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
         let mut raw = init_config(sys::th_fetch_config_init);
@@ -69,6 +81,8 @@ impl Client {
         raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
         raw.offset = request.offset;
         raw.length = request.length;
+        let mut stats = raw_stats();
+        raw.stats = &mut stats;
 
         let list = RawTensors::of_mut(dst)?;
         let mut version = 0;
@@ -77,13 +91,14 @@ impl Client {
         // SAFETY: everything pointed to outlives the call; a serving replica
         // keeps `dst` borrowed for `'a`.
         check(unsafe { sys::th_fetch(self.raw(), &raw, list.as_ptr(), list.len(), &mut version, out_replica) })?;
+        let stats = SyncStats::from(&stats);
         if !serve {
-            return Ok((version, None));
+            return Ok((version, None, stats));
         }
         let handle = created(out, "th_fetch")?;
         // Downgrade to shared: from here on the served bytes may only be read.
         let dst: &'a [TensorMut<'_>] = dst;
         let data = dst.iter().map(|t| &*t.data).collect();
-        Ok((version, Some(unsafe { Replica::from_raw(handle, data) })))
+        Ok((version, Some(unsafe { Replica::from_raw(handle, data) }), stats))
     }
 }

@@ -14,6 +14,7 @@ mod ffi;
 mod publish;
 mod replica;
 mod server;
+mod stats;
 mod tensor;
 
 pub use client::{Client, ClientConfig, Retention};
@@ -22,6 +23,7 @@ pub use fetch::FetchRequest;
 pub use publish::PublishConfig;
 pub use replica::Replica;
 pub use server::{server_status, Server, ServerConfig};
+pub use stats::SyncStats;
 pub use tensor::{DType, Tensor, TensorMut};
 
 /// The loaded library's version, "MAJOR.MINOR.PATCH".

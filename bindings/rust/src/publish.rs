@@ -4,6 +4,7 @@ use crate::client::Client;
 use crate::error::{check, Result};
 use crate::ffi::{created, cstring, init_config};
 use crate::replica::Replica;
+use crate::stats::{raw_stats, SyncStats};
 use crate::sys;
 use crate::tensor::{RawTensors, Tensor};
 use std::ptr;
@@ -39,6 +40,16 @@ impl Client {
     /// becomes visible to readers once every shard is published. The buffers
     /// stay borrowed until the returned replica is dropped or released.
     pub fn publish<'a>(&'a self, config: &PublishConfig, tensors: &[Tensor<'a>]) -> Result<Replica<'a>> {
+        self.publish_with_stats(config, tensors).map(|(replica, _)| replica)
+    }
+
+    /// [`publish`](Client::publish), also returning its summary (bytes and
+    /// chunks declared, time taken).
+    pub fn publish_with_stats<'a>(
+        &'a self,
+        config: &PublishConfig,
+        tensors: &[Tensor<'a>],
+    ) -> Result<(Replica<'a>, SyncStats)> {
         let model = cstring("model", &config.model)?;
         let mut raw = init_config(sys::th_publish_config_init);
         raw.model = model.as_ptr();
@@ -46,12 +57,15 @@ impl Client {
         raw.shard = config.shard;
         raw.num_shards = config.num_shards;
         raw.chunk_bytes = config.chunk_bytes;
+        let mut stats = raw_stats();
+        raw.stats = &mut stats;
         let list = RawTensors::of(tensors)?;
         let mut out = ptr::null_mut();
         // SAFETY: config, names and tensor array outlive the call; the buffers
         // outlive the replica through `'a`.
         check(unsafe { sys::th_publish(self.raw(), &raw, list.as_ptr(), list.len(), &mut out) })?;
         let handle = created(out, "th_publish")?;
-        Ok(unsafe { Replica::from_raw(handle, tensors.iter().map(|t| t.data).collect()) })
+        let replica = unsafe { Replica::from_raw(handle, tensors.iter().map(|t| t.data).collect()) };
+        Ok((replica, SyncStats::from(&stats)))
     }
 }

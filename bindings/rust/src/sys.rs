@@ -109,7 +109,28 @@ pub struct th_publish_config {
     pub shard: u32,
     pub num_shards: u32,
     pub chunk_bytes: u64,
+    pub stats: *mut th_sync_stats,
 }
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct th_sync_stats {
+    pub struct_size: usize,
+    pub version: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub gbps: f64,
+    pub sources: u32,
+    pub replans: u32,
+    pub failed_sources: u32,
+    pub chunks: u32,
+    pub bytes_from_publisher: u64,
+    pub bytes_from_replicas: u64,
+}
+
+/// th_fetch_config.progress: called with (bytes_done, bytes_total, user_data).
+pub type th_progress_fn =
+    Option<unsafe extern "C" fn(bytes_done: u64, bytes_total: u64, user_data: *mut std::ffi::c_void)>;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +143,10 @@ pub struct th_fetch_config {
     pub tensor: *const c_char,
     pub offset: u64,
     pub length: u64,
+    pub stats: *mut th_sync_stats,
+    pub progress: th_progress_fn,
+    pub progress_user_data: *mut std::ffi::c_void,
+    pub progress_interval_ms: u32,
 }
 
 /// Opaque handles: only ever used behind pointers.
@@ -159,6 +184,7 @@ extern "C" {
     pub fn th_client_destroy(client: *mut th_client);
     pub fn th_client_worker_id(client: *const th_client) -> u64;
 
+    pub fn th_sync_stats_init(stats: *mut th_sync_stats, size: usize);
     pub fn th_publish_config_init(cfg: *mut th_publish_config, size: usize);
     pub fn th_publish(
         client: *mut th_client,

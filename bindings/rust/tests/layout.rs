@@ -45,8 +45,11 @@ fn sys_declarations_match_the_header() {
             th_server_config { struct_size, listen_url, lease_ms, max_readers_per_source, token, metrics_url, standby }
             th_client_config { struct_size, server_url, worker_name, labels, timeout_ms, heartbeat_ms,
                                chunk_timeout_ms, max_inflight, retention, mutation_wait_ms, token }
-            th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes }
-            th_fetch_config { struct_size, model, version, shard, timeout_ms, tensor, offset, length }
+            th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes, stats }
+            th_fetch_config { struct_size, model, version, shard, timeout_ms, tensor, offset, length, stats,
+                              progress, progress_user_data, progress_interval_ms }
+            th_sync_stats { struct_size, version, bytes, seconds, gbps, sources, replans, failed_sources, chunks,
+                            bytes_from_publisher, bytes_from_replicas }
         }
         consts {
             TH_OK, TH_ERR_INVALID_ARG, TH_ERR_NOT_FOUND, TH_ERR_NOT_COMMITTED, TH_ERR_LAYOUT_MISMATCH,

@@ -142,3 +142,18 @@ fn begin_mutation_keeps_the_last_copy_available() {
     c.reader.fetch("mut", Some(1), 0, &mut dst(&mut bufs), false).unwrap();
     assert_eq!(bufs, src);
 }
+
+#[test]
+fn fetch_and_publish_report_what_they_did() {
+    let c = cluster();
+    let src: Vec<Vec<u8>> = (0..2).map(|i| pattern(i, BYTES)).collect();
+    let (_published, p) = c.publisher.publish_with_stats(&publish_config("m", 5), &shard(&src)).unwrap();
+    assert_eq!((p.version, p.bytes, p.chunks, p.sources), (5, 2 * BYTES as u64, 8, 0));
+
+    let mut bufs = vec![vec![0u8; BYTES]; 2];
+    let (v, _, s) = c.reader.fetch_with_stats(&FetchRequest::new("m"), &mut dst(&mut bufs), false).unwrap();
+    assert_eq!((v, s.version, s.bytes, s.sources, s.chunks), (5, 5, 2 * BYTES as u64, 1, 8));
+    assert_eq!((s.bytes_from_publisher, s.bytes_from_replicas), (2 * BYTES as u64, 0));
+    assert!(s.seconds > 0.0 && s.gbps > 0.0);
+    assert_eq!(bufs, src);
+}

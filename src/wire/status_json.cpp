@@ -1,9 +1,6 @@
-// Renders the server's StatusReply as a JSON document (for th_status_json and
-// the tensorhub CLI).
-#include <cstdio>
-#include <string>
+#include "wire/status_json.hpp"
 
-#include "client/client.hpp"
+#include <cstdio>
 
 namespace th {
 
@@ -144,6 +141,7 @@ std::string status_to_json(const wire::StatusReply &s) {
                             j.key("source"), j.num(r->source());
                             j.key("shard"), j.num(r->shard());
                             j.key("bytes"), j.num(r->bytes());
+                            j.key("active"), j.boolean(r->active());
                             j.close('}');
                         }
                     j.close(']');

@@ -1,0 +1,56 @@
+"""Per-call summaries (th_sync_stats) and fetch progress callbacks."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable, Optional
+
+from ._lib import ProgressFn, SyncStats, lib, new_config
+
+__all__ = ["ProgressCallback", "new_stats", "stats_dict", "stats_pointer", "ProgressHook"]
+
+ProgressCallback = Callable[[int, int], Any]
+"""progress(bytes_done, bytes_total), called on the fetching thread."""
+
+
+def new_stats() -> SyncStats:
+    return new_config(SyncStats, lib.th_sync_stats_init)
+
+
+def stats_dict(op: str, model: str, shard: int, s: SyncStats) -> dict[str, Any]:
+    """A th_sync_stats as a plain dict, ready for wandb.log / mlflow.log_metrics."""
+    return {
+        "op": op, "model": model, "shard": shard, "version": int(s.version), "bytes": int(s.bytes),
+        "seconds": float(s.seconds), "gbps": float(s.gbps), "sources": int(s.sources),
+        "replans": int(s.replans), "failed_sources": int(s.failed_sources), "chunks": int(s.chunks),
+        "bytes_from_publisher": int(s.bytes_from_publisher), "bytes_from_replicas": int(s.bytes_from_replicas),
+    }
+
+
+class ProgressHook:
+    """Wraps a Python progress callback as the C function pointer th_fetch
+    calls. Keep the hook alive for the whole th_fetch call. An exception in
+    the callback never crosses into C: it is kept, the callback is not called
+    again, and raise_if_failed() raises it once the fetch has returned."""
+
+    def __init__(self, callback: Optional[ProgressCallback]) -> None:
+        self._callback = callback
+        self.error: Optional[BaseException] = None
+        self.c_function = ProgressFn(self._call) if callback is not None else ProgressFn()
+
+    def _call(self, done: int, total: int, _user_data: Optional[int]) -> None:
+        if self.error is not None or self._callback is None:
+            return
+        try:
+            self._callback(int(done), int(total))
+        except BaseException as e:  # noqa: BLE001 - re-raised by raise_if_failed
+            self.error = e
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
+def stats_pointer(stats: SyncStats) -> Any:
+    return ctypes.pointer(stats)

@@ -1,0 +1,76 @@
+"""Each fetch and publish leaves a summary (Client.last_sync_stats), and a
+fetch reports progress through a callback."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tensorhub
+from conftest import connect, empty_like, weights
+
+KEYS = {"op", "model", "shard", "version", "bytes", "seconds", "gbps", "sources", "replans", "failed_sources",
+        "chunks", "bytes_from_publisher", "bytes_from_replicas"}
+
+
+def nbytes(state: dict[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in state.values())
+
+
+def test_publish_and_fetch_leave_a_plain_dict(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
+    assert reader.last_sync_stats is None
+    w = weights(1)
+    pub.publish("m", 4, w, chunk_bytes=64 << 10)
+    p = pub.last_sync_stats
+    assert p is not None and set(p) == KEYS
+    assert (p["op"], p["model"], p["version"], p["bytes"], p["sources"]) == ("publish", "m", 4, nbytes(w), 0)
+
+    assert reader.fetch("m", into=empty_like(w), serve=False) == 4
+    s = reader.last_sync_stats
+    assert s is not None and set(s) == KEYS
+    assert all(isinstance(v, (int, float, str)) for v in s.values())  # ready for wandb.log
+    assert (s["op"], s["version"], s["bytes"], s["sources"]) == ("fetch", 4, nbytes(w), 1)
+    assert s["bytes_from_publisher"] == nbytes(w) and s["bytes_from_replicas"] == 0
+    assert s["chunks"] >= 1 and s["seconds"] > 0
+    assert s["gbps"] == pytest.approx(s["bytes"] / s["seconds"] / 1e9)
+
+
+def test_the_summary_is_per_thread(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
+    pub.publish("m", 1, weights(1))
+    seen: list[object] = []
+    t = threading.Thread(target=lambda: seen.append(reader.last_sync_stats))
+    reader.fetch("m", into=empty_like(weights(1)), serve=False)
+    t.start()
+    t.join()
+    assert seen == [None] and reader.last_sync_stats is not None
+
+
+def test_progress_reaches_the_total(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
+    w = weights(2, sizes=(300000,))
+    pub.publish("m", 1, w, chunk_bytes=64 << 10)
+    calls: list[tuple[int, int]] = []
+    reader.fetch("m", into=empty_like(w), progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1] == (nbytes(w), nbytes(w))
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_an_exception_in_the_callback_is_raised_after_the_fetch(server: tensorhub.Server,
+                                                               pub: tensorhub.Client) -> None:
+    w = weights(3)
+    pub.publish("m", 1, w)
+    calls = []
+
+    def boom(done: int, total: int) -> None:
+        calls.append(done)
+        raise KeyError("from the callback")
+
+    with connect(server, "r2") as reader:
+        mine = empty_like(w)
+        with pytest.raises(KeyError, match="from the callback"):
+            reader.fetch("m", into=mine, progress=boom)
+        assert len(calls) == 1  # not called again after it raised
+        # The fetch itself completed: the bytes are there, and so is its summary.
+        np.testing.assert_array_equal(mine["layers.1.weight"], w["layers.1.weight"])
+        assert reader.last_sync_stats is not None and reader.last_sync_stats["version"] == 1

@@ -1,0 +1,49 @@
+//! What one fetch or publish did (`th_sync_stats`).
+
+use crate::sys;
+
+/// The summary of one fetch or publish, for logs and experiment trackers.
+/// For a publish, `bytes` and `chunks` are what was declared and `gbps` and
+/// `sources` are 0 (nothing moved).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SyncStats {
+    pub version: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub gbps: f64,
+    /// Distinct holders bytes came from.
+    pub sources: u32,
+    /// Plans asked for after the first one.
+    pub replans: u32,
+    pub failed_sources: u32,
+    pub chunks: u32,
+    pub bytes_from_publisher: u64,
+    pub bytes_from_replicas: u64,
+}
+
+/// A `th_sync_stats` ready to be filled by the library.
+pub(crate) fn raw_stats() -> sys::th_sync_stats {
+    let mut raw = std::mem::MaybeUninit::<sys::th_sync_stats>::zeroed();
+    // SAFETY: th_sync_stats_init writes at most size_of::<th_sync_stats>() bytes.
+    unsafe {
+        sys::th_sync_stats_init(raw.as_mut_ptr(), std::mem::size_of::<sys::th_sync_stats>());
+        raw.assume_init()
+    }
+}
+
+impl From<&sys::th_sync_stats> for SyncStats {
+    fn from(s: &sys::th_sync_stats) -> SyncStats {
+        SyncStats {
+            version: s.version,
+            bytes: s.bytes,
+            seconds: s.seconds,
+            gbps: s.gbps,
+            sources: s.sources,
+            replans: s.replans,
+            failed_sources: s.failed_sources,
+            chunks: s.chunks,
+            bytes_from_publisher: s.bytes_from_publisher,
+            bytes_from_replicas: s.bytes_from_replicas,
+        }
+    }
+}

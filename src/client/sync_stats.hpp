@@ -1,0 +1,27 @@
+// What one fetch or publish did, for the caller (th_sync_stats) and for the
+// one INFO line each of them logs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace th {
+
+struct SyncStats {
+    uint64_t version = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;
+    uint32_t sources = 0;
+    uint32_t replans = 0;
+    uint32_t failed_sources = 0;
+    uint32_t chunks = 0;
+    uint64_t bytes_from_publisher = 0;
+    uint64_t bytes_from_replicas = 0;
+
+    // bytes / seconds in GB/s (0 when nothing took time).
+    double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+    // "v7 shard 0: 64.0 MiB in 0.031 s (2.17 GB/s) from 2 sources (...)".
+    std::string fetch_summary(uint32_t shard) const;
+};
+
+}  // namespace th
