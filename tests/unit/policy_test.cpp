@@ -117,7 +117,11 @@ TEST(Policy, NeighbourhoodKeysMeanDistance) {
             EXPECT_EQ(x.dc == y.dc, d != Distance::OtherDc) << format_labels(a) << " / " << format_labels(b);
             EXPECT_EQ(shared(x.host, y.host), d == Distance::SameHost) << format_labels(a) << " / " << format_labels(b);
             bool rack_or_zone = shared(x.rack, y.rack) || shared(x.zone, y.zone);
-            if (d == Distance::SameRack) EXPECT_TRUE(rack_or_zone) << format_labels(a) << " / " << format_labels(b);
-            if (rack_or_zone) EXPECT_LE(d, Distance::SameRack) << format_labels(a) << " / " << format_labels(b);
+            if (d == Distance::SameRack) {
+                EXPECT_TRUE(rack_or_zone) << format_labels(a) << " / " << format_labels(b);
+            }
+            if (rack_or_zone) {
+                EXPECT_LE(d, Distance::SameRack) << format_labels(a) << " / " << format_labels(b);
+            }
         }
 }
