@@ -17,6 +17,9 @@ namespace {
 // How often a reader re-reads the control word of a source that is still
 // filling while it waits for the next chunk.
 constexpr auto kFollowPoll = std::chrono::microseconds(200);
+// How long a plan that finds no routable holder is retried before the fetch
+// reports TH_ERR_UNAVAILABLE.
+constexpr auto kHolderGrace = std::chrono::milliseconds(2000);
 }  // namespace
 
 struct Fetch::Source {
@@ -167,6 +170,7 @@ void Fetch::plan(const Deadline &deadline) {
         for (const Buffer &b : dst_) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
     Bytes reply;
+    auto grace_end = Clock::now() + kHolderGrace;
     for (;;) {
         try {
             reply = client_.call(
@@ -190,6 +194,13 @@ void Fetch::plan(const Deadline &deadline) {
             // deadline, rather than report a version that exists as missing.
             bool maybe_back_soon = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED ||
                                    e.code() == TH_ERR_UNAVAILABLE;
+            // A holder that begins to mutate the last copy is unroutable until
+            // its owned copy is declared (a memcpy later): give it that time.
+            bool spilling_soon = e.code() == TH_ERR_UNAVAILABLE && Clock::now() < grace_end;
+            if (spilling_soon && deadline.remaining_ms() >= 100) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                continue;
+            }
             if (!maybe_back_soon || !client_.rebuilding() || deadline.remaining_ms() < 100) {
                 TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !client_.rebuilding() ? " (not rebuilding)" : "");
                 throw;
