@@ -6,6 +6,8 @@ set -euo pipefail
 debs=(build-essential cmake pkg-config libucx-dev ucx-utils libnng-dev libflatbuffers-dev
       flatbuffers-compiler libgtest-dev nlohmann-json3-dev libmbedtls-dev iproute2 python3 python3-pip)
 [ "${TH_SETUP_GO:-1}" = 1 ] && debs+=(golang-go)
+# The cluster benchmark's baselines (perf/cluster: MPI_Bcast, Redis) and plots.
+[ "${TH_SETUP_CLUSTER:-1}" = 1 ] && debs+=(openmpi-bin libopenmpi-dev redis-server libhiredis-dev python3-matplotlib)
 
 missing=()
 for p in "${debs[@]}"; do

@@ -63,7 +63,8 @@ class Bench:
     def setup(self, net, size):
         a = self.args
         return systems.Setup(net=net, bin_dir=a.bin_dir, server_bin=a.server_bin, workdir=self.workdir, size=size,
-                             chunk_kb=a.chunk_kb, inflight=a.inflight, timeout=120 + 40 * floor_s(size, a.gbit) * 10)
+                             chunk_kb=a.chunk_kb, inflight=a.inflight, timeout=120 + 40 * floor_s(size, a.gbit) * 10,
+                             trainer_keeps=a.trainer_keeps)
 
     def record(self, entry, runs):
         """Adds a scenario entry: per system its seconds and stalls, the
@@ -122,16 +123,17 @@ class Bench:
                 rng = random.Random(a.seed * 1000 + n)
                 spread = [rng.uniform(0, 3 * floor) for _ in readers]
                 for variant, offsets in (("ready", [0.0] * n), ("staggered", spread)):
-                    runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets),
-                            "trainer_direct": systems.trainer_direct(s, trainer, readers, offsets)}
-                    if systems.mpi_available(s):
+                    runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
+                    if self.wanted("trainer_direct"):
+                        runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
+                    if self.wanted("mpi") and systems.mpi_available(s):
                         runs["mpi_default"] = systems.mpi_bcast(s, trainer, readers, offsets, tuned=False)
                         runs["mpi_tuned"] = systems.mpi_bcast(s, trainer, readers, offsets, tuned=True)
-                    if systems.redis_available(s):
+                    if self.wanted("redis") and systems.redis_available(s):
                         runs["redis"] = systems.redis(s, meta, trainer, readers, offsets)
                     self.record({"scenario": f"standalone_{variant}", "n": n, "size_bytes": a.size,
                                  "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed}, runs)
-                    if n == 1 and variant == "ready":
+                    if n == 1 and variant == "ready" and "trainer_direct" in runs:
                         self.check_pair(runs["trainer_direct"], floor)
         if "elastic" in a.only:
             holders, joiners = pool[:a.elastic_n], pool[a.elastic_n:a.elastic_n + a.elastic_m]
@@ -141,6 +143,9 @@ class Bench:
             self.record({"scenario": "elastic_join", "n": a.elastic_n, "m": a.elastic_m, "size_bytes": a.size,
                          "host_gbit": a.gbit, "floor_s": floor}, runs)
         net.teardown()
+
+    def wanted(self, baseline):
+        return baseline in self.args.baselines
 
     def check_pair(self, run, floor):
         """A single pair must reach the shaped bandwidth, or the emulation
@@ -215,8 +220,12 @@ def parse():
     p.add_argument("--ks", help="cross-dc reader counts, e.g. 1,2,4")
     p.add_argument("--elastic", default=None, help="holders,joiners, e.g. 4,4")
     p.add_argument("--only", default="standalone,elastic,cross_dc")
+    p.add_argument("--baselines", default="trainer_direct,mpi,redis",
+                   help="standalone baselines to run (trainer_direct,mpi,redis)")
     p.add_argument("--chunk-kb", type=int, default=1024)
     p.add_argument("--inflight", type=int, default=8)
+    p.add_argument("--trainer-keeps", action="store_true",
+                   help="tensorhub's trainer keeps its weights instead of mutating right after publishing")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write the JSON here too (e.g. perf/results/cluster.json)")
     a = p.parse_args()
@@ -230,6 +239,7 @@ def parse():
     a.ks = [int(x) for x in (a.ks or ks).split(",")]
     a.elastic_n, a.elastic_m = (int(x) for x in (a.elastic or elastic).split(","))
     a.only = set(a.only.split(","))
+    a.baselines = set(a.baselines.split(",")) - {""}
     if a.smoke:
         a.chunk_kb = min(a.chunk_kb, 256)
     return a

@@ -17,7 +17,7 @@
 //
 // Common options: --bytes S --tensors T (default 4) --chunk-kb C --inflight I
 // --ready-offset SECONDS. tensorhub: --server URL --model NAME --labels L
-// --mutation-wait-ms MS (trainer).
+// --mutation-wait-ms MS (trainer), --keep (the trainer does not mutate).
 #include <unistd.h>
 
 #include <cstdio>
@@ -48,6 +48,7 @@ struct Options {
     double ready_offset = 0;
     std::string server, model, labels, info;
     uint32_t mutation_wait_ms = 0;
+    bool keep = false;  // the trainer keeps its weights (and serves them)
 };
 
 void check(th_status st, const char *what) {
@@ -107,10 +108,13 @@ int run_trainer(const Options &o) {
     th_replica *replica = nullptr;
     check(th_publish(client.get(), &pc, shard.views.data(), shard.views.size(), &replica), "publishing");
     double published = wall_now();
-    check(th_replica_begin_mutation(replica), "beginning the mutation");
-    double free_at = wall_now();
-    // The optimizer step: the buffers no longer hold the version.
-    std::memset(shard.buffer.data(), 0xA5, shard.buffer.size());
+    double free_at = published;
+    if (!o.keep) {
+        check(th_replica_begin_mutation(replica), "beginning the mutation");
+        free_at = wall_now();
+        // The optimizer step: the buffers no longer hold the version.
+        std::memset(shard.buffer.data(), 0xA5, shard.buffer.size());
+    }
     emit(str("{\"role\":\"trainer\",\"published\":", fixed(published), ",\"stall_s\":", fixed(free_at - published),
              ",\"free\":", fixed(free_at), "}"));
     serve_until_quit([] { return true; });
@@ -191,9 +195,9 @@ int main(int argc, char **argv) {
     setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
     setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
     try {
-        th_tools::Args args(argc, argv);
+        th_tools::Args args(argc, argv, {"keep"});
         auto bad = args.unknown({"role", "bytes", "tensors", "chunk-kb", "inflight", "ready-offset", "server", "model",
-                                 "labels", "info", "mutation-wait-ms"});
+                                 "labels", "info", "mutation-wait-ms", "keep"});
         if (!bad.empty()) fail("unknown option --", bad[0]);
         Options o;
         o.payload = payload_option(args);
@@ -205,6 +209,7 @@ int main(int argc, char **argv) {
         o.labels = args.get("labels");
         o.info = args.get("info");
         o.mutation_wait_ms = static_cast<uint32_t>(args.get_u64("mutation-wait-ms", 0));
+        o.keep = args.has("keep");
         std::string role = args.get("role");
         if (role == "trainer") return run_trainer(o);
         if (role == "reader") return run_reader(o);

@@ -35,9 +35,16 @@ class Proc:
         self._lines.put(None)
 
     def _read_stderr(self):
+        # $TH_CLUSTER_LOG_DIR keeps every process's whole stderr, for digging.
+        log_dir = os.environ.get("TH_CLUSTER_LOG_DIR")
+        log = open(os.path.join(log_dir, f"{self.name.replace(' ', '_')}.{self.p.pid}.log"), "w") if log_dir else None
         for line in self.p.stderr:
             self._stderr.append(line.rstrip("\n"))
             del self._stderr[:-40]
+            if log:
+                log.write(line)
+        if log:
+            log.close()
 
     def stderr_tail(self):
         return "\n".join(self._stderr[-15:])
@@ -121,13 +128,15 @@ def stop_all():
 
 
 class CpuMeter:
-    """Busy fraction of all CPUs between start() and stop(), from /proc/stat."""
+    """Busy fraction of all CPUs between start() and stop(), from /proc/stat.
+    Time spent by niced processes counts as idle: the benchmark runs at
+    nice 0, so niced work (e.g. a compile beside it) only takes what it leaves."""
 
     @staticmethod
     def _sample():
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        idle = fields[1] + fields[3] + (fields[4] if len(fields) > 4 else 0)
         return sum(fields[:8]), idle
 
     def start(self):

@@ -42,6 +42,7 @@ class Setup:
     inflight: int = 8
     redis_chunk_mb: int = 8
     timeout: float = 300.0
+    trainer_keeps: bool = False  # tensorhub's trainer does not mutate after publishing
 
     def env(self):
         e = dict(os.environ)
@@ -113,7 +114,7 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
             started.append(p)
             return p
 
-        tr = node("trainer", trainer, ["--mutation-wait-ms", str(mutation_wait_ms)])
+        tr = node("trainer", trainer, ["--mutation-wait-ms", str(mutation_wait_ms)] + (["--keep"] if s.trainer_keeps else []))
         first = [node("reader", h) for h in holders]
         joiners = [node("reader", h, ["--ready-offset", f"{d:.6f}"]) for h, d in zip(readers, offsets)]
         cpu = CpuMeter()

@@ -17,9 +17,6 @@ namespace {
 // How often a reader re-reads the control word of a source that is still
 // filling while it waits for the next chunk.
 constexpr auto kFollowPoll = std::chrono::microseconds(200);
-// How long a plan that finds no routable holder is retried before the fetch
-// reports TH_ERR_UNAVAILABLE.
-constexpr auto kHolderGrace = std::chrono::milliseconds(2000);
 }  // namespace
 
 struct Fetch::Source {
@@ -170,7 +167,6 @@ void Fetch::plan(const Deadline &deadline) {
         for (const Buffer &b : dst_) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
     Bytes reply;
-    auto grace_end = Clock::now() + kHolderGrace;
     for (;;) {
         try {
             reply = client_.call(
@@ -194,13 +190,6 @@ void Fetch::plan(const Deadline &deadline) {
             // deadline, rather than report a version that exists as missing.
             bool maybe_back_soon = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED ||
                                    e.code() == TH_ERR_UNAVAILABLE;
-            // A holder that begins to mutate the last copy is unroutable until
-            // its owned copy is declared (a memcpy later): give it that time.
-            bool spilling_soon = e.code() == TH_ERR_UNAVAILABLE && Clock::now() < grace_end;
-            if (spilling_soon && deadline.remaining_ms() >= 100) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-                continue;
-            }
             if (!maybe_back_soon || !client_.rebuilding() || deadline.remaining_ms() < 100) {
                 TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !client_.rebuilding() ? " (not rebuilding)" : "");
                 throw;
@@ -307,10 +296,11 @@ void Fetch::issue(Source &s) {
     }
     if (s.ctrl_inflight) return;
     // Confirm what was read once the pipe to this source is idle or a batch
-    // is waiting (our own followers can only use confirmed chunks), and poll a
-    // filling source for new chunks.
-    bool confirm = !s.unconfirmed.empty() &&
-                   (s.chunk_inflight == 0 || s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
+    // is waiting, and poll a filling source for new chunks. A fetch that
+    // serves confirms at once: its followers can only use confirmed chunks,
+    // so every batch it waits for adds to the delay of each hop of a chain.
+    bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
+                                              s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
     bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= kFollowPoll;
     if (confirm || follow) issue_ctrl(s);
 }
