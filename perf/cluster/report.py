@@ -54,15 +54,18 @@ def stall_table(rows):
     return out
 
 
+def worst_within(rows, key, goal, limit):
+    worst = max(rows, key=lambda e: e["ratio_tensorhub_floor"])
+    return (goal, f"worst {worst['ratio_tensorhub_floor']:.2f}x at {key.upper()}={worst[key]}",
+            worst["ratio_tensorhub_floor"] <= limit)
+
+
 def goals(data):
     """(goal, measured, met) rows; a goal without data is left out."""
     out = []
     ready = entries(data, "standalone_ready")
     if ready:
-        worst = max(ready, key=lambda e: e["ratio_tensorhub_floor"])
-        out.append(("standalone, all ready: within 1.05x of S/B for every N",
-                    f"worst {worst['ratio_tensorhub_floor']:.2f}x at N={worst['n']}",
-                    worst["ratio_tensorhub_floor"] <= 1.05))
+        out.append(worst_within(ready, "n", "standalone, all ready: within 1.05x of S/B for every N", 1.05))
         n8 = [e for e in ready if e["n"] == max(x["n"] for x in ready)]
         if n8 and "trainer_direct_s" in n8[0]:
             e = n8[0]
@@ -83,10 +86,7 @@ def goals(data):
                     f"{e['ratio_tensorhub_floor']:.2f}x", e["ratio_tensorhub_floor"] <= 1.2))
     cd = entries(data, "cross_dc")
     if cd:
-        worst = max(cd, key=lambda e: e["ratio_tensorhub_floor"])
-        out.append(("cross-datacenter: within 1.1x of S/L for any K",
-                    f"worst {worst['ratio_tensorhub_floor']:.2f}x at K={worst['k']}",
-                    worst["ratio_tensorhub_floor"] <= 1.1))
+        out.append(worst_within(cd, "k", "cross-datacenter: within 1.1x of S/L for any K", 1.1))
     return out
 
 
