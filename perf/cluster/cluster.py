@@ -222,7 +222,7 @@ def parse():
     p.add_argument("--only", default="standalone,elastic,cross_dc")
     p.add_argument("--baselines", default="trainer_direct,mpi,redis",
                    help="standalone baselines to run (trainer_direct,mpi,redis)")
-    p.add_argument("--chunk-kb", type=int, default=1024)
+    p.add_argument("--chunk-kb", type=int, default=512)
     p.add_argument("--inflight", type=int, default=8)
     p.add_argument("--trainer-keeps", action="store_true",
                    help="tensorhub's trainer keeps its weights instead of mutating right after publishing")
