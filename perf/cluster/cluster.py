@@ -84,6 +84,7 @@ class Bench:
                 if name != "tensorhub":
                     entry[f"stall_ratio_vs_{name}"] = (run.reader_stall_s + run.trainer_stall_s) / max(ours, 1e-9)
         entry["cpu_busy_max"] = max(r.cpu_busy for r in runs.values())
+        entry["loadavg_1min"] = os.getloadavg()[0]
         entry["cpu_bound"] = entry["cpu_busy_max"] >= CPU_BOUND
         entry["verified"] = all(r.verified for r in runs.values())
         self.scenarios.append(entry)
