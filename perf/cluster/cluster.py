@@ -87,7 +87,10 @@ class Bench:
         entry["loadavg_1min"] = os.getloadavg()[0]
         entry["cpu_bound"] = entry["cpu_busy_max"] >= CPU_BOUND
         entry["verified"] = all(r.verified for r in runs.values())
+        if self.failed:
+            entry["failed_baselines"], self.failed = self.failed, []
         self.scenarios.append(entry)
+        self.save()
         label = entry["scenario"] + " " + " ".join(f"{k}={entry[k]}" for k in ("n", "m", "k") if k in entry)
         for name, run in runs.items():
             self.rows.append((label, BASELINES.get(name, "tensorhub"), run, entry["floor_s"]))
@@ -128,10 +131,10 @@ class Bench:
                     if self.wanted("trainer_direct"):
                         runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
                     if self.wanted("mpi") and systems.mpi_available(s):
-                        runs["mpi_default"] = systems.mpi_bcast(s, trainer, readers, offsets, tuned=False)
-                        runs["mpi_tuned"] = systems.mpi_bcast(s, trainer, readers, offsets, tuned=True)
+                        for name, tuned in (("mpi_default", False), ("mpi_tuned", True)):
+                            self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
                     if self.wanted("redis") and systems.redis_available(s):
-                        runs["redis"] = systems.redis(s, meta, trainer, readers, offsets)
+                        self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
                     self.record({"scenario": f"standalone_{variant}", "n": n, "size_bytes": a.size,
                                  "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed}, runs)
                     if n == 1 and variant == "ready" and "trainer_direct" in runs:
@@ -144,6 +147,20 @@ class Bench:
             self.record({"scenario": "elastic_join", "n": a.elastic_n, "m": a.elastic_m, "size_bytes": a.size,
                          "host_gbit": a.gbit, "floor_s": floor}, runs)
         net.teardown()
+
+    def baseline(self, runs, name, run, tries=2):
+        """Runs a baseline, once more if it fails (an mpirun daemon that never
+        reports, say); a baseline that fails twice is left out of the entry
+        and named in the output, rather than losing the whole benchmark."""
+        for attempt in range(tries):
+            try:
+                runs[name] = run()
+                return
+            except procs.ProcError as e:
+                print(f"# {BASELINES[name]} failed (try {attempt + 1} of {tries}): {str(e).splitlines()[0]}",
+                      flush=True)
+                procs.stop_all()
+        self.failed.append(name)
 
     def wanted(self, baseline):
         return baseline in self.args.baselines
@@ -182,6 +199,7 @@ class Bench:
     def run(self):
         self.networks = []
         self.pair = None
+        self.failed = []
         print(f"tensorhub cluster benchmark: S = {self.args.size >> 20} MiB, B = {self.args.gbit} gbit per host, "
               f"chunk {self.args.chunk_kb} KiB, {self.args.inflight} GETs in flight; "
               f"MPI {'yes' if systems.mpi_available(self.setup(None, 1)) else 'not installed'}, "
@@ -191,15 +209,21 @@ class Bench:
             self.standalone()
         if "cross_dc" in self.args.only:
             self.cross_dc()
+        print(json.dumps(self.save()), flush=True)
+
+    def save(self):
+        """The results so far; written to --out after every scenario, so a
+        run cut short keeps what it measured."""
         out = {"bench": "cluster", "mode": self.args.mode, "cpus": os.cpu_count(),
                "chunk_kb": self.args.chunk_kb, "inflight": self.args.inflight, "single_pair": self.pair,
                "scenarios": self.scenarios}
         if self.args.out:
             os.makedirs(os.path.dirname(os.path.abspath(self.args.out)), exist_ok=True)
-            with open(self.args.out, "w") as f:
+            with open(self.args.out + ".tmp", "w") as f:
                 json.dump(out, f, indent=1)
                 f.write("\n")
-        print(json.dumps(out), flush=True)
+            os.replace(self.args.out + ".tmp", self.args.out)
+        return out
 
     def cleanup(self):
         procs.stop_all()

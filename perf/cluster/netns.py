@@ -11,6 +11,7 @@ eth0 carry the addresses assigned here (10.77.0.0/24).
 
 import os
 import re
+import signal
 import subprocess
 
 SUBNET = "10.77.0"
@@ -132,7 +133,19 @@ class Network:
     def exec_prefix(self, host):
         return ["ip", "netns", "exec", host.ns]
 
+    def kill_inside(self):
+        """Kills whatever still runs in this network's namespaces: only the
+        benchmark starts processes there, and some (mpirun's daemonized
+        orted) leave the session they were started in."""
+        for ns in self._namespaces:
+            for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
     def teardown(self):
+        self.kill_inside()
         for ns in self._namespaces:
             _ip("netns", "del", ns, check=False)
         for link in self._links:

@@ -62,11 +62,14 @@ class Setup:
         return os.access(self.program(name), os.X_OK)
 
 
+ARM_TIMEOUT = 120.0  # setting up (launching, filling S bytes) takes seconds, not minutes
+
+
 def _arm_and_start(procs, timeout, delay=0.3):
     """Waits until every process is armed, gives them all the same T0 and
-    returns it once it has come (with the CPU meter started)."""
+    returns it once it has come."""
     for p in procs:
-        p.expect_json("event", "armed", timeout)
+        p.expect_json("event", "armed", min(timeout, ARM_TIMEOUT))
     t0 = time.time() + delay
     for p in procs:
         p.send(f"start {t0:.6f}")
@@ -229,6 +232,7 @@ def mpi_bcast(s, trainer, readers, offsets, tuned):
         return Run(makespan, stall, ranks[0]["done"] - t0, busy, ok)
     finally:
         proc.finish(timeout=30)
+        s.net.kill_inside()  # orted daemons that outlived mpirun
 
 
 def redis_available(s):
