@@ -36,7 +36,7 @@ std::optional<size_t> choose_source(const Request &req, const std::vector<Candid
     static const Labels kNone;
     const Labels &me = req.labels ? *req.labels : kNone;
     std::optional<size_t> best;
-    std::tuple<int, bool, uint32_t, uint64_t, bool, uint64_t> best_key{};
+    std::tuple<int, bool, uint32_t, bool, bool, uint64_t, uint64_t> best_key{};
     for (size_t i = 0; i < candidates.size(); ++i) {
         const Candidate &c = candidates[i];
         if (c.worker_id == req.reader_worker) continue;
@@ -45,8 +45,8 @@ std::optional<size_t> choose_source(const Request &req, const std::vector<Candid
             continue;
         if (!c.complete && req.reader_seq != 0 && c.seq >= req.reader_seq) continue;
         auto key = std::make_tuple(static_cast<int>(distance(me, c.labels ? *c.labels : kNone)),
-                                   c.active_reads >= cfg.max_readers_per_source, c.active_reads, c.bytes_served,
-                                   !c.complete, c.seq);
+                                   c.active_reads >= cfg.max_readers_per_source, c.active_reads, c.publisher_side,
+                                   !c.complete, c.bytes_served, c.seq);
         if (!best || key < best_key) {
             best = i;
             best_key = key;

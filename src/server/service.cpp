@@ -321,7 +321,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
         auto wit = workers_.find(r.worker);
         if (wit == workers_.end() || wit->second.suspect || r.mutating) continue;
         cands.push_back({r.worker, r.id, &wit->second.labels, r.complete, wit->second.active_reads, r.seq,
-                         wit->second.bytes_served});
+                         wit->second.bytes_served, r.publisher || r.owned});
         reps.push_back(&r);
     }
     auto chosen = choose_source(req, cands, cfg_.policy);
