@@ -69,7 +69,7 @@ def _arm_and_start(procs, timeout, delay=0.3):
     """Waits until every process is armed, gives them all the same T0 and
     returns it once it has come."""
     for p in procs:
-        p.expect_json("event", "armed", min(timeout, ARM_TIMEOUT))
+        p.expect_json("event", "armed", min(timeout, ARM_TIMEOUT, float(os.environ.get("TH_CLUSTER_ARM_S", ARM_TIMEOUT))))
     t0 = time.time() + delay
     for p in procs:
         p.send(f"start {t0:.6f}")
