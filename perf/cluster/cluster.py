@@ -27,6 +27,7 @@ import atexit
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -229,6 +230,7 @@ class Bench:
         procs.stop_all()
         for net in getattr(self, "networks", []):
             net.teardown()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def parse():
