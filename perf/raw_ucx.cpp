@@ -191,7 +191,9 @@ void RawReader::check_healthy() const {
         fail("endpoint failed: ", ucs_status_string(static_cast<ucs_status_t>(ep_status_.load())));
 }
 
-double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point deadline) {
+double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events) {
+    int efd = -1;
+    if (wait_on_events && ucp_worker_get_efd(ucx_.worker(), &efd) != UCS_OK) fail("the worker has no event fd");
     if (local_ == nullptr) fail("no buffer bound");
     if (inflight_ != 0) fail("GETs of an earlier read are still in flight");
     get_status_ = UCS_OK;
@@ -210,7 +212,11 @@ double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point de
             if (UCS_PTR_IS_PTR(req)) inflight_++;
             issued += len;
         }
-        ucp_worker_progress(ucx_.worker());
+        bool progressed = ucp_worker_progress(ucx_.worker()) != 0;
+        if (wait_on_events && !progressed && ucp_worker_arm(ucx_.worker()) == UCS_OK) {
+            pollfd pfd{efd, POLLIN, 0};
+            poll(&pfd, 1, 10);
+        }
         check_healthy();
         if (Clock::now() > deadline) fail("GETs did not complete in time (", inflight_, " still in flight)");
     }

@@ -85,8 +85,11 @@ class RawReader {
     void bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const PageBuffer &local);
     void unbind();
     // Reads the whole remote buffer with GETs of `chunk` bytes, at most
-    // `inflight` at a time; returns the seconds it took.
-    double read_all(size_t chunk, unsigned inflight, Clock::time_point deadline);
+    // `inflight` at a time; returns the seconds it took. Busy-polls the worker
+    // unless `wait_on_events` is set: then it sleeps on the worker's event fd between
+    // completions, as a tensorhub reader does, which is what many readers
+    // sharing few cores need.
+    double read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events = false);
 
   private:
     static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);

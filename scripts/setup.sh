@@ -8,6 +8,8 @@ debs=(build-essential cmake pkg-config libucx-dev ucx-utils libnng-dev libflatbu
 [ "${TH_SETUP_GO:-1}" = 1 ] && debs+=(golang-go)
 # Headless Chromium for the live page's test (skipped without it).
 [ "${TH_SETUP_CHROMIUM:-1}" = 1 ] && debs+=(chromium)
+# The cluster benchmark's baselines (perf/cluster: MPI_Bcast, Redis) and plots.
+[ "${TH_SETUP_CLUSTER:-1}" = 1 ] && debs+=(openmpi-bin libopenmpi-dev redis-server libhiredis-dev python3-matplotlib)
 
 missing=()
 for p in "${debs[@]}"; do

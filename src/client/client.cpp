@@ -453,7 +453,11 @@ uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {
         }
         if (state()->last_copy()) {
             TH_LOG(Info, what, ": keeping an owned copy");
+            // The server kept routing readers here while the copy was made;
+            // asking again finds the copy and stops that.
             spill(r);
+            reply = ask(Body::BeginMutation);
+            if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
         }
     }
     return state()->active_reads();

@@ -15,8 +15,12 @@ using namespace wire;
 
 namespace {
 // How often a reader re-reads the control word of a source that is still
-// filling while it waits for the next chunk.
-constexpr auto kFollowPoll = std::chrono::microseconds(200);
+// filling while it waits for the next chunk: soon after the source made
+// progress, then less and less often while it makes none. Every read wakes
+// the source's progress thread, and a chain of N readers on few cores pays
+// for N pollers.
+constexpr auto kFollowPollMin = std::chrono::microseconds(200);
+constexpr auto kFollowPollMax = std::chrono::microseconds(3200);
 // How often the server hears how far a serving reader's replica has filled.
 constexpr uint32_t kProgressReportMs = 200;
 }  // namespace
@@ -36,6 +40,7 @@ struct Fetch::Source {
     bool ctrl_inflight = false;
     uint64_t ctrl_issue_seq = 0;
     Clock::time_point ctrl_at{};
+    std::chrono::microseconds follow_poll = kFollowPollMin;
     std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
     uint32_t chunk_inflight = 0;
     bool failed = false;
@@ -302,11 +307,12 @@ void Fetch::issue(Source &s) {
     }
     if (s.ctrl_inflight) return;
     // Confirm what was read once the pipe to this source is idle or a batch
-    // is waiting (our own followers can only use confirmed chunks), and poll a
-    // filling source for new chunks.
-    bool confirm = !s.unconfirmed.empty() &&
-                   (s.chunk_inflight == 0 || s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
-    bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= kFollowPoll;
+    // is waiting, and poll a filling source for new chunks. A fetch that
+    // serves confirms at once: its followers can only use confirmed chunks,
+    // so every batch it waits for adds to the delay of each hop of a chain.
+    bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
+                                              s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
+    bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
     if (confirm || follow) issue_ctrl(s);
 }
 
@@ -366,6 +372,9 @@ void Fetch::handle(const Event &e) {
     if (avail > s.avail) {
         s.avail = avail;
         s.last_progress = Clock::now();
+        s.follow_poll = kFollowPollMin;
+    } else if (s.next >= s.avail) {
+        s.follow_poll = std::min(kFollowPollMax, s.follow_poll * 2);
     }
     advance_served_prefix();
 }
@@ -423,17 +432,15 @@ FetchResult Fetch::run() {
         while (!done()) {
             if (deadline.expired())
                 fail_fetch(TH_ERR_TIMEOUT, str("deadline passed with ", confirmed_, " of ", needed_, " chunks fetched"));
-            bool waiting = false;
+            auto wait = std::chrono::microseconds(20000);
             for (auto &s : sources_) {
                 issue(*s);
-                waiting |= !s->failed && s->gen_known && s->next >= s->avail && s->next < s->end;
+                if (!s->failed && s->gen_known && s->next >= s->avail && s->next < s->end) wait = std::min(wait, s->follow_poll);
             }
             client_.ucx().wake();
             std::deque<Event> events;
             {
                 std::unique_lock lk(mailbox_->mu);
-                auto wait = waiting ? std::chrono::duration_cast<std::chrono::microseconds>(kFollowPoll)
-                                    : std::chrono::microseconds(20000);
                 mailbox_->cv.wait_for(lk, wait, [&] { return !mailbox_->events.empty(); });
                 events.swap(mailbox_->events);
             }

@@ -54,7 +54,8 @@ bool eligible(const Request &req, const Candidate &c) {
 }
 
 LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg) {
-    return {c.active_reads >= cfg.max_readers_per_source, c.active_reads, c.bytes_served, !c.complete, c.seq};
+    return {c.active_reads >= cfg.max_readers_per_source, c.active_reads, c.publisher_side, !c.complete, c.bytes_served,
+            c.seq};
 }
 
 std::optional<size_t> choose_source(const Request &req, const std::vector<Candidate> &candidates,

@@ -38,6 +38,8 @@ struct Candidate {
     uint32_t active_reads = 0;  // readers currently planned onto this worker
     uint64_t seq = 0;           // registration order of the replica
     uint64_t bytes_served = 0;  // by this worker so far
+    bool publisher_side = false;  // the publisher's own buffers or its owned copy:
+                                  // its uplink is the trainer's
 };
 
 struct PolicyConfig {
@@ -61,14 +63,16 @@ struct Request {
 bool eligible(const Request &req, const Candidate &c);
 
 // How the policy ranks eligible sources at the same distance: smaller first.
-using LoadRank = std::tuple<bool, uint32_t, uint64_t, bool, uint64_t>;
+using LoadRank = std::tuple<bool, uint32_t, bool, bool, uint64_t, uint64_t>;
 LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg);
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.
 // Order: distance; then sources under the fan-out cap; then fewest active
-// readers; then the one that served the fewest bytes (keeps load off the
-// publisher, whose uplink stalls training, and lets chains form); then
-// complete before filling; then the oldest replica.
+// readers; then any source before the publisher's side (keeps load off the
+// trainer's uplink; with fewest-active-readers first, this lets chains form);
+// then complete before filling (an idle holder serves at full speed, a
+// filling one only as fast as it fills); then the one that served the fewest
+// bytes; then the oldest replica.
 std::optional<size_t> choose_source(const Request &req, const std::vector<Candidate> &candidates,
                                     const PolicyConfig &cfg);
 

@@ -371,7 +371,7 @@ bool Service::routable(const ReplicaInfo &r) const { return !r.holder->suspect &
 
 Candidate Service::candidate(const ReplicaInfo &r) const {
     const WorkerInfo &w = *r.holder;
-    return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served};
+    return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served, r.publisher || r.owned};
 }
 
 std::optional<uint64_t> Service::pick_source(const Request &req,
@@ -634,7 +634,6 @@ Bytes Service::on_heartbeat(const Header &h) {
 Bytes Service::on_begin_mutation(const Envelope &env, const Header &h) {
     ReplicaKey k;
     ReplicaInfo &r = own_replica(env.body_as_BeginMutation()->replica_id(), h.worker_id, &k);
-    r.mutating = true;
     ModelInfo &m = models_.at(k.model);
     VersionInfo &v = m.versions.at(k.version);
     const ShardInfo &s = v.shards[k.shard];
@@ -646,6 +645,9 @@ Bytes Service::on_begin_mutation(const Envelope &env, const Header &h) {
         (o.complete ? others : filling)++;
     }
     bool last = r.complete && v.committed && others == 0 && is_required(m, v);
+    // The last copy stays routable while its holder copies it (or waits for
+    // another to complete); the holder asks again once it has.
+    r.mutating = !last;
     Builder b(64);
     return finish(b, h, CreateBeginMutationReply(b, r.active_reads, last, filling));
 }

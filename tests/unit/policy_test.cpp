@@ -63,8 +63,12 @@ TEST(Policy, SpreadsLoadOffBusySources) {
     EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 1u);
     // An idle publisher that already served the shard loses to an idle
     // filling reader: the next reader joins the chain.
-    c = {{1, 11, &x, true, 0, 1, 1000}, {2, 12, &y, false, 0, 2, 0}};
+    c = {{1, 11, &x, true, 0, 1, 1000, true}, {2, 12, &y, false, 0, 2, 0}};
     EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 1u);
+    // An idle holder that is not the publisher beats an idle filling reader
+    // even though it served more: it serves at full speed (elastic join).
+    c = {{1, 11, &x, true, 0, 1, 1000}, {2, 12, &y, false, 0, 2, 0}};
+    EXPECT_EQ(choose_source(Request{&me, 99, 0, {}, {}}, c, {}), 0u);
 }
 
 TEST(Policy, ExcludesSelfFailedAndYoungerFillingReplicas) {

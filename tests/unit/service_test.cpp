@@ -248,7 +248,7 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
                 if (suspect.count(r->worker_id())) continue;
                 const WorkerStatus *ws = workers.at(r->worker_id());
                 all.push_back({r->worker_id(), r->replica_id(), &labels[r->worker_id()], r->complete(), ws->active_reads(),
-                               r->replica_id(), ws->bytes_served()});
+                               r->replica_id(), ws->bytes_served(), r->publisher() || r->owned()});
             }
             Request policy_req{&labels[w], w, rid, exclude, {}};
             auto expected = choose_source(policy_req, all, PolicyConfig{});

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Emulated multi-host cluster benchmark: tensorhub against real baselines.
+
+Builds hosts as network namespaces (perf/cluster/netns.py), each with one NIC
+shaped to B in both directions, and runs, side by side on the same hosts with
+the same S bytes:
+
+  standalone   one trainer publishes S; N rollout hosts fetch it, all ready at
+               T0 or ready at seeded random times in [0, 3 S/B]. tensorhub vs
+               trainer-direct (UCX GETs from the trainer), MPI_Bcast (Open MPI,
+               default and tuned pipelined), Redis (push then pull).
+  elastic      N hosts already hold the version; M new hosts join and fetch
+               it. tensorhub vs trainer-direct.
+  cross_dc     trainer in dc1, K hosts in dc2 behind a link L = B/10.
+               tensorhub vs trainer-direct.
+
+Prints a table per scenario and, last, one JSON line with every figure.
+Needs root (namespaces, tc); exits 77 (skipped) without them.
+
+  cluster.py [--smoke | --quick] [--bin-dir DIR] [--server-bin PATH]
+             [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,elastic,cross_dc]
+             [--chunk-kb C] [--inflight I] [--seed N] [--out results.json]
+"""
+
+import argparse
+import atexit
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import netns  # noqa: E402
+import procs  # noqa: E402
+import systems  # noqa: E402
+
+SKIP = 77
+CPU_BOUND = 0.90  # busy fraction of all CPUs above which a run is not bandwidth-bound
+PAIR_TOLERANCE = 0.05
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# How the baselines are called in the output and in results JSON.
+BASELINES = {"trainer_direct": "trainer-direct", "mpi_default": "MPI_Bcast", "mpi_tuned": "MPI_Bcast tuned",
+             "redis": "Redis"}
+
+
+def floor_s(size, gbit):
+    """S over the goodput of a link shaped to gbit (tbf counts whole frames)."""
+    return size / (gbit * 1e9 / 8 * netns.GOODPUT)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.rows = []        # printed table rows
+        self.scenarios = []   # JSON entries
+        self.workdir = tempfile.mkdtemp(prefix="tensorhub-cluster-")
+
+    def setup(self, net, size):
+        a = self.args
+        return systems.Setup(net=net, bin_dir=a.bin_dir, server_bin=a.server_bin, workdir=self.workdir, size=size,
+                             chunk_kb=a.chunk_kb, inflight=a.inflight, timeout=120 + 40 * floor_s(size, a.gbit) * 10,
+                             trainer_keeps=a.trainer_keeps)
+
+    def record(self, entry, runs):
+        """Adds a scenario entry: per system its seconds and stalls, the
+        floor, the ratios, and whether any run was CPU-bound."""
+        th = runs["tensorhub"]
+        entry["tensorhub_s"] = th.makespan_s
+        entry["ratio_tensorhub_floor"] = th.makespan_s / entry["floor_s"]
+        for name, run in runs.items():
+            if name != "tensorhub":
+                entry[f"{name}_s"] = run.makespan_s
+                entry[f"speedup_vs_{name}"] = run.makespan_s / th.makespan_s
+            entry[f"{name}_reader_stall_s"] = run.reader_stall_s
+            entry[f"{name}_trainer_stall_s"] = run.trainer_stall_s
+        if entry["scenario"] == "standalone_staggered":
+            ours = th.reader_stall_s + th.trainer_stall_s
+            for name, run in runs.items():
+                if name != "tensorhub":
+                    entry[f"stall_ratio_vs_{name}"] = (run.reader_stall_s + run.trainer_stall_s) / max(ours, 1e-9)
+        entry["cpu_busy_max"] = max(r.cpu_busy for r in runs.values())
+        entry["loadavg_1min"] = os.getloadavg()[0]
+        entry["cpu_bound"] = entry["cpu_busy_max"] >= CPU_BOUND
+        entry["verified"] = all(r.verified for r in runs.values())
+        if self.failed:
+            entry["failed_baselines"], self.failed = self.failed, []
+        self.scenarios.append(entry)
+        self.save()
+        label = entry["scenario"] + " " + " ".join(f"{k}={entry[k]}" for k in ("n", "m", "k") if k in entry)
+        for name, run in runs.items():
+            self.rows.append((label, BASELINES.get(name, "tensorhub"), run, entry["floor_s"]))
+            print(self._row(*self.rows[-1]), flush=True)
+        if not entry["verified"]:
+            raise RuntimeError(f"{label}: a reader holds wrong bytes")
+
+    @staticmethod
+    def header():
+        return (f"{'scenario':<30} {'system':<16} {'time s':>8} {'floor s':>8} {'x floor':>8} "
+                f"{'reader stall s':>15} {'trainer stall s':>16} {'CPU busy':>9}")
+
+    @staticmethod
+    def _row(label, system, run, floor):
+        flag = " CPU-BOUND" if run.cpu_busy >= CPU_BOUND else ""
+        return (f"{label:<30} {system:<16} {run.makespan_s:8.3f} {floor:8.3f} {run.makespan_s / floor:8.3f} "
+                f"{run.reader_stall_s:15.3f} {run.trainer_stall_s:16.3f} {run.cpu_busy:8.0%}{flag}")
+
+    # -----------------------------------------------------------------------
+
+    def standalone(self):
+        a = self.args
+        net = netns.Network()
+        self.networks.append(net)
+        net.add_dc("dc1")
+        meta = net.add_host("meta", "dc1", a.gbit)
+        trainer = net.add_host("trainer", "dc1", a.gbit)
+        pool = [net.add_host(f"r{i + 1}", "dc1", a.gbit) for i in range(max(max(a.ns), a.elastic_n + a.elastic_m))]
+        s = self.setup(net, a.size)
+        floor = floor_s(a.size, a.gbit)
+        if "standalone" in a.only:
+            for n in a.ns:
+                readers = pool[:n]
+                rng = random.Random(a.seed * 1000 + n)
+                spread = [rng.uniform(0, 3 * floor) for _ in readers]
+                for variant, offsets in (("ready", [0.0] * n), ("staggered", spread)):
+                    runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
+                    if self.wanted("trainer_direct"):
+                        runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
+                    if self.wanted("mpi") and systems.mpi_available(s):
+                        for name, tuned in (("mpi_default", False), ("mpi_tuned", True)):
+                            self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
+                    if self.wanted("redis") and systems.redis_available(s):
+                        self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
+                    self.record({"scenario": f"standalone_{variant}", "n": n, "size_bytes": a.size,
+                                 "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed}, runs)
+                    if n == 1 and variant == "ready" and "trainer_direct" in runs:
+                        self.check_pair(runs["trainer_direct"], floor)
+        if "elastic" in a.only:
+            holders, joiners = pool[:a.elastic_n], pool[a.elastic_n:a.elastic_n + a.elastic_m]
+            zeros = [0.0] * len(joiners)
+            runs = {"tensorhub": systems.tensorhub(s, meta, trainer, joiners, zeros, holders=holders),
+                    "trainer_direct": systems.trainer_direct(s, trainer, joiners, zeros)}
+            self.record({"scenario": "elastic_join", "n": a.elastic_n, "m": a.elastic_m, "size_bytes": a.size,
+                         "host_gbit": a.gbit, "floor_s": floor}, runs)
+        net.teardown()
+
+    def baseline(self, runs, name, run, tries=2):
+        """Runs a baseline, once more if it fails (an mpirun daemon that never
+        reports, say); a baseline that fails twice is left out of the entry
+        and named in the output, rather than losing the whole benchmark."""
+        for attempt in range(tries):
+            try:
+                runs[name] = run()
+                return
+            except procs.ProcError as e:
+                print(f"# {BASELINES[name]} failed (try {attempt + 1} of {tries}): {str(e).splitlines()[0]}",
+                      flush=True)
+                procs.stop_all()
+        self.failed.append(name)
+
+    def wanted(self, baseline):
+        return baseline in self.args.baselines
+
+    def check_pair(self, run, floor):
+        """A single pair must reach the shaped bandwidth, or the emulation
+        does not measure what it claims to."""
+        ratio = floor / run.makespan_s
+        self.pair = {"single_pair_of_floor": ratio, "within_5pct": ratio >= 1 - PAIR_TOLERANCE}
+        verdict = "ok" if self.pair["within_5pct"] else "NOT within 5% of B: results are not bandwidth-bound"
+        print(f"# single pair (trainer-direct, N=1): {ratio:.1%} of B goodput: {verdict}", flush=True)
+
+    def cross_dc(self):
+        a = self.args
+        net = netns.Network()
+        self.networks.append(net)
+        net.add_dc("dc1")
+        net.add_dc("dc2")
+        meta = net.add_host("meta", "dc1", a.gbit)
+        trainer = net.add_host("trainer", "dc1", a.gbit)
+        pool = [net.add_host(f"r{i + 1}", "dc2", a.gbit) for i in range(max(a.ks))]
+        wan = a.gbit * a.wan_fraction
+        net.join_dcs("dc1", "dc2", wan)
+        s = self.setup(net, a.wan_size)
+        s.timeout = 120 + 40 * floor_s(a.wan_size, wan) * max(a.ks)
+        floor = floor_s(a.wan_size, wan)
+        for k in a.ks:
+            readers = pool[:k]
+            zeros = [0.0] * k
+            runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, zeros),
+                    "trainer_direct": systems.trainer_direct(s, trainer, readers, zeros)}
+            self.record({"scenario": "cross_dc", "k": k, "size_bytes": a.wan_size, "host_gbit": a.gbit,
+                         "wan_gbit": wan, "floor_s": floor}, runs)
+        net.teardown()
+
+    def run(self):
+        self.networks = []
+        self.pair = None
+        self.failed = []
+        print(f"tensorhub cluster benchmark: S = {self.args.size >> 20} MiB, B = {self.args.gbit} gbit per host, "
+              f"chunk {self.args.chunk_kb} KiB, {self.args.inflight} GETs in flight; "
+              f"MPI {'yes' if systems.mpi_available(self.setup(None, 1)) else 'not installed'}, "
+              f"Redis {'yes' if systems.redis_available(self.setup(None, 1)) else 'not installed'}", flush=True)
+        print(self.header(), flush=True)
+        if "standalone" in self.args.only or "elastic" in self.args.only:
+            self.standalone()
+        if "cross_dc" in self.args.only:
+            self.cross_dc()
+        print(json.dumps(self.save()), flush=True)
+
+    def save(self):
+        """The results so far; written to --out after every scenario, so a
+        run cut short keeps what it measured."""
+        out = {"bench": "cluster", "mode": self.args.mode, "cpus": os.cpu_count(),
+               "chunk_kb": self.args.chunk_kb, "inflight": self.args.inflight, "single_pair": self.pair,
+               "scenarios": self.scenarios}
+        if self.args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(self.args.out)), exist_ok=True)
+            with open(self.args.out + ".tmp", "w") as f:
+                json.dump(out, f, indent=1)
+                f.write("\n")
+            os.replace(self.args.out + ".tmp", self.args.out)
+        return out
+
+    def cleanup(self):
+        procs.stop_all()
+        for net in getattr(self, "networks", []):
+            net.teardown()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, every scenario once (for ctest)")
+    p.add_argument("--quick", action="store_true", help="smaller S, N in 1,2,4")
+    p.add_argument("--bin-dir", default=os.path.join(REPO, "build", "perf", "cluster"))
+    p.add_argument("--server-bin", default=os.path.join(REPO, "build", "tensorhub-server"))
+    p.add_argument("--size-mb", type=int)
+    p.add_argument("--wan-size-mb", type=int)
+    p.add_argument("--gbit", type=float, default=1.0)
+    p.add_argument("--wan-fraction", type=float, default=0.1)
+    p.add_argument("--ns", help="reader counts, e.g. 1,2,4,8")
+    p.add_argument("--ks", help="cross-dc reader counts, e.g. 1,2,4")
+    p.add_argument("--elastic", default=None, help="holders,joiners, e.g. 4,4")
+    p.add_argument("--only", default="standalone,elastic,cross_dc")
+    p.add_argument("--baselines", default="trainer_direct,mpi,redis",
+                   help="standalone baselines to run (trainer_direct,mpi,redis)")
+    p.add_argument("--chunk-kb", type=int, default=512)
+    p.add_argument("--inflight", type=int, default=8)
+    p.add_argument("--trainer-keeps", action="store_true",
+                   help="tensorhub's trainer keeps its weights instead of mutating right after publishing")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", help="write the JSON here too (e.g. perf/results/cluster.json)")
+    a = p.parse_args()
+    a.mode = "smoke" if a.smoke else "quick" if a.quick else "full"
+    presets = {"smoke": (8, 4, "2", "1,2", "2,2"), "quick": (64, 16, "1,2,4", "1,2,4", "2,2"),
+               "full": (256, 64, "1,2,4,8", "1,2,4", "4,4")}[a.mode]
+    size_mb, wan_mb, ns, ks, elastic = presets
+    a.size = (a.size_mb or size_mb) << 20
+    a.wan_size = (a.wan_size_mb or wan_mb) << 20
+    a.ns = [int(x) for x in (a.ns or ns).split(",")]
+    a.ks = [int(x) for x in (a.ks or ks).split(",")]
+    a.elastic_n, a.elastic_m = (int(x) for x in (a.elastic or elastic).split(","))
+    a.only = set(a.only.split(","))
+    a.baselines = set(a.baselines.split(",")) - {""}
+    if a.smoke:
+        a.chunk_kb = min(a.chunk_kb, 256)
+        # Tiny sizes arm in a second or two: a launch that hangs (mpirun) is
+        # retried sooner, so the smoke run stays within ctest's timeout.
+        os.environ.setdefault("TH_CLUSTER_ARM_S", "30")
+    return a
+
+
+def main():
+    a = parse()
+    if not netns.available():
+        print("cluster benchmark skipped: needs root and `ip netns` (network namespaces)")
+        return SKIP
+    for prog in ("tensorhub-cluster-node",):
+        if not os.access(os.path.join(a.bin_dir, prog), os.X_OK):
+            print(f"cluster benchmark: {prog} not found in {a.bin_dir} (build target tensorhub-cluster-bench)",
+                  file=sys.stderr)
+            return 2
+    netns.clean_stale()
+    bench = Bench(a)
+    atexit.register(bench.cleanup)
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    try:
+        bench.run()
+    except (procs.ProcError, RuntimeError) as e:
+        print(f"cluster benchmark failed: {e}", file=sys.stderr)
+        return 1
+    finally:
+        bench.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

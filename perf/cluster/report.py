@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Regenerates perf/RESULTS.md and perf/results/cluster_*.png from
+perf/results/cluster.json (written by `cluster.py --out`). The hand-written
+analysis in perf/cluster/NOTES.md is appended as it is. Without matplotlib
+the tables are still written, without plots.
+
+  report.py [--json perf/results/cluster.json] [--out perf/RESULTS.md]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PERF = os.path.dirname(HERE)
+
+SYSTEMS = [("tensorhub", "tensorhub"), ("trainer_direct", "trainer-direct (UCX p2p)"),
+           ("mpi_default", "MPI_Bcast (default)"), ("mpi_tuned", "MPI_Bcast (tuned pipeline)"), ("redis", "Redis")]
+
+
+def entries(data, scenario):
+    return [e for e in data["scenarios"] if e["scenario"] == scenario]
+
+
+def fmt(v, digits=2):
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def time_table(rows, key):
+    present = [(k, name) for k, name in SYSTEMS if any(f"{k}_s" in e for e in rows)]
+    head = f"| {key} | floor s | " + " | ".join(f"{name} s" for _, name in present) + \
+        " | tensorhub / floor | CPU-bound |"
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for e in rows:
+        cells = [str(e.get(key.lower(), "")), fmt(e["floor_s"])]
+        cells += [fmt(e.get(f"{k}_s")) for k, _ in present]
+        cells += [fmt(e["ratio_tensorhub_floor"]) + "x", "yes" if e["cpu_bound"] else "no"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def stall_table(rows):
+    present = [(k, name) for k, name in SYSTEMS if any(f"{k}_reader_stall_s" in e for e in rows)]
+    head = "| N | " + " | ".join(f"{name}: readers + trainer s" for _, name in present) + " | CPU-bound |"
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for e in rows:
+        cells = [str(e["n"])]
+        for k, _ in present:
+            r, t = e.get(f"{k}_reader_stall_s"), e.get(f"{k}_trainer_stall_s")
+            cells.append("–" if r is None else f"{r:.2f} + {t:.2f} = {r + t:.2f}")
+        cells.append("yes" if e["cpu_bound"] else "no")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def worst_within(rows, key, goal, limit):
+    worst = max(rows, key=lambda e: e["ratio_tensorhub_floor"])
+    return (goal, f"worst {worst['ratio_tensorhub_floor']:.2f}x at {key.upper()}={worst[key]}",
+            worst["ratio_tensorhub_floor"] <= limit)
+
+
+def goals(data):
+    """(goal, measured, met) rows; a goal without data is left out."""
+    out = []
+    ready = entries(data, "standalone_ready")
+    if ready:
+        out.append(worst_within(ready, "n", "standalone, all ready: within 1.05x of S/B for every N", 1.05))
+        n8 = [e for e in ready if e["n"] == max(x["n"] for x in ready)]
+        if n8 and "trainer_direct_s" in n8[0]:
+            e = n8[0]
+            want = 0.8 * e["n"]
+            out.append((f"standalone, all ready: >= {want:.1f}x faster than trainer-direct at N={e['n']}",
+                        f"{e['speedup_vs_trainer_direct']:.2f}x", e["speedup_vs_trainer_direct"] >= want))
+    stag = entries(data, "standalone_staggered")
+    if stag:
+        e = max(stag, key=lambda x: x["n"])
+        if "stall_ratio_vs_mpi_default" in e:
+            # Every reader needs S/B after it is ready: no system stalls less
+            # than N x S/B in total, which bounds the ratio any system can reach.
+            bound = (e["mpi_default_reader_stall_s"] + e["mpi_default_trainer_stall_s"]) / (e["n"] * e["floor_s"])
+            out.append((f"staggered: reader + trainer stall >= 6.7x lower than MPI_Bcast at N={e['n']}",
+                        f"{e['stall_ratio_vs_mpi_default']:.2f}x (default), "
+                        f"{e.get('stall_ratio_vs_mpi_tuned', 0):.2f}x (tuned); at most {bound:.2f}x is possible "
+                        f"against this MPI run (total stall >= N x S/B)",
+                        e["stall_ratio_vs_mpi_default"] >= 6.7))
+    el = entries(data, "elastic_join")
+    for e in el:
+        out.append((f"elastic join (N={e['n']}, M={e['m']}): within 1.2x of S/B",
+                    f"{e['ratio_tensorhub_floor']:.2f}x", e["ratio_tensorhub_floor"] <= 1.2))
+    cd = entries(data, "cross_dc")
+    if cd:
+        out.append(worst_within(cd, "k", "cross-datacenter: within 1.1x of S/L for any K", 1.1))
+    return out
+
+
+def plots(data, out_dir):
+    """Writes the PNGs; returns their file names (empty without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    for scenario, key, title in (("standalone_ready", "n", "Standalone rollout, all readers ready"),
+                                 ("standalone_staggered", "n", "Standalone rollout, staggered readiness"),
+                                 ("cross_dc", "k", "Cross-datacenter (L = B/10)")):
+        rows = sorted(entries(data, scenario), key=lambda e: e[key])
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = [e[key] for e in rows]
+        for k, name in SYSTEMS:
+            if all(f"{k}_s" in e for e in rows):
+                ax.plot(xs, [e[f"{k}_s"] for e in rows], marker="o", label=name)
+        ax.plot(xs, [e["floor_s"] for e in rows], "k--", label="floor (S/B)" if key == "n" else "floor (S/L)")
+        ax.set_xlabel("readers N" if key == "n" else "dc2 hosts K")
+        ax.set_ylabel("seconds to the last reader")
+        ax.set_xticks(xs)
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        save(fig, f"cluster_{scenario}.png")
+    rows = sorted(entries(data, "standalone_staggered"), key=lambda e: e["n"])
+    if rows:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = [e["n"] for e in rows]
+        for k, name in SYSTEMS:
+            if all(f"{k}_reader_stall_s" in e for e in rows):
+                ax.plot(xs, [e[f"{k}_reader_stall_s"] + e[f"{k}_trainer_stall_s"] for e in rows], marker="o", label=name)
+        ax.plot(xs, [e["floor_s"] * e["n"] for e in rows], "k--", label="floor (N x S/B)")
+        ax.set_xlabel("readers N")
+        ax.set_ylabel("reader stall + trainer stall, s")
+        ax.set_xticks(xs)
+        ax.set_title("Staggered readiness: total stall")
+        ax.legend(fontsize=8)
+        save(fig, "cluster_stall.png")
+    return made
+
+
+def render(data, images, notes, server_notes):
+    s0 = data["scenarios"][0] if data["scenarios"] else {}
+    lines = ["# Benchmark results", "",
+             "Emulated cluster benchmarks first, then the metadata server under load "
+             "([below](#metadata-server-under-load)).", "",
+             "Generated by `perf/cluster/report.py` from `perf/results/cluster.json`, which "
+             "`perf/cluster/cluster.py --out perf/results/cluster.json` writes (run as root; "
+             "see [perf/cluster/NOTES.md](cluster/NOTES.md) for the method). Do not edit by hand: "
+             "edit perf/cluster/NOTES.md or perf/server_load/NOTES.md and regenerate.", "",
+             f"Mode `{data.get('mode')}`, {data.get('cpus')} CPUs, S = {s0.get('size_bytes', 0) >> 20} MiB, "
+             f"B = {s0.get('host_gbit')} gbit per host, tensorhub chunk {data.get('chunk_kb')} KiB with "
+             f"{data.get('inflight')} GETs in flight. Floors use the goodput of a tbf-shaped link "
+             "(1448 payload bytes per 1514-byte frame)."]
+    pair = data.get("single_pair")
+    if pair:
+        lines += ["", f"Calibration: a single trainer-direct pair reached {pair['single_pair_of_floor']:.1%} of B "
+                  f"goodput ({'within' if pair['within_5pct'] else 'NOT within'} 5%)."]
+    lines += ["", "## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+    for goal, measured, met in goals(data):
+        lines.append(f"| {goal} | {measured} | {'yes' if met else '**no**'} |")
+    sections = [("standalone_ready", "Standalone rollout, all readers ready (seconds to the last reader)", "N"),
+                ("standalone_staggered", "Standalone rollout, staggered readiness (seconds to the last reader)", "N"),
+                ("elastic_join", "Elastic join (M joiners, N holders; seconds to the last joiner)", "M"),
+                ("cross_dc", "Cross-datacenter (K hosts in dc2; seconds to the last)", "K")]
+    for scenario, title, key in sections:
+        rows = entries(data, scenario)
+        if not rows:
+            continue
+        lines += ["", f"## {title}", ""]
+        if scenario == "cross_dc":
+            lines.append(f"S = {rows[0]['size_bytes'] >> 20} MiB, L = {rows[0]['wan_gbit']:g} gbit.")
+            lines.append("")
+        lines += time_table(rows, key)
+        if scenario.startswith("standalone"):
+            lines += ["", "Stalls (reader stall summed over readers; trainer stall from T0):", ""]
+            lines += stall_table(rows)
+        if f"cluster_{scenario}.png" in images:
+            lines += ["", f"![{title}](results/cluster_{scenario}.png)"]
+        if scenario == "standalone_staggered" and "cluster_stall.png" in images:
+            lines += ["", "![Total stall](results/cluster_stall.png)"]
+    lines += ["", notes.strip(), "", server_notes.strip(), ""]
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", default=os.path.join(PERF, "results", "cluster.json"))
+    p.add_argument("--out", default=os.path.join(PERF, "RESULTS.md"))
+    a = p.parse_args()
+    with open(a.json) as f:
+        data = json.load(f)
+    images = plots(data, os.path.dirname(os.path.abspath(a.json)))
+    with open(os.path.join(HERE, "NOTES.md")) as f:
+        notes = f.read()
+    # The server-load section is written by hand from tensorhub-server-load's
+    # --markdown tables (its figures come from a different program).
+    with open(os.path.join(PERF, "server_load", "NOTES.md")) as f:
+        server_notes = f.read()
+    with open(a.out, "w") as f:
+        f.write(render(data, images, notes, server_notes))
+    print(f"wrote {a.out}" + (f" and {len(images)} plots" if images else " (no matplotlib: no plots)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
