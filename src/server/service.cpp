@@ -34,7 +34,7 @@ uint32_t VersionInfo::published_shards() const {
     return static_cast<uint32_t>(std::count_if(shards.begin(), shards.end(), [](auto &s) { return s.published; }));
 }
 
-Service::Service(ServiceConfig cfg) : cfg_(cfg), epoch_(new_epoch()), start_ms_(now_ms()) {}
+Service::Service(ServiceConfig cfg) : cfg_(cfg), epoch_(new_epoch()), start_ms_(clock_ms()) {}
 
 Bytes Service::handle(const uint8_t *data, size_t size) {
     Header h;
@@ -50,7 +50,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         if (env->epoch() >= epoch_ && env->body_type() == Body::Hello) {
             TH_LOG(Warn, "taking over from a server of epoch ", env->epoch(), " (was ", epoch_.load(), ")");
             epoch_ = env->epoch() + 1;
-            took_over_ms_ = now_ms();
+            took_over_ms_ = clock_ms();
         }
         h.epoch = epoch_;
         if (env->epoch() > epoch_)
@@ -83,7 +83,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         }
         // Just after a takeover, "unknown" may only mean "not re-declared yet".
         bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
-        bool rebuilding = missing && took_over_ms_ != 0 && now_ms() < took_over_ms_ + cfg_.lease_ms;
+        bool rebuilding = missing && took_over_ms_ != 0 && clock_ms() < took_over_ms_ + cfg_.lease_ms;
         return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED, false, rebuilding);
     } catch (const std::exception &e) {
         h.epoch = epoch_;
@@ -133,7 +133,7 @@ WorkerInfo &Service::known_worker(uint64_t id) {
         fail(TH_ERR_CLOSED, "worker ", id, " is not registered with this server (epoch ", epoch_.load(), ")");
     if (it->second.suspect)
         fail(TH_ERR_CLOSED, "worker ", id, " was reported unreachable; it must register again");
-    it->second.last_seen_ms = now_ms();
+    it->second.last_seen_ms = clock_ms();
     return it->second;
 }
 
@@ -148,7 +148,7 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     w.name = m->name() ? m->name()->str() : "";
     w.labels = get_labels(m->labels());
     w.ucx_address.assign(m->ucx_address()->begin(), m->ucx_address()->end());
-    w.last_seen_ms = now_ms();
+    w.last_seen_ms = clock_ms();
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
     Builder b(64);
     return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms, b.CreateString(cfg_.events_url)));
@@ -657,7 +657,7 @@ std::string Service::metrics_text() {
 
 Bytes Service::on_status(const Header &h) {
     Builder b(4096);
-    uint64_t now = now_ms();
+    uint64_t now = clock_ms();
     std::vector<fb::Offset<WorkerStatus>> workers;
     for (auto &[id, w] : workers_)
         workers.push_back(CreateWorkerStatus(b, id, b.CreateString(w.name), put_labels(b, w.labels), w.bytes_served,
