@@ -532,10 +532,13 @@ Result Sim::run() {
         double t_due = net_.next_due();
         if (t_timer == kInf && t_due == kInf) break;
         if (t_timer <= t_due) {
-            Timer t = timers_.top();
-            timers_.pop();
-            now_ = t.at;
-            t.fn();
+            // Everything due at this instant, then one rate update.
+            now_ = t_timer;
+            while (!timers_.empty() && timers_.top().at == now_) {
+                Timer t = timers_.top();
+                timers_.pop();
+                t.fn();
+            }
         } else {
             now_ = t_due;
             net_.fire_due(cb);

@@ -1,46 +1,68 @@
 #include "fair_share.hpp"
 
+#include <algorithm>
 #include <functional>
-#include <queue>
 
 namespace th::sim {
 
 std::vector<double> max_min_rates(const std::vector<double> &capacity, const std::vector<std::vector<int>> &flow_links) {
-    size_t nl = capacity.size(), nf = flow_links.size();
-    std::vector<double> rate(nf, 0.0), left(capacity);
-    std::vector<int> unfrozen(nl, 0);
-    std::vector<std::vector<int>> link_flows(nl);
+    std::vector<int> first{0}, links;
+    for (const auto &fl : flow_links) {
+        links.insert(links.end(), fl.begin(), fl.end());
+        first.push_back(static_cast<int>(links.size()));
+    }
+    std::vector<double> rate;
+    FairShare().solve(capacity, first, links, rate);
+    return rate;
+}
+
+void FairShare::solve(const std::vector<double> &capacity, const std::vector<int> &first, const std::vector<int> &links,
+                      std::vector<double> &rate) {
+    size_t nl = capacity.size(), nf = first.size() - 1;
+    rate.assign(nf, 0.0);
+    left_.assign(capacity.begin(), capacity.end());
+    unfrozen_.assign(nl, 0);
+    for (int l : links) unfrozen_[l]++;
+    // The flows of each link, in one array.
+    link_first_.assign(nl + 1, 0);
+    for (size_t l = 0; l < nl; ++l) link_first_[l + 1] = link_first_[l] + unfrozen_[l];
+    fill_.assign(link_first_.begin(), link_first_.end() - 1);
+    link_flows_.resize(links.size());
     for (size_t f = 0; f < nf; ++f)
-        for (int l : flow_links[f]) {
-            unfrozen[l]++;
-            link_flows[l].push_back(static_cast<int>(f));
-        }
-    // Links by the share they could still give each of their unfrozen flows;
-    // entries go stale when a link's flows change and are skipped then.
-    using Entry = std::pair<double, int>;
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-    auto share = [&](int l) { return left[l] / unfrozen[l]; };
+        for (int i = first[f]; i < first[f + 1]; ++i) link_flows_[fill_[links[i]]++] = static_cast<int>(f);
+    // Links by the share they could still give each of their unfrozen flows
+    // (a min-heap); entries go stale when a link's flows change and are
+    // skipped then.
+    auto share = [&](int l) { return left_[l] / unfrozen_[l]; };
+    auto later = std::greater<std::pair<double, int>>();
+    heap_.clear();
     for (size_t l = 0; l < nl; ++l)
-        if (unfrozen[l] > 0) heap.push({share(static_cast<int>(l)), static_cast<int>(l)});
-    std::vector<char> frozen(nf, 0);
-    while (!heap.empty()) {
-        auto [s, l] = heap.top();
-        heap.pop();
-        if (unfrozen[l] == 0 || s != share(l)) continue;  // stale
+        if (unfrozen_[l] > 0) heap_.push_back({share(static_cast<int>(l)), static_cast<int>(l)});
+    std::make_heap(heap_.begin(), heap_.end(), later);
+    frozen_.assign(nf, 0);
+    while (!heap_.empty()) {
+        std::pop_heap(heap_.begin(), heap_.end(), later);
+        auto [s, l] = heap_.back();
+        heap_.pop_back();
+        if (unfrozen_[l] == 0 || s != share(l)) continue;  // stale
         // The tightest link: its unfrozen flows get its fair share, which
         // the other links they cross give up.
-        for (int f : link_flows[l]) {
-            if (frozen[f]) continue;
-            frozen[f] = 1;
+        for (int k = link_first_[l]; k < link_first_[l + 1]; ++k) {
+            int f = link_flows_[k];
+            if (frozen_[f]) continue;
+            frozen_[f] = 1;
             rate[f] = s;
-            for (int o : flow_links[f]) {
-                left[o] = std::max(0.0, left[o] - s);
-                unfrozen[o]--;
-                if (o != l && unfrozen[o] > 0) heap.push({share(o), o});
+            for (int i = first[f]; i < first[f + 1]; ++i) {
+                int o = links[i];
+                left_[o] = std::max(0.0, left_[o] - s);
+                unfrozen_[o]--;
+                if (o != l && unfrozen_[o] > 0) {
+                    heap_.push_back({share(o), o});
+                    std::push_heap(heap_.begin(), heap_.end(), later);
+                }
             }
         }
     }
-    return rate;
 }
 
 }  // namespace th::sim

@@ -121,7 +121,7 @@ void Network::fire_due(const Callbacks &cb) {
 void Network::resolve(double now) {
     now_ = now;
     ++stamp_;
-    std::vector<int> comp, local_of_link;
+    std::vector<int> comp;
     for (size_t di = 0; di < dirty_.size(); ++di) {
         int start = dirty_[di];
         if (!flows_[start].active || flows_[start].seen == stamp_) continue;
@@ -142,16 +142,19 @@ void Network::resolve(double now) {
             }
         }
         // Solve this component.
-        std::unordered_map<int, int> local;
-        std::vector<double> cap;
+        cap_.clear();
         for (int l : comp_links) {
-            local[l] = static_cast<int>(cap.size());
-            cap.push_back(links_[l].capacity);
+            links_[l].local = static_cast<int>(cap_.size());
+            cap_.push_back(links_[l].capacity);
         }
-        std::vector<std::vector<int>> fl(comp.size());
-        for (size_t i = 0; i < comp.size(); ++i)
-            for (int l : flows_[comp[i]].path) fl[i].push_back(local[l]);
-        std::vector<double> rates = max_min_rates(cap, fl);
+        first_.assign(1, 0);
+        path_links_.clear();
+        for (int f : comp) {
+            for (int l : flows_[f].path) path_links_.push_back(links_[l].local);
+            first_.push_back(static_cast<int>(path_links_.size()));
+        }
+        solver_.solve(cap_, first_, path_links_, rates_);
+        const std::vector<double> &rates = rates_;
         uint64_t token = next_token_++;
         double due = std::numeric_limits<double>::infinity();
         for (size_t i = 0; i < comp.size(); ++i) {

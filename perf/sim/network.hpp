@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fair_share.hpp"
+
 namespace th::sim {
 
 class Network {
@@ -51,6 +53,7 @@ class Network {
         double capacity = 0;
         std::vector<int> flows;  // active flows
         uint32_t seen = 0;
+        int local = 0;  // index in the component being solved
     };
     struct Flow {
         std::vector<int> path;
@@ -74,6 +77,10 @@ class Network {
     std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_;
     double now_ = 0;
     size_t recomputed_flows_ = 0;
+    // Scratch space of resolve(), kept between calls.
+    FairShare solver_;
+    std::vector<double> cap_, rates_;
+    std::vector<int> first_, path_links_;
 };
 
 }  // namespace th::sim
