@@ -1,6 +1,7 @@
 // tensorhub-sim: a flow-level simulator of weight updates at cluster scale,
 // driving the real metadata service. See perf/SIM.md.
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -19,7 +20,8 @@ namespace {
 const char *kUsage = R"(usage:
   tensorhub-sim --smoke                     small clusters, checks invariants (exit 1 on a violation)
   tensorhub-sim --validate FILE [--json OUT] compare with perf/results/cluster.json (or FACTS.md figures)
-  tensorhub-sim --report OUT.json [--quick]  the matrix perf/SIM.md is written from
+  tensorhub-sim --report OUT.json [--quick] [--parts a,b]
+                                            the matrix perf/SIM.md is written from (--list-parts)
   tensorhub-sim [options]                    one update, every method (or --method), JSON on stdout
 options: --workload standalone|elastic_join|cross_dc  --method tensorhub|trainer_direct|collective|store
   --readers N --holders N --size-mb X --chunk-kb X --host-gbit G --wan-gbit G --stagger-s S
@@ -67,8 +69,8 @@ int main(int argc, char **argv) {
     // expected here; the results say what happened.
     setenv("TENSORHUB_LOG_LEVEL", "error", 0);
     try {
-        th_tools::Args a(argc, argv, {"smoke", "quick", "help"});
-        auto bad = a.unknown({"smoke", "quick", "help", "validate", "json", "report", "workload", "method", "readers",
+        th_tools::Args a(argc, argv, {"smoke", "quick", "help", "list-parts"});
+        auto bad = a.unknown({"smoke", "quick", "help", "list-parts", "parts", "validate", "json", "report", "workload", "method", "readers",
                               "holders", "size-mb", "chunk-kb", "host-gbit", "wan-gbit", "stagger-s", "hosts-per-rack",
                               "rack-oversub", "preempt", "train-step-s", "heartbeat-ms", "seed"});
         if (!bad.empty()) throw std::runtime_error("unknown option --" + bad[0]);
@@ -83,7 +85,21 @@ int main(int argc, char **argv) {
             return v["ok"].get<bool>() ? 0 : 1;
         }
         if (a.has("report")) {
-            write(a.get("report"), report_matrix(a.has("quick")));
+            std::set<std::string> parts;
+            std::string list = a.get("parts");
+            for (size_t at = 0; at < list.size();) {
+                size_t comma = std::min(list.find(',', at), list.size());
+                parts.insert(list.substr(at, comma - at));
+                at = comma + 1;
+            }
+            auto known = report_parts(a.has("quick"));
+            for (const auto &p : parts)
+                if (std::find(known.begin(), known.end(), p) == known.end()) throw std::runtime_error("unknown part '" + p + "'");
+            write(a.get("report"), report_matrix(a.has("quick"), parts));
+            return 0;
+        }
+        if (a.has("list-parts")) {
+            for (const auto &p : report_parts(a.has("quick"))) std::printf("%s\n", p.c_str());
             return 0;
         }
         Setup s = setup_of(a);

@@ -11,8 +11,10 @@ they are skipped with a message.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,6 +29,34 @@ def run(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True)
     sys.stderr.write(p.stderr)
     return p, time.time() - started
+
+
+def simulate_matrix(sim, quick, jobs, out_path):
+    """Runs every part of the matrix (jobs at a time) and joins them in order."""
+    q = ["--quick"] if quick else []
+    parts = subprocess.run([sim, "--list-parts"] + q, capture_output=True, text=True, check=True).stdout.split()
+    scratch = tempfile.mkdtemp(prefix="tensorhub-sim-")
+    running, pending = {}, list(parts)
+    while pending or running:
+        while pending and len(running) < jobs:
+            part = pending.pop(0)
+            cmd = [sim, "--report", os.path.join(scratch, part + ".json"), "--parts", part] + q
+            running[part] = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.2)
+        for part, proc in list(running.items()):
+            if proc.poll() is None:
+                continue
+            sys.stderr.write(proc.stderr.read())
+            if proc.returncode != 0:
+                sys.exit(f"tensorhub-sim --report --parts {part} failed ({proc.returncode})")
+            del running[part]
+    groups = []
+    for part in parts:
+        with open(os.path.join(scratch, part + ".json")) as f:
+            groups += json.load(f)
+    shutil.rmtree(scratch)
+    with open(out_path, "w") as f:
+        json.dump(groups, f, indent=1)
 
 
 def by_method(group):
@@ -60,30 +90,39 @@ def messages(r):
     return sum(r["messages"].values())
 
 
+def table(columns, rows):
+    """A Markdown table; a column name ending in '>' is right-aligned."""
+    head = "| " + " | ".join(c.rstrip(">") for c in columns) + " |"
+    rule = "| " + " | ".join("---:" if c.endswith(">") else "---" for c in columns) + " |"
+    return "\n".join([head, rule] + ["| " + " | ".join(str(x) for x in r) + " |" for r in rows])
+
+
 def scale_table(groups):
-    out = ["| setup | method | makespan / floor | total stall (GPU-s) | stall vs tensorhub | trainer / replica / store bytes | tree depth max (mean) | sim run time (inside the server) |",
-           "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    out = []
     for g in groups:
         m = by_method(g)
         th = m["tensorhub"]
         for name, r in m.items():
             served = f"{size(r['bytes_from_trainer'])} / {size(r['bytes_from_replicas'])} / {size(r['bytes_from_store'])}"
-            out.append(f"| {label(g)} | {name} | {r['makespan_s'] / r['floor_s']:.2f} ({r['makespan_s']:.3g} s) | "
-                       f"{r['total_stall_s']:.4g} | {ratio(r['total_stall_s'], th['total_stall_s']):.2f}x | {served} | "
-                       f"{r['depth_max']} ({r['depth_mean']:.1f}) | {r['sim_wall_s']:.1f} s ({r['handle_seconds']:.1f} s) |")
-    return "\n".join(out)
+            out.append([label(g), name, f"{r['makespan_s'] / r['floor_s']:.2f} ({r['makespan_s']:.3g} s)",
+                        f"{r['total_stall_s']:.4g}", f"{ratio(r['total_stall_s'], th['total_stall_s']):.2f}x", served,
+                        f"{r['depth_max']} ({r['depth_mean']:.1f})",
+                        f"{r['sim_wall_s']:.1f} s ({r['handle_seconds']:.1f} s)"])
+    return table(["setup", "method", "makespan / floor>", "total stall (GPU-s)>", "stall vs tensorhub>",
+                  "trainer / replica / store bytes", "tree depth max (mean)>", "sim run time (inside the server)>"], out)
 
 
 def control_table(groups):
-    out = ["| setup | control messages | per reader | plans | server time planning (sum) | slowest plan | all requests inside handle() |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = []
     for g in groups:
         r = by_method(g)["tensorhub"]
         readers = g["setup"]["readers"]
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["messages"].items()))
-        out.append(f"| {label(g)} | {messages(r):,} ({kinds}) | {messages(r) / readers:.1f} | {r['plans']:,} | "
-                   f"{r['plan_seconds'] * 1e3:.1f} ms | {r['plan_max_seconds'] * 1e3:.2f} ms | {r['handle_seconds'] * 1e3:.1f} ms |")
-    return "\n".join(out)
+        out.append([label(g), f"{messages(r):,} ({kinds})", f"{messages(r) / readers:.1f}", f"{r['plans']:,}",
+                    f"{r['plan_seconds'] * 1e3:.1f} ms", f"{r['plan_max_seconds'] * 1e3:.2f} ms",
+                    f"{r['handle_seconds'] * 1e3:.1f} ms"])
+    return table(["setup", "control messages>", "per reader>", "plans>", "server time planning (sum)>", "slowest plan>",
+                  "all requests inside handle()>"], out)
 
 
 def goal_rows(groups):
@@ -105,28 +144,27 @@ def goal_rows(groups):
 
 
 def goals_table(groups):
-    out = ["| goal | setup | measured | target | |", "| --- | --- | ---: | ---: | --- |"]
-    for what, where, x, want in goal_rows(groups):
-        out.append(f"| {what} | {where} | {x:.1f}x | >= {want}x | {'met' if x >= want else 'missed'} |")
+    out = [[what, where, f"{x:.1f}x", f">= {want}x", "met" if x >= want else "missed"]
+           for what, where, x, want in goal_rows(groups)]
     plan = [g for g in groups if g["setup"]["readers"] >= 9000 and g["setup"]["workload"] == "standalone"]
     for g in plan:
         r = by_method(g)["tensorhub"]
         ok = r["plan_seconds"] < 1.0
-        out.append(f"| server time planning one update of {g['setup']['readers']:,} readers | {label(g)} | "
-                   f"{r['plan_seconds']:.2f} s | well under 1 s | {'met' if ok else 'missed'} |")
-    return "\n".join(out)
+        out.append([f"server time planning one update of {g['setup']['readers']:,} readers", label(g),
+                    f"{r['plan_seconds']:.2f} s", "well under 1 s", "met" if ok else "missed"])
+    return table(["goal", "setup", "measured>", "target>", ""], out)
 
 
 def stagger_table(groups):
-    out = ["| ready spread (x S/B) | tensorhub stall | collective stall | ratio | tensorhub makespan / floor |",
-           "| ---: | ---: | ---: | ---: | ---: |"]
+    out = []
     for g in groups:
         s, m = g["setup"], by_method(g)
         floor = s["size_bytes"] / s["host_bytes_per_s"]
         th, co = m["tensorhub"], m["collective"]
-        out.append(f"| {s['stagger_s'] / floor:.0f} | {th['total_stall_s']:.4g} | {co['total_stall_s']:.4g} | "
-                   f"{ratio(co['total_stall_s'], th['total_stall_s']):.1f}x | {th['makespan_s'] / th['floor_s']:.2f} |")
-    return "\n".join(out)
+        out.append([f"{s['stagger_s'] / floor:.0f}", f"{th['total_stall_s']:.4g}", f"{co['total_stall_s']:.4g}",
+                    f"{ratio(co['total_stall_s'], th['total_stall_s']):.1f}x", f"{th['makespan_s'] / th['floor_s']:.2f}"])
+    return table(["ready spread (x S/B)>", "tensorhub stall (GPU-s)>", "collective stall (GPU-s)>", "ratio>",
+                  "tensorhub makespan / floor>"], out)
 
 
 def validation_section(v, text):
@@ -268,14 +306,12 @@ def main():
     ap.add_argument("--sim", default=os.path.join(ROOT, "build", "perf", "tensorhub-sim"))
     ap.add_argument("--reuse", action="store_true", help="use perf/results/sim.json instead of simulating")
     ap.add_argument("--quick", action="store_true", help="small sizes, to try the pipeline")
+    ap.add_argument("--jobs", type=int, default=max(2, os.cpu_count() or 2), help="simulations run at once")
     args = ap.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
     matrix_path = os.path.join(RESULTS, "sim.json")
     if not args.reuse:
-        cmd = [args.sim, "--report", matrix_path] + (["--quick"] if args.quick else [])
-        p, _ = run(cmd)
-        if p.returncode != 0:
-            sys.exit(f"tensorhub-sim --report failed ({p.returncode})")
+        simulate_matrix(args.sim, args.quick, args.jobs, matrix_path)
     with open(matrix_path) as f:
         data = json.load(f)
     vpath = os.path.join(RESULTS, "sim_validation.json")
