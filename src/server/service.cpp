@@ -35,7 +35,7 @@ uint32_t VersionInfo::published_shards() const {
     return static_cast<uint32_t>(std::count_if(shards.begin(), shards.end(), [](auto &s) { return s.published; }));
 }
 
-Service::Service(ServiceConfig cfg) : cfg_(cfg), epoch_(new_epoch()), start_ms_(now_ms()) {}
+Service::Service(ServiceConfig cfg) : cfg_(cfg), epoch_(new_epoch()), start_ms_(clock_ms()) {}
 
 Bytes Service::handle(const uint8_t *data, size_t size) {
     Header h;
@@ -51,7 +51,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         if (env->epoch() >= epoch_ && env->body_type() == Body::Hello) {
             TH_LOG(Warn, "taking over from a server of epoch ", env->epoch(), " (was ", epoch_.load(), ")");
             epoch_ = env->epoch() + 1;
-            took_over_ms_ = now_ms();
+            took_over_ms_ = clock_ms();
         }
         h.epoch = epoch_;
         if (env->epoch() > epoch_)
@@ -86,7 +86,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         // "unknown" may only mean "not re-declared yet".
         bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
         uint64_t took_over = took_over_ms_;
-        bool rebuilding = missing && (took_over == 0 ? cfg_.standby : now_ms() < took_over + cfg_.lease_ms);
+        bool rebuilding = missing && (took_over == 0 ? cfg_.standby : clock_ms() < took_over + cfg_.lease_ms);
         return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED, false, rebuilding);
     } catch (const std::exception &e) {
         h.epoch = epoch_;
@@ -136,7 +136,7 @@ WorkerInfo &Service::known_worker(uint64_t id) {
         fail(TH_ERR_CLOSED, "worker ", id, " is not registered with this server (epoch ", epoch_.load(), ")");
     if (it->second.suspect)
         fail(TH_ERR_CLOSED, "worker ", id, " was reported unreachable; it must register again");
-    it->second.last_seen_ms = now_ms();
+    it->second.last_seen_ms = clock_ms();
     return it->second;
 }
 
@@ -152,7 +152,7 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     w.labels = get_labels(m->labels());
     w.place = neighbourhood(w.labels);
     w.ucx_address.assign(m->ucx_address()->begin(), m->ucx_address()->end());
-    w.last_seen_ms = now_ms();
+    w.last_seen_ms = clock_ms();
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
     Builder b(64);
     return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms, b.CreateString(cfg_.events_url)));
@@ -778,7 +778,7 @@ std::string Service::status_json() {
 
 Bytes Service::on_status(const Header &h) {
     Builder b(4096);
-    uint64_t now = now_ms();
+    uint64_t now = clock_ms();
     std::vector<const WorkerInfo *> by_id;
     for (const auto &[id, w] : workers_) by_id.push_back(&w);
     std::sort(by_id.begin(), by_id.end(), [](auto *a, auto *b) { return a->id < b->id; });

@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/deadline.hpp"
 #include "server/metrics.hpp"
 #include "server/policy.hpp"
 #include "server/state.hpp"
@@ -31,6 +32,9 @@ struct ServiceConfig {
     std::string events_url;  // told to clients in HelloReply
     // Sends one event to subscribers (must not block); may be empty.
     std::function<void(const wire::Bytes &)> publish_event;
+    // The clock leases and takeovers are measured with, in milliseconds;
+    // empty: the real one. A simulator drives the service with its own.
+    std::function<uint64_t()> now_ms;
 };
 
 class Service {
@@ -70,6 +74,7 @@ class Service {
     wire::Bytes on_pin(const Env &env, const wire::Header &h);
     wire::Bytes on_describe(const Env &env, const wire::Header &h);
     wire::Bytes ack(const wire::Header &h);
+    uint64_t clock_ms() const { return cfg_.now_ms ? cfg_.now_ms() : now_ms(); }
 
     // A version must stay readable: the newest committed, pinned, or being read.
     bool is_required(const ModelInfo &m, const VersionInfo &v) const;

@@ -291,3 +291,20 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
     }
     EXPECT_GT(planned, 200);
 }
+
+// A simulator drives the service with its own clock: leases follow it.
+TEST(ServiceClock, LeasesFollowTheConfiguredClock) {
+    uint64_t fake = 1000;
+    ServiceConfig cfg;
+    cfg.now_ms = [&] { return fake; };
+    Service svc(cfg);
+    auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
+    ASSERT_EQ(error_code(call(hello(1, 1))), 0);
+    ASSERT_EQ(error_code(call(hello(2, 1))), 0);
+    fake += cfg.lease_ms;  // worker 2 is heard from later; worker 1 is not
+    Builder b;
+    ASSERT_EQ(error_code(call(finish(b, hdr(2, 2), CreateHeartbeat(b)))), 0);
+    EXPECT_EQ(svc.expire(fake), 0u);
+    EXPECT_EQ(svc.expire(fake + 1), 1u);  // worker 1's lease ran out on the fake clock
+    EXPECT_EQ(svc.expire(fake + cfg.lease_ms + 1), 1u);
+}

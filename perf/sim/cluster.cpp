@@ -1,0 +1,600 @@
+#include "cluster.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <random>
+
+#include "common/labels.hpp"
+#include "control.hpp"
+#include "network.hpp"
+
+namespace th::sim {
+
+const char *method_name(Method m) {
+    switch (m) {
+        case Method::TensorHub: return "tensorhub";
+        case Method::TrainerDirect: return "trainer_direct";
+        case Method::Collective: return "collective";
+        case Method::Store: return "store";
+    }
+    return "?";
+}
+
+const char *workload_name(Workload w) {
+    switch (w) {
+        case Workload::Standalone: return "standalone";
+        case Workload::Elastic: return "elastic_join";
+        case Workload::CrossDc: return "cross_dc";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr uint64_t kVersion = 1;
+
+struct Worker {
+    uint64_t id = 0;  // the server's worker id
+    int dc = 0;
+    Labels labels;
+    bool reader = false;     // part of the update being measured
+    bool registered = false;
+    double ready = 0, done = -1;
+    bool holds = false;  // a complete copy
+    bool gone = false;
+    int depth = 0;
+    // The fetch in progress.
+    int src = -1;
+    uint64_t src_replica = 0;
+    uint32_t limit = 0;  // chunks it may read from src
+    int flow = -1;
+    double bytes = 0;      // read so far (settled while it has no flow)
+    double seg_start = 0;  // bytes when the current flow started
+    uint64_t replica = 0;  // its own replica id (tensorhub: serves while filling)
+    uint32_t gen = 0;      // bumped when its fetch changes source: stale wake-ups are ignored
+    std::vector<int> waiters;  // readers waiting for its next chunks
+    std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from;
+    std::vector<uint64_t> exclude, exclude_replicas;
+};
+
+class Sim {
+  public:
+    Sim(const Setup &s, Method m);
+    Result run();
+
+  private:
+    struct Timer {
+        double at;
+        uint64_t seq;
+        std::function<void()> fn;
+        bool operator>(const Timer &o) const { return at != o.at ? at > o.at : seq > o.seq; }
+    };
+    void after(double delay, std::function<void()> fn) { timers_.push({now_ + delay, seq_++, std::move(fn)}); }
+
+    int add_worker(int dc, bool reader);
+    std::vector<int> path(int src, int dst) const;
+    // Byte counts are doubles: within a byte of a chunk's end counts as
+    // holding it (the network's own tolerance), so marks and targets agree.
+    uint32_t chunks_of(double bytes) const {
+        return bytes >= total_ - 1.0 ? nchunks_ : static_cast<uint32_t>((bytes + 1.0) / chunk_);
+    }
+    double bytes_of(uint32_t chunks) const { return std::min(total_, double(chunks) * chunk_); }
+    double progress(int w) const;
+    uint32_t visible(int w) const;
+
+    void setup();
+    void start_fetch(int w);
+    void plan_and_read(int w);
+    void read(int w);
+    void end_segment(int w);
+    void set_mark(int s);
+    void notify(int s);
+    void finish(int w);
+    void on_target(int flow);
+    void on_mark(int flow) { notify(owner_[flow]); }
+    void lose(int x);
+    void preempt();
+    void source_lost(int w, int lost);
+    void mutate_trainer(double since);
+    void heartbeat();
+    void check_follow(int w, uint32_t limit);
+    void violation(std::string what) {
+        if (res_.violations.size() < 20) res_.violations.push_back(std::move(what));
+    }
+
+    Setup s_;
+    Method m_;
+    double total_, chunk_;
+    uint32_t nchunks_, batch_;
+    double now_ = 0;
+    uint64_t seq_ = 0;
+    std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+    Network net_;
+    std::vector<Worker> w_;
+    std::vector<int> up_, down_, rack_up_, rack_down_;
+    std::map<std::pair<int, int>, int> wan_;
+    std::unordered_map<int, int> owner_;  // flow -> worker
+    std::vector<double> served_;          // bytes each worker served
+    std::unique_ptr<Control> ctl_;
+    Result res_;
+    int trainer_ = 0, store_ = -1;
+    std::vector<int> readers_;
+    double t_mutate_ = 0, trainer_free_ = -1;
+    uint64_t next_replica_ = 1000;
+    size_t readers_left_ = 0;
+};
+
+Sim::Sim(const Setup &s, Method m) : s_(s), m_(m) {
+    total_ = double(s.size_bytes);
+    chunk_ = double(m == Method::Collective ? s.collective_segment : s.chunk_bytes);
+    nchunks_ = static_cast<uint32_t>(std::ceil(total_ / chunk_));
+    // A tensorhub reader makes its chunks visible to followers in batches
+    // (it confirms them with one control-word read per max_inflight/2
+    // chunks, fetch.cpp); a store value or a broadcast segment is visible as
+    // soon as it arrived.
+    batch_ = m == Method::TensorHub ? std::max<uint32_t>(1, s.max_inflight / 2) : 1;
+    if (m == Method::TensorHub)
+        ctl_ = std::make_unique<Control>([this] { return static_cast<uint64_t>(now_ * 1000); }, s.max_readers_per_source);
+}
+
+int Sim::add_worker(int dc, bool reader) {
+    int i = static_cast<int>(w_.size());
+    Worker w;
+    w.id = static_cast<uint64_t>(i) + 1;
+    w.dc = dc;
+    w.reader = reader;
+    // One GPU per host, each with its own NIC.
+    w.labels = {{"dc", "dc" + std::to_string(dc)},
+                {"rack", "dc" + std::to_string(dc) + "-r" + std::to_string(i / s_.hosts_per_rack)},
+                {"host", "h" + std::to_string(i)}};
+    w_.push_back(std::move(w));
+    up_.push_back(net_.add_link(s_.host_bps));
+    down_.push_back(net_.add_link(s_.host_bps));
+    int rack = i / static_cast<int>(s_.hosts_per_rack);
+    if (s_.rack_oversub > 1 && rack >= static_cast<int>(rack_up_.size())) {
+        double cap = s_.hosts_per_rack * s_.host_bps / s_.rack_oversub;
+        rack_up_.push_back(net_.add_link(cap));
+        rack_down_.push_back(net_.add_link(cap));
+    }
+    served_.push_back(0);
+    return i;
+}
+
+std::vector<int> Sim::path(int src, int dst) const {
+    std::vector<int> p{up_[src]};
+    int rs = src / static_cast<int>(s_.hosts_per_rack), rd = dst / static_cast<int>(s_.hosts_per_rack);
+    if (!rack_up_.empty() && (rs != rd || w_[src].dc != w_[dst].dc)) {
+        p.push_back(rack_up_[rs]);
+        p.push_back(rack_down_[rd]);
+    }
+    if (w_[src].dc != w_[dst].dc) p.push_back(wan_.at({w_[src].dc, w_[dst].dc}));
+    p.push_back(down_[dst]);
+    return p;
+}
+
+double Sim::progress(int w) const {
+    const Worker &x = w_[w];
+    if (x.holds) return total_;
+    return x.flow >= 0 ? net_.bytes_at(x.flow, now_) : x.bytes;
+}
+
+uint32_t Sim::visible(int w) const {
+    const Worker &x = w_[w];
+    if (x.gone) return 0;
+    if (x.holds) return nchunks_;
+    uint32_t got = chunks_of(progress(w));
+    // While GETs are in flight the confirmed prefix trails in batches; an
+    // idle reader confirms everything it has.
+    return x.flow >= 0 && got < nchunks_ ? got / batch_ * batch_ : got;
+}
+
+// The invariant pipelined replication rests on: a reader only reads chunks
+// its source already holds. Checked against the source's byte count, not
+// against what visible() promised.
+void Sim::check_follow(int w, uint32_t limit) {
+    int src = w_[w].src;
+    if (w_[src].holds) return;
+    uint32_t has = chunks_of(progress(src));
+    if (limit > has)
+        violation(std::string("worker ") + std::to_string(w) + " may read " + std::to_string(limit) + " chunks but its source " +
+                  std::to_string(src) + " holds " + std::to_string(has) + " at t=" + std::to_string(now_));
+}
+
+void Sim::set_mark(int s) {
+    Worker &x = w_[s];
+    if (x.flow < 0 || x.waiters.empty()) return;
+    uint32_t got = chunks_of(net_.bytes_at(x.flow, now_));
+    uint32_t next = std::min(nchunks_, (got / batch_ + 1) * batch_);
+    net_.set_mark(x.flow, bytes_of(next));
+}
+
+void Sim::notify(int s) {
+    std::vector<int> keep;
+    for (int w : w_[s].waiters) {
+        Worker &x = w_[w];
+        if (x.src != s || x.flow >= 0 || x.done >= 0) continue;  // moved on meanwhile
+        if (visible(s) > chunks_of(x.bytes)) {
+            uint32_t gen = x.gen;
+            // A tensorhub reader sees them at its next poll of the control
+            // word; a broadcast or store reader one round trip later.
+            double delay = m_ == Method::TensorHub ? s_.poll_s / 2 + s_.rtt_s : s_.rtt_s;
+            after(delay, [this, w, gen] {
+                if (w_[w].gen == gen && w_[w].flow < 0 && w_[w].done < 0) read(w);
+            });
+        } else {
+            keep.push_back(w);
+        }
+    }
+    w_[s].waiters = std::move(keep);
+    set_mark(s);
+}
+
+void Sim::read(int w) {
+    Worker &x = w_[w];
+    int src = x.src;
+    if (w_[src].gone) {  // planned onto a worker the server does not know is lost yet
+        source_lost(w, src);
+        return;
+    }
+    uint32_t avail = visible(src);
+    uint32_t have = chunks_of(x.bytes);
+    if (avail > have) {
+        x.limit = avail;
+        check_follow(w, avail);
+        x.seg_start = x.bytes;
+        x.flow = net_.start(path(src, w), x.bytes, bytes_of(avail), now_);
+        owner_[x.flow] = w;
+        set_mark(w);
+    } else {
+        w_[src].waiters.push_back(w);
+        set_mark(src);
+    }
+}
+
+void Sim::end_segment(int w) {
+    Worker &x = w_[w];
+    if (x.flow < 0) return;
+    x.bytes = net_.bytes_at(x.flow, now_);
+    net_.stop(x.flow, now_);
+    owner_.erase(x.flow);
+    x.flow = -1;
+    double moved = x.bytes - x.seg_start;
+    served_[x.src] += moved;
+    x.bytes_from[{w_[x.src].id, x.src_replica}] += static_cast<uint64_t>(std::llround(moved));
+    if (w_[x.src].dc != x.dc) res_.wan_bytes += static_cast<uint64_t>(std::llround(moved));
+}
+
+void Sim::on_target(int flow) {
+    int w = owner_.at(flow);
+    Worker &x = w_[w];
+    double mine = net_.bytes_at(flow, now_);
+    if (!w_[x.src].holds && mine > progress(x.src) + 1.0)
+        violation("worker " + std::to_string(w) + " is ahead of its source " + std::to_string(x.src));
+    if (mine >= total_ - 1.0) {
+        finish(w);
+        return;
+    }
+    uint32_t avail = visible(x.src);
+    if (avail > x.limit) {
+        x.limit = avail;
+        check_follow(w, avail);
+        net_.set_target(flow, bytes_of(avail));
+        return;
+    }
+    // Caught up with a filling source: wait for its next chunks. Idle, it
+    // confirms what it holds, which its own followers may be waiting for.
+    end_segment(w);
+    notify(w);
+    w_[x.src].waiters.push_back(w);
+    set_mark(x.src);
+}
+
+void Sim::finish(int w) {
+    Worker &x = w_[w];
+    end_segment(w);
+    x.holds = true;
+    x.done = now_;
+    x.depth = w_[x.src].depth + 1;
+    if (x.src == trainer_) trainer_free_ = std::max(trainer_free_, now_);
+    if (ctl_)
+        ctl_->fetch_done(x.id, kVersion, x.replica, x.bytes_from,
+                         static_cast<uint64_t>(std::llround((now_ - x.ready) * 1e6)));
+    notify(w);
+    if (x.reader) readers_left_--;
+}
+
+void Sim::start_fetch(int w) {
+    Worker &x = w_[w];
+    if (ctl_ && !x.registered) {
+        ctl_->hello(x.id, x.labels);
+        x.registered = true;
+    }
+    if (ctl_) x.replica = next_replica_++;
+    plan_and_read(w);
+}
+
+void Sim::plan_and_read(int w) {
+    Worker &x = w_[w];
+    x.gen++;
+    switch (m_) {
+        case Method::TensorHub: {
+            PlannedSource p;
+            std::string why;
+            uint32_t first = chunks_of(x.bytes);
+            if (!ctl_->plan(x.id, kVersion, x.replica, first, nchunks_ - first, x.exclude, x.exclude_replicas, &p, &why)) {
+                // The client would give up at its deadline; a simulated
+                // reader asks again a little later and it is counted.
+                res_.replans++;
+                after(0.01, [this, w] { plan_and_read(w); });
+                return;
+            }
+            if (p.first_chunk != first || p.num_chunks != nchunks_ - first)
+                violation("plan covers other chunks than asked for");
+            x.src = static_cast<int>(p.worker - 1);
+            x.src_replica = p.replica;
+            if (p.complete != w_[x.src].holds && !w_[x.src].holds)
+                violation("server calls a filling replica complete");
+            break;
+        }
+        case Method::TrainerDirect: x.src = trainer_; break;
+        case Method::Store: x.src = w == store_ ? trainer_ : store_; break;
+        case Method::Collective: break;  // set by the chain when the broadcast starts
+    }
+    read(w);
+}
+
+// A worker is lost (spot preemption): its flows stop at once; readers on it
+// notice after detect_s, report it and re-plan the chunks they still miss.
+void Sim::lose(int lost) {
+    Worker &l = w_[lost];
+    end_segment(lost);
+    l.gone = true;
+    l.holds = false;
+    if (l.reader && l.done < 0) readers_left_--;
+    l.done = l.done < 0 ? now_ : l.done;
+    l.waiters.clear();
+    for (int w = 0; w < static_cast<int>(w_.size()); ++w) {
+        Worker &x = w_[w];
+        if (x.src != lost || x.done >= 0 || x.gone) continue;
+        end_segment(w);
+        notify(w);
+        source_lost(w, lost);
+    }
+}
+
+void Sim::source_lost(int w, int lost) {
+    w_[w].gen++;
+    after(s_.detect_s, [this, w, lost] {
+        Worker &y = w_[w];
+        if (y.done >= 0 || y.gone) return;
+        ctl_->source_failed(y.id, w_[lost].id);
+        y.exclude.push_back(w_[lost].id);
+        res_.replans++;
+        plan_and_read(w);
+    });
+}
+
+// The trainer wants its buffers back for the optimizer step: BeginMutation
+// until the server says no reader is on it any more (or the wait ran out),
+// spilling an owned copy first if it holds the last complete one.
+void Sim::mutate_trainer(double since) {
+    Worker &t = w_[trainer_];
+    MutationState st = ctl_->begin_mutation(t.id, t.replica);
+    double waited = now_ - since;
+    double wait_s = 5.0;  // client default mutation_wait_ms
+    if (st.last_copy && st.filling > 0 && waited < wait_s) {
+        after(0.01, [this, since] { mutate_trainer(since); });
+        return;
+    }
+    if (st.last_copy) {
+        double spill = total_ / s_.copy_bps;
+        res_.trainer_stall_s += spill;
+        uint64_t owned = next_replica_++;
+        after(spill, [this, owned] { ctl_->publish(w_[trainer_].id, kVersion, owned, s_.size_bytes, s_.chunk_bytes, true); });
+    }
+    if (st.active_reads > 0 && waited < wait_s) {
+        after(0.005, [this, since] { mutate_trainer(since); });
+        return;
+    }
+    res_.trainer_stall_s += waited;
+    // Past the wait the seqlock catches readers still on it: they re-read
+    // elsewhere.
+    for (int w = 0; w < static_cast<int>(w_.size()); ++w) {
+        Worker &x = w_[w];
+        if (x.src != trainer_ || x.done >= 0 || x.gone || x.src_replica != t.replica) continue;
+        end_segment(w);
+        notify(w);
+        x.exclude_replicas.push_back(t.replica);
+        res_.replans++;
+        after(s_.rtt_s, [this, w] { plan_and_read(w); });
+    }
+}
+
+void Sim::heartbeat() {
+    if (readers_left_ == 0) return;
+    for (Worker &x : w_)
+        if (x.registered && !x.gone) ctl_->heartbeat(x.id);
+    ctl_->expire(static_cast<uint64_t>(now_ * 1000));
+    after(s_.heartbeat_ms / 1000.0, [this] { heartbeat(); });
+}
+
+void Sim::setup() {
+    std::mt19937_64 rng(s_.seed);
+    auto uniform = [&] { return double(rng() >> 11) * 0x1.0p-53; };
+    int reader_dc = s_.workload == Workload::CrossDc ? 1 : 0;
+    if (s_.workload == Workload::CrossDc) {
+        wan_[{0, 1}] = net_.add_link(s_.wan_bps);
+        wan_[{1, 0}] = net_.add_link(s_.wan_bps);
+    }
+    trainer_ = add_worker(0, false);
+    w_[trainer_].holds = true;
+    // The store sits with the readers: its push crosses a WAN once.
+    if (m_ == Method::Store) store_ = add_worker(reader_dc, false);
+    std::vector<int> holders;
+    for (uint32_t i = 0; i < s_.holders; ++i) holders.push_back(add_worker(0, false));
+    for (uint32_t i = 0; i < s_.readers; ++i) readers_.push_back(add_worker(reader_dc, true));
+    for (int r : readers_) w_[r].ready = s_.stagger_s > 0 ? uniform() * s_.stagger_s : 0;
+    readers_left_ = readers_.size();
+    for (int h : holders) {
+        w_[h].holds = true;
+        w_[h].depth = 1;
+    }
+    if (ctl_) {
+        Worker &t = w_[trainer_];
+        ctl_->hello(t.id, t.labels);
+        t.registered = true;
+        // Holders already fetched the version before the update starts.
+        for (int h : holders) {
+            Worker &x = w_[h];
+            ctl_->hello(x.id, x.labels);
+            x.registered = true;
+        }
+        if (s_.workload != Workload::Elastic)
+            for (int r : readers_) {
+                ctl_->hello(w_[r].id, w_[r].labels);
+                w_[r].registered = true;
+            }
+        t.replica = next_replica_++;
+        if (s_.workload != Workload::Elastic) ctl_->reset_stats();  // registration is not part of the update
+        ctl_->publish(t.id, kVersion, t.replica, s_.size_bytes, s_.chunk_bytes);
+        for (int h : holders) {
+            Worker &x = w_[h];
+            x.replica = next_replica_++;
+            PlannedSource p;
+            std::string why;
+            if (!ctl_->plan(x.id, kVersion, x.replica, 0, nchunks_, {}, {}, &p, &why)) violation("holder without a plan: " + why);
+            ctl_->fetch_done(x.id, kVersion, x.replica, {{{p.worker, p.replica}, s_.size_bytes}}, 0);
+        }
+        // Elastic: the version was there before the joiners came.
+        if (s_.workload == Workload::Elastic) ctl_->reset_stats();
+    }
+    double floor_s = total_ / s_.host_bps;
+    t_mutate_ = s_.train_step_s >= 0 ? s_.train_step_s : 2 * floor_s;
+
+    if (m_ == Method::Collective) {
+        // Everyone enters the broadcast; it starts when the last one is ready
+        // and runs as a pipeline along a chain rooted at the trainer.
+        double start = 0;
+        for (int r : readers_) start = std::max(start, w_[r].ready);
+        after(start, [this] {
+            int prev = trainer_;
+            for (int r : readers_) {
+                w_[r].src = prev;
+                prev = r;
+            }
+            for (int r : readers_) read(r);
+        });
+        return;
+    }
+    if (m_ == Method::Store) after(0, [this] { start_fetch(store_); });
+    for (int r : readers_) after(w_[r].ready, [this, r] { start_fetch(r); });
+    if (m_ == Method::TensorHub) {
+        after(t_mutate_, [this] { mutate_trainer(now_); });
+        if (s_.heartbeat_ms > 0) after(s_.heartbeat_ms / 1000.0, [this] { heartbeat(); });
+        if (s_.preempt > 0) {
+            double at = s_.preempt_at_s >= 0 ? s_.preempt_at_s : floor_s / 2;
+            after(at, [this] { preempt(); });
+        }
+    }
+}
+
+// Spot loss: the workers serving the most readers right now (any holder or
+// reader if none serves) disappear.
+void Sim::preempt() {
+    std::vector<std::pair<int, int>> load;  // (-readers on it, worker)
+    std::vector<int> on(w_.size(), 0);
+    for (const Worker &x : w_)
+        if (x.src >= 0 && x.done < 0 && !x.gone) on[x.src]++;
+    for (int i = 0; i < static_cast<int>(w_.size()); ++i)
+        if (i != trainer_ && i != store_ && !w_[i].gone) load.push_back({-on[i], i});
+    std::sort(load.begin(), load.end());
+    for (uint32_t k = 0; k < s_.preempt && k < load.size(); ++k) lose(load[k].second);
+}
+
+Result Sim::run() {
+    auto wall = std::chrono::steady_clock::now();
+    res_.method = m_;
+    setup();
+    Network::Callbacks cb{[this](int f) { on_target(f); }, [this](int f) { on_mark(f); }};
+    uint64_t same_time = 0;
+    for (;;) {
+        if (same_time > 10'000'000) {
+            violation("no progress: ten million events at t=" + std::to_string(now_));
+            break;
+        }
+        double before = now_;
+        double t_timer = timers_.empty() ? kInf : timers_.top().at;
+        double t_due = net_.next_due();
+        if (t_timer == kInf && t_due == kInf) break;
+        if (t_timer <= t_due) {
+            // Everything due at this instant, then one rate update.
+            now_ = t_timer;
+            while (!timers_.empty() && timers_.top().at == now_) {
+                Timer t = timers_.top();
+                timers_.pop();
+                t.fn();
+            }
+        } else {
+            now_ = t_due;
+            net_.fire_due(cb);
+        }
+        net_.resolve(now_);
+        res_.events++;
+        same_time = now_ == before ? same_time + 1 : 0;
+    }
+    // Results.
+    double floor_s = total_ / s_.host_bps, last_ready = 0, first_ready = kInf, last_done = 0, depth_sum = 0;
+    uint32_t counted = 0;
+    for (int r : readers_) {
+        const Worker &x = w_[r];
+        if (x.gone) continue;
+        last_ready = std::max(last_ready, x.ready);
+        first_ready = std::min(first_ready, x.ready);
+        if (x.done < 0 || !x.holds) {
+            violation("reader " + std::to_string(r) + " ended with " + std::to_string(x.bytes) + " of " +
+                      std::to_string(total_) + " bytes");
+            continue;
+        }
+        last_done = std::max(last_done, x.done);
+        res_.reader_stall_s += x.done - x.ready;
+        res_.depth_max = std::max<uint32_t>(res_.depth_max, x.depth);
+        depth_sum += x.depth;
+        counted++;
+    }
+    res_.floor_s = last_ready + floor_s;
+    if (s_.workload == Workload::CrossDc) res_.floor_s = std::max(res_.floor_s, total_ / s_.wan_bps);
+    res_.makespan_s = last_done;
+    res_.update_s = last_done - (first_ready == kInf ? 0 : first_ready);
+    res_.depth_mean = counted ? depth_sum / counted : 0;
+    if (res_.makespan_s < res_.floor_s * (1 - 1e-9))
+        violation("makespan " + std::to_string(res_.makespan_s) + " s is below the floor " + std::to_string(res_.floor_s));
+    // The trainer's buffers are busy until its last reader is done (the
+    // store's push, the broadcast's first hop); tensorhub measured it above.
+    if (m_ != Method::TensorHub) res_.trainer_stall_s = std::max(0.0, trainer_free_ - t_mutate_);
+    res_.bytes_from_trainer = static_cast<uint64_t>(std::llround(served_[trainer_]));
+    for (size_t i = 0; i < w_.size(); ++i)
+        if (static_cast<int>(i) == store_) res_.bytes_from_store = static_cast<uint64_t>(std::llround(served_[i]));
+        else if (static_cast<int>(i) != trainer_) res_.bytes_from_replicas += static_cast<uint64_t>(std::llround(served_[i]));
+    if (ctl_) {
+        const ControlStats &cs = ctl_->stats();
+        res_.messages = cs.messages;
+        res_.plans = cs.plans;
+        res_.plan_seconds = cs.plan_seconds;
+        res_.plan_max_seconds = cs.plan_max_seconds;
+        res_.handle_seconds = cs.handle_seconds;
+    }
+    res_.recomputed_flows = net_.recomputed_flows();
+    res_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+    return res_;
+}
+
+}  // namespace
+
+Result simulate(const Setup &setup, Method method) { return Sim(setup, method).run(); }
+
+}  // namespace th::sim

@@ -1,0 +1,115 @@
+#include "validate.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "cluster.hpp"
+#include "result_json.hpp"
+
+namespace th::sim {
+
+namespace {
+
+// Goodput of a tbf-shaped 1 gbit link with UCX on it: 256 MiB in 2.24 s.
+constexpr double kGoodput = 0.9587;
+
+struct Row {
+    std::string scenario, method, reference;
+    uint32_t n = 0;
+    double sim_s = 0, measured_s = 0;
+    bool bound = false;  // the reference is a lower bound, not a measurement
+};
+
+Setup setup_for(const nlohmann::json &e) {
+    Setup s;
+    std::string name = e.at("scenario").get<std::string>();
+    uint32_t n = e.at("n").get<uint32_t>();
+    s.size_bytes = e.at("size_bytes").get<uint64_t>();
+    s.host_bps = e.at("host_gbit").get<double>() * 1e9 / 8 * kGoodput;
+    s.readers = n;
+    if (name == "standalone_staggered") s.stagger_s = e.value("stagger_s", 4 * s.size_bytes / s.host_bps);
+    if (name == "elastic_join") {
+        s.workload = Workload::Elastic;
+        s.holders = e.value("holders", n / 2);
+        s.readers = e.value("joiners", n - s.holders);
+    }
+    if (name == "cross_dc") {
+        s.workload = Workload::CrossDc;
+        s.wan_bps = e.value("wan_gbit", e.at("host_gbit").get<double>()) * 1e9 / 8 * kGoodput;
+    }
+    s.seed = e.value("seed", 1);
+    return s;
+}
+
+}  // namespace
+
+nlohmann::json validate(const std::string &path, double tolerance) {
+    std::vector<Row> rows;
+    std::ifstream in(path);
+    bool measured = in.good();
+    if (measured) {
+        nlohmann::json doc = nlohmann::json::parse(in);
+        const std::pair<const char *, Method> keys[] = {{"tensorhub_s", Method::TensorHub},
+                                                        {"trainer_direct_s", Method::TrainerDirect},
+                                                        {"mpi_tuned_s", Method::Collective},
+                                                        {"redis_s", Method::Store}};
+        for (const auto &e : doc.at("scenarios")) {
+            Setup s = setup_for(e);
+            for (const auto &[key, method] : keys) {
+                if (!e.contains(key) || !e[key].is_number()) continue;
+                Result r = simulate(s, method);
+                rows.push_back({e["scenario"], method_name(method), key, e["n"], r.makespan_s, e[key].get<double>()});
+            }
+        }
+    } else {
+        // The emulated cluster's figures (1 gbit per host, S = 256 MiB,
+        // floor S/B = 2.24 s): MPI's tuned pipeline 1.01x the floor at N = 8,
+        // a Redis store's pull N x S/B at N = 7; every reader's own NIC
+        // bounds tensorhub at the floor, the trainer's bounds trainer-direct
+        // at N x S/B.
+        Setup s;
+        double floor_s = 2.24;
+        s.readers = 8;
+        rows.push_back({"standalone_ready", "tensorhub", "floor (a bound)", 8, simulate(s, Method::TensorHub).makespan_s, floor_s, true});
+        rows.push_back({"standalone_ready", "collective", "MPI tuned 1.01x floor", 8,
+                        simulate(s, Method::Collective).makespan_s, 1.01 * floor_s});
+        rows.push_back({"standalone_ready", "trainer_direct", "N x floor", 8, simulate(s, Method::TrainerDirect).makespan_s,
+                        8 * floor_s});
+        s.readers = 7;
+        rows.push_back({"standalone_ready", "store", "Redis pull 7.0x floor", 7, simulate(s, Method::Store).makespan_s,
+                        7 * floor_s});
+        Setup e;
+        e.workload = Workload::Elastic;
+        e.holders = 4;
+        e.readers = 4;
+        rows.push_back({"elastic_join", "tensorhub", "floor (a bound)", 4, simulate(e, Method::TensorHub).makespan_s, floor_s, true});
+        Setup x;
+        x.workload = Workload::CrossDc;
+        x.readers = 4;
+        x.wan_bps = x.host_bps;
+        rows.push_back({"cross_dc", "tensorhub", "floor (a bound)", 4, simulate(x, Method::TensorHub).makespan_s, floor_s, true});
+    }
+    std::printf("%s\n", measured ? ("simulated vs measured (" + path + ")").c_str()
+                                 : (path + " not found: simulated vs the physical floor and the figures of the emulated "
+                                           "cluster in FACTS.md (1 gbit per host, S = 256 MiB, floor 2.24 s)")
+                                       .c_str());
+    std::printf("%-22s %-15s %3s %10s %10s %8s  %s\n", "scenario", "method", "n", "sim s", "ref s", "error", "reference");
+    nlohmann::json out = {{"source", measured ? path : "FACTS.md and the physical floor"}, {"measured", measured}};
+    bool ok = true;
+    for (const Row &r : rows) {
+        double err = (r.sim_s - r.measured_s) / r.measured_s;
+        // A bound only has to hold; a measurement has to be matched.
+        ok &= r.bound ? err >= -1e-9 : std::fabs(err) <= tolerance;
+        std::printf("%-22s %-15s %3u %10.3f %10.3f %+7.1f%%  %s\n", r.scenario.c_str(), r.method.c_str(), r.n, r.sim_s,
+                    r.measured_s, 100 * err, r.reference.c_str());
+        out["rows"].push_back({{"scenario", r.scenario}, {"method", r.method}, {"n", r.n}, {"sim_s", r.sim_s},
+                               {"reference_s", r.measured_s}, {"reference", r.reference}, {"error", err},
+                               {"bound", r.bound}});
+    }
+    out["ok"] = ok;
+    out["tolerance"] = tolerance;
+    return out;
+}
+
+}  // namespace th::sim
