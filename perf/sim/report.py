@@ -282,6 +282,11 @@ options.
 - **Stall.** A reader stalls from the moment it is ready until it holds all
   bytes; the trainer stalls while its optimizer step waits for its buffers.
   Holders (elastic) do not stall. Total stall is the sum over GPUs.
+- **Control messages** are counted per update, from the Publish to the last
+  FetchDone: the rollouts' registration and the holders' earlier fetch
+  (elastic_join) are not counted, the joiners' Hello is. Heartbeats are off
+  in the matrix (`--heartbeat-ms` turns them on; the service then drops
+  workers whose lease ran out on the simulated clock).
 - **Floor.** Each reader needs S/B after it is ready: floor = last ready time
   + S/B (and S/WAN for cross-datacenter).
 - **Workloads.** *standalone*: the trainer publishes, R rollouts become
@@ -352,29 +357,34 @@ def main():
 
 WHY = """### What limits the missed goals, and what would fix them
 
-- **Simultaneous readers form one long chain.** The policy's tie-break
+- **Against a collective, the gain is the waiting the collective imposes.**
+  Where rollouts are ready at different times, tensorhub's readers each finish
+  about S/B after they are ready (makespan at the floor, table below), while a
+  collective makes every participant wait for the last one: with ready times
+  spread uniformly over D, the ratio of stalls is about 1 + D / (2 S/B). The
+  6.7x goal therefore needs a spread of about 11-12 x S/B; at 10 x S/B it is
+  just below, at 20 x S/B well above (stagger sweep). This is a property of
+  the workload, not of the implementation: state the spread with the claim.
+- **Readers that start together form one long chain.** The policy's tie-break
   (fewest active reads, then fewest bytes served, then complete before
   filling) sends every new reader to the newest filling replica, which has
   served nothing yet. When all readers are ready at once the replication tree
   is a chain as deep as the number of readers, and every hop adds the
   follower's lag: a batch of 4 confirmed chunks (16 MiB) plus a poll. The
-  makespan becomes S/B + depth x 16 MiB/B, far above the floor at 1,024 and
-  10,000 readers, and the collective (whose pipeline segments are 256 KiB)
-  wins when nobody waits for anyone. Fixes, both in code this branch does not
-  own: a depth-aware choice (prefer a complete source under the fan-out cap,
-  or cap a chain's depth at ~log N with a fan-out of 2-4), and confirming
-  progress every chunk (or smaller chunks) for followers.
+  makespan becomes about S/B + depth x 16 MiB / B, far above the floor at
+  1,024 and 10,000 readers; a pipelined collective (256 KiB segments) then
+  has less stall, also across datacenters (both cross the WAN once). Fixes,
+  in the policy and the client, which this work does not change: a
+  depth-aware choice (prefer a complete source under the fan-out cap, or
+  bound a chain's depth at ~log N with a fan-out of 2-4), and confirming
+  progress every chunk (or smaller chunks) while someone follows.
 - **Planning is linear in the number of replicas.** `Service::on_plan` builds
   a candidate for every replica of the shard and `choose_source` scans them
-  all, comparing labels as strings: an update of N readers costs O(N^2). The
-  slowest plans at 10,000 readers take milliseconds each and the sum is tens
-  of seconds of server time. A fix: keep, per shard, candidates indexed by
-  (dc, rack) in a structure ordered by the policy's key (active reads, bytes
-  served), updated on plan/FetchDone, so a plan is O(log N).
-- **The collective goal depends on the stagger.** With ready times spread
-  over 10 x S/B the collective's stall is several times tensorhub's; the
-  ratio grows with the spread (stagger sweep). The paper's 6.7x needs a
-  spread near 10 x S/B in this model.
+  all, comparing labels as strings: an update of N readers costs O(N^2)
+  server time, tens of seconds at 10,000 readers (control-plane table). A
+  fix: keep, per shard, the candidates indexed by (dc, rack) and ordered by
+  the policy's key (active reads, bytes served), updated on plan and
+  FetchDone, so that a plan costs O(log N).
 """
 
 if __name__ == "__main__":
