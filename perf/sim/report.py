@@ -23,10 +23,10 @@ BASELINES = ["trainer_direct", "collective", "store"]
 GOALS = {"standalone": 6.7, "elastic": 4.8, "cross_dc": 19.0}
 
 
-def run(cmd):
+def run(cmd, cwd=None):
     print("+", " ".join(cmd), file=sys.stderr)
     started = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     sys.stderr.write(p.stderr)
     return p, time.time() - started
 
@@ -198,6 +198,14 @@ def plots(data, out_dir):
         print("matplotlib is not installed: skipping the plots (pip install matplotlib)", file=sys.stderr)
         return []
     made = []
+
+    def save(fig, ax, name):
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(out_dir, name)
+        fig.savefig(path, dpi=110)
+        made.append(path)
+
     scale = [g for g in data if g["group"] == "scale" and g["setup"]["workload"] == "standalone" and g["setup"]["stagger_s"] > 0]
     if scale:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -210,11 +218,7 @@ def plots(data, out_dir):
         ax.set_xlabel("GPUs")
         ax.set_ylabel("total GPU stall per update (GPU-s)")
         ax.set_title("Standalone rollouts, staggered")
-        ax.legend()
-        fig.tight_layout()
-        path = os.path.join(out_dir, "sim_stall_vs_gpus.png")
-        fig.savefig(path, dpi=110)
-        made.append(path)
+        save(fig, ax, "sim_stall_vs_gpus.png")
     stagger = [g for g in data if g["group"] == "stagger"]
     if stagger:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -226,11 +230,7 @@ def plots(data, out_dir):
         ax.set_xlabel("spread of ready times (x S/B)")
         ax.set_ylabel("stall ratio")
         ax.set_title("1,024 GPUs: stall of a collective vs tensorhub")
-        ax.legend()
-        fig.tight_layout()
-        path = os.path.join(out_dir, "sim_stagger.png")
-        fig.savefig(path, dpi=110)
-        made.append(path)
+        save(fig, ax, "sim_stagger.png")
     return made
 
 
@@ -333,7 +333,9 @@ def main():
     with open(matrix_path) as f:
         data = json.load(f)
     vpath = os.path.join(RESULTS, "sim_validation.json")
-    p, _ = run([args.sim, "--validate", os.path.join(RESULTS, "cluster.json"), "--json", vpath])
+    # From the repository root, so that the page names the file relative to it.
+    p, _ = run([os.path.abspath(args.sim), "--validate", os.path.relpath(os.path.join(RESULTS, "cluster.json"), ROOT),
+                "--json", vpath], cwd=ROOT)
     if p.returncode not in (0, 1):
         sys.exit(f"tensorhub-sim --validate failed ({p.returncode})")
     with open(vpath) as f:
