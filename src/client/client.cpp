@@ -61,7 +61,14 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
         pos = comma + 1;
     }
     if (servers_.empty()) fail(TH_ERR_INVALID_ARG, "server_url names no server");
-    ucx_ = std::make_unique<UcxWorker>();
+    // Readers give up on a source after chunk_timeout_ms without progress; a
+    // process paused that long starts its UCX worker afresh and must then
+    // tell the server its new address.
+    ucx_ = std::make_unique<UcxWorker>(PauseRecovery{cfg_.chunk_timeout_ms, [this](uint64_t) {
+                                                         std::lock_guard lk(hb_mu_);
+                                                         reregister_asked_ = true;
+                                                         hb_cv_.notify_all();
+                                                     }});
     ctrl_ = std::make_unique<ControlPage>(*ucx_);
     // With several servers, start with the one of the newest epoch: a server
     // that was paused or cut off and came back is behind the one that took
@@ -299,9 +306,22 @@ void Client::reregister(const Deadline &deadline) {
 
 void Client::heartbeat_loop() {
     std::unique_lock lk(hb_mu_);
-    bool warned = false;
-    while (!hb_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms), [this] { return stop_; })) {
+    bool warned = false, retry = false;
+    while (!stop_) {
+        hb_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms), [this] { return stop_ || reregister_asked_; });
+        if (stop_) break;
+        bool again = std::exchange(reregister_asked_, false) || retry;
         lk.unlock();
+        if (again) {
+            try {
+                reregister(Deadline(cfg_.timeout_ms));
+                TH_LOG(Info, "registered again with the new UCX address");
+                retry = false;
+            } catch (const std::exception &e) {
+                TH_LOG(Warn, "registering the new UCX address failed (retried at the next heartbeat): ", e.what());
+                retry = true;
+            }
+        }
         try {
             Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
                                Deadline(cfg_.timeout_ms));

@@ -195,6 +195,7 @@ class Client {
     std::mutex hb_mu_;
     std::condition_variable hb_cv_;
     bool stop_ = false;
+    bool reregister_asked_ = false;  // the UCX worker has a new address
     std::thread heartbeat_;
 };
 

@@ -47,6 +47,7 @@ struct Fetch::Source {
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
                           // (false: only this replica changed under us)
+    bool paused_here = false;  // this process was paused: the source is fine
     std::string why;
     Clock::time_point last_progress = Clock::now();
 };
@@ -381,7 +382,8 @@ void Fetch::handle(const Event &e) {
 
 void Fetch::fail_source(Source &s, const std::string &why) {
     s.failed = true;
-    s.report = true;
+    s.paused_here = s.peer && s.peer->dropped_by_pause();
+    s.report = !s.paused_here;
     s.why = why;
     TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": dropping source worker ", s.worker,
            ": ", why);
@@ -398,7 +400,7 @@ void Fetch::retire_failed_sources() {
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
-            exclude_replicas_.push_back(s.replica);
+            if (!s.paused_here) exclude_replicas_.push_back(s.replica);
             continue;
         }
         exclude_.push_back(s.worker);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -23,11 +24,16 @@ void check(ucs_status_t st, const char *what) {
 // published from the same buffers) up to this many.
 constexpr size_t kMaxIdleRegions = 64;
 
-struct GetRequest {
-    GetCallback cb;
-};
+// The status a peer fails with when this process was paused (see
+// PauseRecovery); UCX itself does not use it for endpoints.
+constexpr ucs_status_t kDroppedByPause = UCS_ERR_TIMED_OUT;
 
 }  // namespace
+
+struct UcxWorker::PendingGet {
+    UcxWorker *owner;
+    GetCallback cb;
+};
 
 MemRegion::~MemRegion() {
     if (memh != nullptr) ucp_mem_unmap(context, memh);
@@ -54,13 +60,16 @@ void Peer::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
         TH_LOG(Info, "peer ", p->worker_id_, " failed: ", ucs_status_string(status));
 }
 
+bool Peer::dropped_by_pause() const { return status_.load() == kDroppedByPause; }
+
 std::string Peer::failure() const {
     int st = status_.load();
     if (st == UCS_ERR_CANCELED) return "closed after it stopped making progress";
+    if (st == kDroppedByPause) return "dropped: this process was paused";
     return ucs_status_string(static_cast<ucs_status_t>(st));
 }
 
-UcxWorker::UcxWorker() {
+UcxWorker::UcxWorker(PauseRecovery pause) : pause_(std::move(pause)) {
     // Larger TCP segments roughly double GET throughput over tcp (measured on
     // loopback: ~1.3 -> ~2.5 GB/s). UCX reads transport settings from the
     // environment only, so they are set there, once, unless the user set them.
@@ -86,25 +95,33 @@ UcxWorker::UcxWorker() {
     ucp_config_release(config);
     check(st, "ucp_init");
 
+    try {
+        auto [w, addr] = create_worker();
+        worker_ = w;
+        address_ = std::move(addr);
+    } catch (...) {
+        ucp_cleanup(context_);
+        throw;
+    }
+    progress_ = std::thread([this] { progress_loop(); });
+}
+
+std::pair<ucp_worker_h, std::vector<uint8_t>> UcxWorker::create_worker() {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
-    st = ucp_worker_create(context_, &wp, &worker_);
-    if (st != UCS_OK) {
-        ucp_cleanup(context_);
-        check(st, "ucp_worker_create");
-    }
+    ucp_worker_h w = nullptr;
+    check(ucp_worker_create(context_, &wp, &w), "ucp_worker_create");
     ucp_address_t *addr = nullptr;
     size_t len = 0;
-    st = ucp_worker_get_address(worker_, &addr, &len);
+    ucs_status_t st = ucp_worker_get_address(w, &addr, &len);
     if (st != UCS_OK) {
-        ucp_worker_destroy(worker_);
-        ucp_cleanup(context_);
+        ucp_worker_destroy(w);
         check(st, "ucp_worker_get_address");
     }
-    address_.assign(reinterpret_cast<uint8_t *>(addr), reinterpret_cast<uint8_t *>(addr) + len);
-    ucp_worker_release_address(worker_, addr);
-    progress_ = std::thread([this] { progress_loop(); });
+    std::vector<uint8_t> packed(reinterpret_cast<uint8_t *>(addr), reinterpret_cast<uint8_t *>(addr) + len);
+    ucp_worker_release_address(w, addr);
+    return {w, std::move(packed)};
 }
 
 UcxWorker::~UcxWorker() {
@@ -130,15 +147,20 @@ UcxWorker::~UcxWorker() {
     progress_.join();
     regions_.clear();
     ucp_worker_destroy(worker_);
-    ucp_cleanup(context_);
+    // A set-aside worker is never touched again: destroying it would progress
+    // the very requests whose answer aborts. Its context stays with it.
+    if (set_aside_.empty()) ucp_cleanup(context_);
 }
 
 void UcxWorker::progress_loop() {
     int efd = -1;
-    if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
-        TH_LOG(Error, "ucp_worker_get_efd failed; progress thread polls");
-        efd = -1;
-    }
+    auto get_efd = [&] {
+        if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
+            TH_LOG(Error, "ucp_worker_get_efd failed; progress thread polls");
+            efd = -1;
+        }
+    };
+    get_efd();
     // After the last completion keep polling a little before sleeping: over
     // tcp the data of one GET arrives in 64 KiB segments some 15 us apart, and
     // arming the event fd, sleeping and waking for each of them costs more
@@ -149,7 +171,18 @@ void UcxWorker::progress_loop() {
     constexpr auto kSpin = std::chrono::microseconds(100);
     auto last_busy = std::chrono::steady_clock::now();
     bool spin = true;
+    // Every turn of the loop is short (a progress call, or a poll of at most
+    // 100 ms), so a long gap between two turns means the process was paused.
+    const auto pause_limit = std::chrono::milliseconds(pause_.pause_ms);
+    auto turn = std::chrono::steady_clock::now();
     while (!stop_.load(std::memory_order_relaxed)) {
+        auto now = std::chrono::steady_clock::now();
+        if (pause_.pause_ms > 0 && now - turn > pause_limit) {
+            restart_after_pause(std::chrono::duration_cast<std::chrono::milliseconds>(now - turn).count());
+            get_efd();
+            now = last_busy = std::chrono::steady_clock::now();
+        }
+        turn = now;
         if (ucp_worker_progress(worker_) != 0) {
             while (ucp_worker_progress(worker_) != 0) {
             }
@@ -172,7 +205,64 @@ void UcxWorker::progress_loop() {
     }
 }
 
+void UcxWorker::restart_after_pause(uint64_t paused_ms) {
+    ucp_worker_h fresh = nullptr;
+    std::vector<uint8_t> address;
+    try {
+        std::tie(fresh, address) = create_worker();
+    } catch (const std::exception &e) {
+        // Progressing the paused worker could abort the process; without a
+        // fresh one this process can no longer serve or read, but lives on.
+        TH_LOG(Error, "this process was paused for ", paused_ms, " ms and could not start a new UCX worker: ", e.what());
+        while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return;
+    }
+    ucp_worker_h paused = nullptr;
+    std::vector<PeerRef> dropped;
+    {
+        std::lock_guard lk(mu_);
+        paused = worker_.exchange(fresh);
+        address_ = std::move(address);
+        set_aside_.push_back(paused);
+        for (auto &[id, p] : peers_) dropped.push_back(p);
+        peers_.clear();
+    }
+    for (const PeerRef &p : dropped) {
+        std::lock_guard plk(p->mu_);
+        int expected = UCS_OK;
+        p->status_.compare_exchange_strong(expected, kDroppedByPause);
+        for (auto &[k, r] : p->rkeys_) ucp_rkey_destroy(r);
+        p->rkeys_.clear();
+        p->ep_ = nullptr;  // belongs to the set-aside worker
+    }
+    std::vector<PendingGet *> orphans;
+    {
+        std::lock_guard lk(pending_mu_);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (it->second != paused) {
+                ++it;
+                continue;
+            }
+            orphans.push_back(it->first);
+            it = pending_.erase(it);
+        }
+    }
+    for (PendingGet *g : orphans) {
+        g->cb(kDroppedByPause);
+        delete g;
+    }
+    restarts_++;
+    TH_LOG(Warn, "this process was paused for ", paused_ms, " ms: its peers have given up on it, so its ", dropped.size(),
+           " UCX endpoint(s) and ", orphans.size(), " read(s) in flight were dropped and a new UCX worker took over");
+    if (pause_.on_restart) pause_.on_restart(paused_ms);
+}
+
 void UcxWorker::wake() { ucp_worker_signal(worker_); }
+
+std::vector<uint8_t> UcxWorker::address() const {
+    std::lock_guard lk(mu_);
+    return address_;
+}
 
 RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
     if (ptr == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "cannot register a null or empty buffer");
@@ -230,10 +320,11 @@ size_t UcxWorker::registrations() const {
 PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address) {
     std::lock_guard lk(mu_);
     auto it = peers_.find(worker_id);
-    if (it != peers_.end() && !it->second->failed()) return it->second;
+    if (it != peers_.end() && !it->second->failed() && it->second->address_ == address) return it->second;
     auto p = std::make_shared<Peer>();
     p->worker_ = this;
     p->worker_id_ = worker_id;
+    p->address_ = address;
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -241,11 +332,13 @@ PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address)
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &Peer::on_error;
     ep.err_handler.arg = p.get();
-    ucs_status_t st = ucp_ep_create(worker_, &ep, &p->ep_);
+    p->ep_worker_ = worker_;
+    ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &p->ep_);
     if (st != UCS_OK)
         fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
     if (it != peers_.end()) {
-        // The failed endpoint stays referenced by whoever still uses it; close it.
+        // The failed (or outdated) endpoint stays referenced by whoever
+        // still uses it; close it.
         PeerRef old = it->second;
         it->second = p;
         ucp_request_param_t prm{};
@@ -287,11 +380,20 @@ void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
     ucp_worker_signal(worker_);
 }
 
+// Whoever takes a GET out of pending_ completes it: its UCX callback, or a
+// restart that sets its worker aside.
+bool UcxWorker::take_pending(PendingGet *g) {
+    std::lock_guard lk(pending_mu_);
+    return pending_.erase(g) == 1;
+}
+
 void UcxWorker::on_get_done(void *request, ucs_status_t status, void *user_data) {
-    auto *g = static_cast<GetRequest *>(user_data);
-    g->cb(status);
-    delete g;
+    auto *g = static_cast<PendingGet *>(user_data);
     ucp_request_free(request);
+    if (g->owner->take_pending(g)) {
+        g->cb(status);
+        delete g;
+    }
 }
 
 void UcxWorker::get(const PeerRef &peer, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
@@ -302,7 +404,11 @@ void UcxWorker::get(const PeerRef &peer, void *local, uint64_t n, const MemRegio
         cb(UCS_ERR_CONNECTION_RESET);
         return;
     }
-    auto *g = new GetRequest{std::move(cb)};
+    auto *g = new PendingGet{this, std::move(cb)};
+    {
+        std::lock_guard lk(pending_mu_);
+        pending_.emplace(g, peer->ep_worker_);
+    }
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     prm.cb.send = &UcxWorker::on_get_done;
@@ -314,8 +420,10 @@ void UcxWorker::get(const PeerRef &peer, void *local, uint64_t n, const MemRegio
     ucs_status_ptr_t req = ucp_get_nbx(peer->ep_, local, n, remote, rkey, &prm);
     plk.unlock();
     if (UCS_PTR_IS_PTR(req)) return;  // completes through on_get_done
-    g->cb(UCS_PTR_STATUS(req));       // completed (or failed) at once
-    delete g;
+    if (take_pending(g)) {            // completed (or failed) at once
+        g->cb(UCS_PTR_STATUS(req));
+        delete g;
+    }
 }
 
 }  // namespace th

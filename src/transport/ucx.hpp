@@ -49,6 +49,8 @@ class Peer {
     bool failed() const { return status_.load() != UCS_OK; }
     // Why the endpoint failed ("Endpoint timeout", "closed: no progress"...).
     std::string failure() const;
+    // Failed because this process was paused, not because of the peer.
+    bool dropped_by_pause() const;
     // The unpacked remote key for a packed rkey of this peer (cached).
     ucp_rkey_h rkey(const std::vector<uint8_t> &packed);
 
@@ -58,6 +60,8 @@ class Peer {
     UcxWorker *worker_ = nullptr;
     uint64_t worker_id_ = 0;
     ucp_ep_h ep_ = nullptr;
+    ucp_worker_h ep_worker_ = nullptr;  // the UCX worker ep_ belongs to
+    std::vector<uint8_t> address_;      // the peer's, as connected to
     // UCS_OK while usable; set once, by the error handler (progress thread,
     // which must not take mu_) or by a forced close.
     std::atomic<int> status_{UCS_OK};
@@ -69,22 +73,38 @@ using PeerRef = std::shared_ptr<Peer>;
 // Called once per GET with its final status, on the progress thread.
 using GetCallback = std::function<void(ucs_status_t)>;
 
+// What the progress thread does after this process was paused (SIGSTOP, a
+// debugger, a frozen VM) for longer than pause_ms: peers have given up on it
+// and closed their endpoints, and over tcp UCX would answer the GETs they had
+// queued on those closed connections, which aborts the process inside UCX.
+// So the paused worker is never progressed again: it is set aside (leaked),
+// a fresh worker takes its place, every endpoint of the old one fails, its
+// GETs still in flight complete with an error, and on_restart runs so that
+// the owner registers the new address.
+struct PauseRecovery {
+    uint32_t pause_ms = 0;  // 0: never
+    std::function<void(uint64_t paused_ms)> on_restart;
+};
+
 class UcxWorker {
   public:
-    UcxWorker();
+    explicit UcxWorker(PauseRecovery pause = {});
     ~UcxWorker();
     UcxWorker(const UcxWorker &) = delete;
     UcxWorker &operator=(const UcxWorker &) = delete;
 
-    // The packed worker address others connect to.
-    const std::vector<uint8_t> &address() const { return address_; }
+    // The packed worker address others connect to (a new one after a pause).
+    std::vector<uint8_t> address() const;
+    // How many times a pause made the worker start afresh.
+    uint64_t restarts() const { return restarts_.load(); }
 
     // A registered region covering [ptr, ptr + n). Reuses a cached
     // registration that covers it; registers (and caches) otherwise.
     RegionRef register_memory(void *ptr, uint64_t n, th_mem_kind kind);
 
     // The endpoint to worker_id at address, created on first use. A failed
-    // endpoint is replaced by a new one on the next call.
+    // endpoint, or one to an older address of the worker (it was restarted),
+    // is replaced by a new one.
     PeerRef peer(uint64_t worker_id, const std::vector<uint8_t> &address);
     // Force-closes the endpoint to a peer (a stalled source): in-flight GETs
     // complete with an error.
@@ -104,18 +124,31 @@ class UcxWorker {
     size_t registrations() const;
 
   private:
+    struct PendingGet;
     void progress_loop();
+    // Creates a worker on context_ and returns it with its packed address.
+    std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker();
+    // Puts a fresh worker in place of the current one (see PauseRecovery).
+    void restart_after_pause(uint64_t paused_ms);
+    bool take_pending(PendingGet *g);
     static void on_get_done(void *request, ucs_status_t status, void *user_data);
 
+    PauseRecovery pause_;
     ucp_context_h context_ = nullptr;
-    ucp_worker_h worker_ = nullptr;
-    std::vector<uint8_t> address_;
+    std::atomic<ucp_worker_h> worker_{nullptr};
     std::thread progress_;
     std::atomic<bool> stop_{false};
+    std::atomic<uint64_t> restarts_{0};
 
     mutable std::mutex mu_;
+    std::vector<uint8_t> address_;
+    std::vector<ucp_worker_h> set_aside_;  // paused workers, never progressed again
     std::vector<RegionRef> regions_;
     std::unordered_map<uint64_t, PeerRef> peers_;
+
+    // GETs posted and not completed, so that a restart can complete them.
+    std::mutex pending_mu_;
+    std::unordered_map<PendingGet *, ucp_worker_h> pending_;
 };
 
 }  // namespace th

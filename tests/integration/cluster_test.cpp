@@ -226,10 +226,43 @@ TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
     kill(f.r1->pid(), SIGCONT);
     // Back: its next heartbeat is refused, it registers again with its replica.
     EXPECT_TRUE(eventually(f.srv.url, r1_holds, 10000)) << server_status(f.srv.url).dump(1);
+    // And it serves again: with the publisher gone, r1 is the only holder.
+    kill(f.pub->pid(), SIGKILL);
     Proc again(worker({"fetch", "--server", f.srv.url, "--name", "again", "--model", "f", "--shard-kb", "16384",
                        "--tensors", "4", "--no-serve"}));
     std::string l2 = again.line(30000);
     EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+    EXPECT_EQ(f.r1->stop(), 0) << "the resumed holder did not keep running";
+}
+
+TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
+    th_server *server = start_server(nullptr, /*http=*/true);
+    std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
+    Proc pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "p", "--shard-kb", "16384",
+                     "--tensors", "4", "--chunk-kb", "64"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    // 256 chunks at 10 ms each: the fetch takes seconds.
+    Proc slow(worker({"fetch", "--server", url, "--name", "slow", "--model", "p", "--shard-kb", "16384", "--tensors", "4",
+                      "--no-serve", "--chunk-timeout-ms", "1000", "--heartbeat-ms", "200"},
+                     {"TENSORHUB_FAULT_CHUNK_DELAY_US=10000"}));
+    EXPECT_TRUE(eventually(url, [&](const nlohmann::json &s) {
+        for (const auto &w : s["workers"])
+            if (w["name"] == "publisher" && w["active_reads"].get<int>() > 0) return true;
+        return false;
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(slow.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past its chunk timeout
+    kill(slow.pid(), SIGCONT);
+    // Its GETs were dropped with the paused UCX worker; it reads the rest
+    // again and checks every byte.
+    std::string l = slow.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+    // The publisher did nothing wrong: it was never reported.
+    std::string text = http_get(metrics);
+    EXPECT_NE(text.find("tensorhub_failures_total{kind=\"source_failed\"} 0"), std::string::npos) << text;
+    EXPECT_EQ(pub.stop(), 0);
+    th_server_destroy(server);
 }
 
 namespace {

@@ -46,7 +46,14 @@ void holder_fault(Run &run, bool pause) {
         sleep_ms(20);
     if (!holds_complete(server_status(url), layout.model, layout.version, victim_id, layout.shards))
         run.violation(victim.name() + " did not register its replica again within 5 s of SIGCONT", &victim);
-    if (auto how = victim.ended()) run.violation(victim.name() + " ended (" + *how + ") after SIGCONT", &victim);
+    if (auto how = victim.ended()) {
+        run.violation(victim.name() + " ended (" + *how + ") after SIGCONT", &victim);
+        return;
+    }
+    // Registered is not enough: it must serve again, alone, from the address
+    // it registered after the pause.
+    survivor->signal(SIGKILL);
+    run.expect_available(url, layout, {&victim}, victim.name() + " resumed and is the only holder left", 5000);
 }
 
 }  // namespace th_fault
