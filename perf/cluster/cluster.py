@@ -126,7 +126,9 @@ class Bench:
             for n in a.ns:
                 readers = pool[:n]
                 rng = random.Random(a.seed * 1000 + n)
-                spread = [rng.uniform(0, 3 * floor) for _ in readers]
+                # Rounded as the programs are told them (microseconds), so
+                # the entry records exactly the times that were used.
+                spread = [round(rng.uniform(0, 3 * floor), 6) for _ in readers]
                 for variant, offsets in (("ready", [0.0] * n), ("staggered", spread)):
                     runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
                     if self.wanted("trainer_direct"):
@@ -137,7 +139,8 @@ class Bench:
                     if self.wanted("redis") and systems.redis_available(s):
                         self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
                     self.record({"scenario": f"standalone_{variant}", "n": n, "size_bytes": a.size,
-                                 "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed}, runs)
+                                 "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed,
+                                 "ready_offsets_s": offsets}, runs)
                     if n == 1 and variant == "ready" and "trainer_direct" in runs:
                         self.check_pair(runs["trainer_direct"], floor)
         if "elastic" in a.only:

@@ -7,6 +7,7 @@
 #include <limits>
 #include <queue>
 #include <random>
+#include <stdexcept>
 
 #include "common/labels.hpp"
 #include "control.hpp"
@@ -424,8 +425,6 @@ void Sim::heartbeat() {
 }
 
 void Sim::setup() {
-    std::mt19937_64 rng(s_.seed);
-    auto uniform = [&] { return double(rng() >> 11) * 0x1.0p-53; };
     int reader_dc = s_.workload == Workload::CrossDc ? 1 : 0;
     if (s_.workload == Workload::CrossDc) {
         wan_[{0, 1}] = net_.add_link(s_.wan_bps);
@@ -438,7 +437,8 @@ void Sim::setup() {
     std::vector<int> holders;
     for (uint32_t i = 0; i < s_.holders; ++i) holders.push_back(add_worker(0, false));
     for (uint32_t i = 0; i < s_.readers; ++i) readers_.push_back(add_worker(reader_dc, true));
-    for (int r : readers_) w_[r].ready = s_.stagger_s > 0 ? uniform() * s_.stagger_s : 0;
+    std::vector<double> ready = reader_ready_times(s_);
+    for (size_t i = 0; i < readers_.size(); ++i) w_[readers_[i]].ready = ready[i];
     readers_left_ = readers_.size();
     for (int h : holders) {
         w_[h].holds = true;
@@ -594,6 +594,24 @@ Result Sim::run() {
 }
 
 }  // namespace
+
+std::vector<double> reader_ready_times(const Setup &setup) {
+    if (!setup.ready_offsets_s.empty()) {
+        if (setup.ready_offsets_s.size() != setup.readers)
+            throw std::invalid_argument(std::to_string(setup.ready_offsets_s.size()) + " ready offsets for " +
+                                        std::to_string(setup.readers) + " readers");
+        for (double t : setup.ready_offsets_s)
+            if (!(t >= 0) || !std::isfinite(t))
+                throw std::invalid_argument("a ready offset must be a finite number of seconds >= 0, not " +
+                                            std::to_string(t));
+        return setup.ready_offsets_s;
+    }
+    std::mt19937_64 rng(setup.seed);
+    std::vector<double> ready(setup.readers, 0.0);
+    if (setup.stagger_s > 0)
+        for (double &t : ready) t = double(rng() >> 11) * 0x1.0p-53 * setup.stagger_s;
+    return ready;
+}
 
 Result simulate(const Setup &setup, Method method) { return Sim(setup, method).run(); }
 

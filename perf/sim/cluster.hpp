@@ -26,6 +26,9 @@ struct Setup {
     uint32_t hosts_per_rack = 32;
     double rack_oversub = 1;       // > 1: racks get uplinks of hosts*B/oversub
     double stagger_s = 0;          // readers ready uniformly in [0, stagger_s]
+    // Reader i is ready ready_offsets_s[i] seconds after the start; when not
+    // empty it replaces the stagger_s draw (a measured run's ready times).
+    std::vector<double> ready_offsets_s;
     uint64_t chunk_bytes = 4ull << 20;       // tensorhub's default chunk
     uint32_t max_inflight = 8;               // GETs in flight per fetch (client default)
     uint64_t collective_segment = 256 << 10; // pipelined broadcast segment
@@ -58,6 +61,12 @@ struct Result {
     std::vector<std::string> violations;  // broken invariants
     double total_stall() const { return reader_stall_s + trainer_stall_s + holder_stall_s; }
 };
+
+// When each reader becomes ready, in seconds from the start, in reader
+// order: ready_offsets_s when given, else seeded draws in [0, stagger_s].
+// Every method starts its readers at these times. Throws
+// std::invalid_argument for offsets that do not fit the setup.
+std::vector<double> reader_ready_times(const Setup &setup);
 
 Result simulate(const Setup &setup, Method method);
 

@@ -173,11 +173,15 @@ def validation_section(v, text):
             "compared with the physical floor and the figures measured in the emulated cluster (FACTS: 1 gbit per "
             "host, S = 256 MiB, floor 2.24 s; MPI tuned pipeline 1.01x the floor at N = 8; Redis pull N x S/B). "
             "Rows marked as a bound only have to stay above it.")
-    why = ("Where they differ, and why:\n\n"
+    staggered = ("- *Staggered:* the model replays the ready times the benchmark recorded (`ready_offsets_s`), "
+                 "reader by reader.\n" if v.get("ready_times_replayed") else
+                 "- *Staggered:* the two draw their ready times from different seeds (this benchmark run did not "
+                 "record them), so at small N the last reader's ready time, which sets the makespan, differs; only "
+                 "N = 8, where both spreads are nearly full, compares (4% for tensorhub).\n")
+    why = ("Where they differ, and why (a reader_stall row is the same run's stall, summed over readers from "
+           "ready to done):\n\n"
            "- *All ready, elastic join, trainer-direct:* within 10% (tensorhub 1-5% fast at N <= 4, 2% slow at N = 8).\n"
-           "- *Staggered:* the two draw their ready times from different seeds (the benchmark does not record "
-           "them), so at small N the last reader's ready time, which sets the makespan, differs; only N = 8, "
-           "where both spreads are nearly full, compares (4% for tensorhub).\n"
+           + staggered +
            "- *Cross-datacenter, tensorhub:* 8-12% fast. In the benchmark the trainer changes its weights at "
            "time 0, and the reader crossing the thin link discards a window it read from the buffers being "
            "spilled; the model's trainer mutates after two S/B.\n"
@@ -303,7 +307,8 @@ options.
 - **Floor.** Each reader needs S/B after it is ready: floor = last ready time
   + S/B (and S/WAN for cross-datacenter).
 - **Workloads.** *standalone*: the trainer publishes, R rollouts become
-  ready uniformly at random over a spread (seeded), or all at once.
+  ready uniformly at random over a spread (seeded), all at once, or at
+  given times (validation replays the benchmark's recorded ones).
   *elastic_join*: N workers hold the version; M join at once and fetch it.
   *cross_dc*: K rollouts in a second datacenter behind a WAN of half a NIC,
   all ready at once or over 10 x S/B.

@@ -3,19 +3,21 @@
 namespace th::sim {
 
 nlohmann::json to_json(const Setup &s) {
-    return {{"workload", workload_name(s.workload)},
-            {"readers", s.readers},
-            {"holders", s.holders},
-            {"gpus", 1 + s.holders + s.readers},
-            {"size_bytes", s.size_bytes},
-            {"host_bytes_per_s", s.host_bps},
-            {"wan_bytes_per_s", s.wan_bps},
-            {"stagger_s", s.stagger_s},
-            {"chunk_bytes", s.chunk_bytes},
-            {"collective_segment", s.collective_segment},
-            {"preempt", s.preempt},
-            {"heartbeat_ms", s.heartbeat_ms},
-            {"seed", s.seed}};
+    nlohmann::json j = {{"workload", workload_name(s.workload)},
+                        {"readers", s.readers},
+                        {"holders", s.holders},
+                        {"gpus", 1 + s.holders + s.readers},
+                        {"size_bytes", s.size_bytes},
+                        {"host_bytes_per_s", s.host_bps},
+                        {"wan_bytes_per_s", s.wan_bps},
+                        {"stagger_s", s.stagger_s},
+                        {"chunk_bytes", s.chunk_bytes},
+                        {"collective_segment", s.collective_segment},
+                        {"preempt", s.preempt},
+                        {"heartbeat_ms", s.heartbeat_ms},
+                        {"seed", s.seed}};
+    if (!s.ready_offsets_s.empty()) j["ready_offsets_s"] = s.ready_offsets_s;
+    return j;
 }
 
 nlohmann::json to_json(const Result &r) {

@@ -9,8 +9,10 @@
 
 namespace th::sim {
 
-// Prints the comparison; returns the rows as JSON with "ok": every error
-// within tolerance (a fraction, 0.10 = 10%).
+// Prints the comparison (makespans, and summed reader stalls where the file
+// has them; staggered readers ready at the recorded ready_offsets_s when
+// present); returns the rows as JSON with "ok": every error within
+// tolerance (a fraction, 0.10 = 10%).
 nlohmann::json validate(const std::string &cluster_json, double tolerance);
 
 }  // namespace th::sim
