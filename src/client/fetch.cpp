@@ -30,7 +30,8 @@ struct Fetch::Source {
     uint64_t replica = 0;
     PeerRef peer;
     th::ReplicaDesc desc;
-    std::vector<ucp_rkey_h> rkeys;  // per region
+    std::vector<ucp_rkey_h> rkeys;  // per region, for the data lane
+    ucp_rkey_h ctrl_rkey = nullptr;  // the control word's region, for the control lane
     bool complete = false;
     uint32_t end = 0;    // assigned chunks end here (exclusive)
     uint32_t next = 0;   // next chunk to consider
@@ -232,6 +233,7 @@ void Fetch::plan(const Deadline &deadline) {
         try {
             s->peer = client_.ucx().peer(s->worker, std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
             for (const RegionDesc &reg : s->desc.regions) s->rkeys.push_back(s->peer->rkey(reg.rkey));
+            s->ctrl_rkey = s->peer->rkey(s->desc.regions[s->desc.ctrl_region].rkey, Lane::Control);
         } catch (const Error &e) {
             s->failed = true;
             s->report = true;
@@ -257,8 +259,8 @@ void Fetch::issue_ctrl(Source &s) {
     op->box = mailbox_;
     op->source = &s;
     const RegionDesc &reg = s.desc.regions[s.desc.ctrl_region];
-    client_.ucx().get(s.peer, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
-                      s.rkeys[s.desc.ctrl_region], [op](ucs_status_t st) {
+    client_.ucx().get(s.peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
+                      s.ctrl_rkey, [op](ucs_status_t st) {
                           Event e{Event::Ctrl, op->source, 0, st, {op->word[0], op->word[1]}};
                           op->box->post(e);
                       });
@@ -285,7 +287,8 @@ void Fetch::issue_chunk(Source &s, uint32_t chunk) {
     for (const Piece &p : ps) {
         const PlaceDesc &place = s.desc.places[p.tensor];
         uint64_t remote = s.desc.regions[place.region].address + place.offset + p.offset;
-        client_.ucx().get(s.peer, p.local, p.length, p.region, remote, s.rkeys[place.region], [op](ucs_status_t st) {
+        client_.ucx().get(s.peer, Lane::Data, p.local, p.length, p.region, remote, s.rkeys[place.region],
+                          [op](ucs_status_t st) {
             if (st != UCS_OK) op->status = st;
             if (--op->left == 0)
                 op->box->post(Event{Event::Chunk, op->source, op->chunk, static_cast<ucs_status_t>(op->status.load()), {}});
@@ -357,7 +360,10 @@ void Fetch::handle(const Event &e) {
         return;
     }
     // The generation held from before these GETs until after them: what they
-    // read is the version's bytes.
+    // read is the version's bytes. Only GETs that had completed when this
+    // read was issued count: the control word has a lane of its own and may
+    // overtake GETs still queued at the source, but not those it already
+    // answered.
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
         state_[u.first - first_chunk_] = Confirmed;

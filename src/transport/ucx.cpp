@@ -40,17 +40,37 @@ MemRegion::~MemRegion() {
 }
 
 Peer::~Peer() {
-    for (auto &[k, r] : rkeys_) ucp_rkey_destroy(r);
+    for (Endpoint &e : eps_)
+        for (auto &[k, r] : e.rkeys) ucp_rkey_destroy(r);
 }
 
-ucp_rkey_h Peer::rkey(const std::vector<uint8_t> &packed) {
+ucp_rkey_h Peer::rkey(const std::vector<uint8_t> &packed, Lane l) {
     std::lock_guard lk(mu_);
-    auto it = rkeys_.find(packed);
-    if (it != rkeys_.end()) return it->second;
+    Endpoint &e = lane(l);
+    if (e.ep == nullptr) fail(TH_ERR_TRANSPORT, "the endpoint to worker ", worker_id_, " is closed");
+    auto it = e.rkeys.find(packed);
+    if (it != e.rkeys.end()) return it->second;
     ucp_rkey_h r = nullptr;
-    check(ucp_ep_rkey_unpack(ep_, packed.data(), &r), "ucp_ep_rkey_unpack");
-    rkeys_.emplace(packed, r);
+    check(ucp_ep_rkey_unpack(e.ep, packed.data(), &r), "ucp_ep_rkey_unpack");
+    e.rkeys.emplace(packed, r);
     return r;
+}
+
+std::vector<void *> Peer::drop_endpoints(bool close) {
+    std::vector<void *> closing;
+    for (Endpoint &e : eps_) {
+        for (auto &[k, r] : e.rkeys) ucp_rkey_destroy(r);
+        e.rkeys.clear();
+        if (e.ep != nullptr && close) {
+            ucp_request_param_t prm{};
+            prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+            void *req = ucp_ep_close_nbx(e.ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+        }
+        e.ep = nullptr;
+    }
+    return closing;
 }
 
 void Peer::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
@@ -128,17 +148,11 @@ UcxWorker::~UcxWorker() {
     {
         std::lock_guard lk(mu_);
         for (auto &[id, p] : peers_) {
-            ucp_request_param_t prm{};
-            prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-            for (auto &[k, r] : p->rkeys_) ucp_rkey_destroy(r);
-            p->rkeys_.clear();
-            void *req = ucp_ep_close_nbx(p->ep_, &prm);
-            if (UCS_PTR_IS_PTR(req)) {
+            std::lock_guard plk(p->mu_);
+            for (void *req : p->drop_endpoints(/*close=*/true)) {
                 while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
                 ucp_request_free(req);
             }
-            p->ep_ = nullptr;
         }
         peers_.clear();
     }
@@ -231,9 +245,7 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
         std::lock_guard plk(p->mu_);
         int expected = UCS_OK;
         p->status_.compare_exchange_strong(expected, kDroppedByPause);
-        for (auto &[k, r] : p->rkeys_) ucp_rkey_destroy(r);
-        p->rkeys_.clear();
-        p->ep_ = nullptr;  // belongs to the set-aside worker
+        p->drop_endpoints(/*close=*/false);  // they belong to the set-aside worker
     }
     std::vector<PendingGet *> orphans;
     {
@@ -333,25 +345,20 @@ PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address)
     ep.err_handler.cb = &Peer::on_error;
     ep.err_handler.arg = p.get();
     p->ep_worker_ = worker_;
-    ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &p->ep_);
-    if (st != UCS_OK)
-        fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+    for (Peer::Endpoint &e : p->eps_) {
+        ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &e.ep);
+        if (st != UCS_OK) {
+            for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+            fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+        }
+    }
     if (it != peers_.end()) {
-        // The failed (or outdated) endpoint stays referenced by whoever
-        // still uses it; close it.
+        // The failed (or outdated) endpoints stay referenced by whoever
+        // still uses them; close them.
         PeerRef old = it->second;
         it->second = p;
-        ucp_request_param_t prm{};
-        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
         std::lock_guard plk(old->mu_);
-        for (auto &[k, r] : old->rkeys_) ucp_rkey_destroy(r);
-        old->rkeys_.clear();
-        if (old->ep_ != nullptr) {
-            void *req = ucp_ep_close_nbx(old->ep_, &prm);
-            if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
-            old->ep_ = nullptr;
-        }
+        for (void *req : old->drop_endpoints(/*close=*/true)) ucp_request_free(req);
     } else {
         peers_.emplace(worker_id, p);
     }
@@ -365,16 +372,7 @@ void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
         TH_LOG(Info, "closing endpoint to worker ", peer->worker_id_, ": ", why);
     std::lock_guard lk(mu_);
     std::lock_guard plk(peer->mu_);
-    for (auto &[k, r] : peer->rkeys_) ucp_rkey_destroy(r);
-    peer->rkeys_.clear();
-    if (peer->ep_ != nullptr) {
-        ucp_request_param_t prm{};
-        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        void *req = ucp_ep_close_nbx(peer->ep_, &prm);
-        if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
-        peer->ep_ = nullptr;
-    }
+    for (void *req : peer->drop_endpoints(/*close=*/true)) ucp_request_free(req);
     auto it = peers_.find(peer->worker_id_);
     if (it != peers_.end() && it->second == peer) peers_.erase(it);
     ucp_worker_signal(worker_);
@@ -396,10 +394,11 @@ void UcxWorker::on_get_done(void *request, ucs_status_t status, void *user_data)
     }
 }
 
-void UcxWorker::get(const PeerRef &peer, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
-                    ucp_rkey_h rkey, GetCallback cb) {
+void UcxWorker::get(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                    uint64_t remote, ucp_rkey_h rkey, GetCallback cb) {
     std::unique_lock plk(peer->mu_);
-    if (peer->failed() || peer->ep_ == nullptr) {
+    ucp_ep_h ep = peer->lane(lane).ep;
+    if (peer->failed() || ep == nullptr) {
         plk.unlock();
         cb(UCS_ERR_CONNECTION_RESET);
         return;
@@ -417,7 +416,7 @@ void UcxWorker::get(const PeerRef &peer, void *local, uint64_t n, const MemRegio
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         prm.memh = local_region->memh;
     }
-    ucs_status_ptr_t req = ucp_get_nbx(peer->ep_, local, n, remote, rkey, &prm);
+    ucs_status_ptr_t req = ucp_get_nbx(ep, local, n, remote, rkey, &prm);
     plk.unlock();
     if (UCS_PTR_IS_PTR(req)) return;  // completes through on_get_done
     if (take_pending(g)) {            // completed (or failed) at once

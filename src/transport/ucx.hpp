@@ -8,6 +8,7 @@
 // on the progress thread and must be short and must not block.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -40,8 +41,14 @@ struct MemRegion {
 };
 using RegionRef = std::shared_ptr<MemRegion>;
 
-// An endpoint to another worker. Fails (failed() true) on a peer error or when
-// force-closed; every GET still in flight then completes with an error.
+// Which of a peer's two endpoints an operation uses. Control words are read
+// on an endpoint (over tcp, a connection) of their own: on the data one a
+// read would wait behind every chunk already asked for, megabytes over tcp,
+// and each hop of a replication chain would pay that wait twice.
+enum class Lane : uint8_t { Data = 0, Control = 1 };
+
+// The endpoints to another worker. Fails (failed() true) on a peer error or
+// when force-closed; every GET still in flight then completes with an error.
 class Peer {
   public:
     ~Peer();
@@ -51,22 +58,32 @@ class Peer {
     std::string failure() const;
     // Failed because this process was paused, not because of the peer.
     bool dropped_by_pause() const;
-    // The unpacked remote key for a packed rkey of this peer (cached).
-    ucp_rkey_h rkey(const std::vector<uint8_t> &packed);
+    // The unpacked remote key for a packed rkey of this peer, for use on
+    // one lane (cached).
+    ucp_rkey_h rkey(const std::vector<uint8_t> &packed, Lane lane = Lane::Data);
 
   private:
     friend class UcxWorker;
+    struct Endpoint {
+        ucp_ep_h ep = nullptr;
+        std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys;  // unpacked on ep
+    };
     static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);
+    // Destroys the rkeys and force-closes the endpoints; returns the close
+    // requests still in progress. With close false the endpoints are only
+    // forgotten (their worker was set aside). Caller holds mu_.
+    std::vector<void *> drop_endpoints(bool close);
+    Endpoint &lane(Lane l) { return eps_[static_cast<size_t>(l)]; }
+
     UcxWorker *worker_ = nullptr;
     uint64_t worker_id_ = 0;
-    ucp_ep_h ep_ = nullptr;
-    ucp_worker_h ep_worker_ = nullptr;  // the UCX worker ep_ belongs to
+    std::array<Endpoint, 2> eps_;       // by Lane
+    ucp_worker_h ep_worker_ = nullptr;  // the UCX worker the endpoints belong to
     std::vector<uint8_t> address_;      // the peer's, as connected to
     // UCS_OK while usable; set once, by the error handler (progress thread,
     // which must not take mu_) or by a forced close.
     std::atomic<int> status_{UCS_OK};
     std::mutex mu_;
-    std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
 };
 using PeerRef = std::shared_ptr<Peer>;
 
@@ -110,8 +127,9 @@ class UcxWorker {
     // complete with an error.
     void close_peer(const PeerRef &peer, const std::string &why);
 
-    // Posts GET of n bytes at remote into local; cb runs once on completion.
-    void get(const PeerRef &peer, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
+    // Posts GET of n bytes at remote into local on one lane of peer (rkey
+    // unpacked for that lane); cb runs once on completion.
+    void get(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
              ucp_rkey_h rkey, GetCallback cb);
     // Wakes the progress thread so posted operations move on.
     void wake();
