@@ -1,5 +1,7 @@
 #include "client/fetch.hpp"
 
+#include "client/get_window.hpp"
+
 #include <algorithm>
 
 #include <thread>
@@ -44,6 +46,7 @@ struct Fetch::Source {
     std::chrono::microseconds follow_poll = kFollowPollMin;
     std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
     uint32_t chunk_inflight = 0;
+    GetWindow window{1};  // how many of chunk_inflight it may have
     bool failed = false;
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
@@ -220,6 +223,7 @@ void Fetch::plan(const Deadline &deadline) {
         reporter_ = std::make_unique<ProgressReporter>(client_, replica_->id_, replica_->ctrl_.word, kProgressReportMs);
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<Source>();
+        s->window = GetWindow(client_.config().max_inflight);
         s->worker = r->worker_id();
         s->replica = r->replica_id();
         publisher_[s->replica] = r->publisher();
@@ -275,6 +279,7 @@ void Fetch::issue_chunk(Source &s, uint32_t chunk) {
         uint32_t chunk;
         std::atomic<size_t> left;
         std::atomic<int> status{UCS_OK};
+        Clock::time_point asked = Clock::now();
     };
     auto op = std::make_shared<Op>();
     op->box = mailbox_;
@@ -291,7 +296,8 @@ void Fetch::issue_chunk(Source &s, uint32_t chunk) {
                           [op](ucs_status_t st) {
             if (st != UCS_OK) op->status = st;
             if (--op->left == 0)
-                op->box->post(Event{Event::Chunk, op->source, op->chunk, static_cast<ucs_status_t>(op->status.load()), {}});
+                op->box->post(Event{Event::Chunk, op->source, op->chunk, static_cast<ucs_status_t>(op->status.load()), {},
+                                    std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->asked)});
         });
     }
 }
@@ -304,7 +310,7 @@ void Fetch::issue(Source &s) {
     }
     uint32_t limit = std::min(s.end, s.avail);
     uint32_t max_inflight = client_.config().max_inflight;
-    while (inflight_ < max_inflight && s.next < limit) {
+    while (inflight_ < max_inflight && s.chunk_inflight < s.window.size() && s.next < limit) {
         uint32_t c = s.next++;
         if (state_[c - first_chunk_] == Missing) issue_chunk(s, c);
         if (s.failed) return;
@@ -332,6 +338,7 @@ void Fetch::handle(const Event &e) {
             return;
         }
         st = Got;
+        s.window.on_complete(e.latency);
         s.unconfirmed.push_back({e.chunk, ++event_seq_});
         s.last_progress = Clock::now();
         return;

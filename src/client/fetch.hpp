@@ -4,6 +4,8 @@
 // after reading (seqlock) and re-plans around sources that fail or stall.
 #pragma once
 
+#include <chrono>
+
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -29,6 +31,7 @@ class Fetch {
         uint32_t chunk;
         ucs_status_t status;
         uint64_t ctrl[2];  // the control word read, for Ctrl events
+        std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
     };
     // Where completions land. Shared with in-flight operations, so that one
     // completing after the fetch gave up touches nothing freed.

@@ -1,0 +1,42 @@
+// How many chunk GETs one source may have in flight.
+//
+// Enough to keep the path to the source busy, few enough that little waits in
+// queues: whatever is in flight when a source changes its buffers, fails or
+// stalls is read again, and on a thin link a fixed window of 8 chunks is a
+// third of a second of it. The window follows the GETs' latency, as LEDBAT
+// does: latency above the lowest seen is time spent queued behind the
+// source's other GETs, and it is kept under a target.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace th {
+
+class GetWindow {
+  public:
+    using Micros = std::chrono::microseconds;
+    // Queueing above which the window shrinks (and below half of which it
+    // grows), and the smallest window: with two GETs in flight the next is
+    // asked for while the other one's bytes still arrive.
+    static constexpr Micros kTarget{20000};
+    static constexpr uint32_t kMin = 2;
+
+    // Starts small: the first completion tells how long one chunk takes on
+    // this path, and so how many fit in the target (see on_complete).
+    explicit GetWindow(uint32_t max);
+
+    uint32_t size() const { return size_; }
+    // A GET of this source completed after latency.
+    void on_complete(Micros latency);
+
+  private:
+    uint32_t max_;
+    uint32_t size_;
+    Micros base_ = Micros::max();  // lowest latency seen
+    Micros smoothed_{0};           // moving average of the latency
+    uint32_t samples_ = 0;
+    uint32_t since_change_ = 0;  // completions since the size changed
+};
+
+}  // namespace th
