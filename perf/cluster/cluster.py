@@ -79,6 +79,7 @@ class Bench:
                 entry[f"speedup_vs_{name}"] = run.makespan_s / th.makespan_s
             entry[f"{name}_reader_stall_s"] = run.reader_stall_s
             entry[f"{name}_trainer_stall_s"] = run.trainer_stall_s
+            entry[f"{name}_cpu_busy"] = run.cpu_busy
         if entry["scenario"] == "standalone_staggered":
             ours = th.reader_stall_s + th.trainer_stall_s
             for name, run in runs.items():

@@ -134,11 +134,11 @@ Sim::Sim(const Setup &s, Method m) : s_(s), m_(m) {
     total_ = double(s.size_bytes);
     chunk_ = double(m == Method::Collective ? s.collective_segment : s.chunk_bytes);
     nchunks_ = static_cast<uint32_t>(std::ceil(total_ / chunk_));
-    // A tensorhub reader makes its chunks visible to followers in batches
-    // (it confirms them with one control-word read per max_inflight/2
-    // chunks, fetch.cpp); a store value or a broadcast segment is visible as
-    // soon as it arrived.
-    batch_ = m == Method::TensorHub ? std::max<uint32_t>(1, s.max_inflight / 2) : 1;
+    // A tensorhub reader that serves confirms each chunk as it arrives (one
+    // control-word read, on an endpoint of its own, fetch.cpp), so chunks
+    // become visible to followers one by one, as a store value or a
+    // broadcast segment does; the read itself is the delay of notify().
+    batch_ = 1;
     if (m == Method::TensorHub)
         ctl_ = std::make_unique<Control>([this] { return static_cast<uint64_t>(now_ * 1000); }, s.max_readers_per_source);
 }
@@ -188,6 +188,8 @@ uint32_t Sim::visible(int w) const {
     const Worker &x = w_[w];
     if (x.gone) return 0;
     if (x.holds) return nchunks_;
+    // Push then pull: readers of a store start once the whole push is in.
+    if (w == store_ && !s_.store_pipelined) return 0;
     uint32_t got = chunks_of(progress(w));
     // While GETs are in flight the confirmed prefix trails in batches; an
     // idle reader confirms everything it has.

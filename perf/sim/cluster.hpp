@@ -32,6 +32,7 @@ struct Setup {
     uint64_t chunk_bytes = 4ull << 20;       // tensorhub's default chunk
     uint32_t max_inflight = 8;               // GETs in flight per fetch (client default)
     uint64_t collective_segment = 256 << 10; // pipelined broadcast segment
+    bool store_pipelined = false;  // store readers may read values as they are pushed
     double rtt_s = 50e-6;          // one control-word read
     double poll_s = 200e-6;        // a follower re-reads a filling source's word this often
     double detect_s = 0.1;         // a reader notices a dead source

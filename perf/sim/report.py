@@ -178,17 +178,31 @@ def validation_section(v, text):
                  "- *Staggered:* the two draw their ready times from different seeds (this benchmark run did not "
                  "record them), so at small N the last reader's ready time, which sets the makespan, differs; only "
                  "N = 8, where both spreads are nearly full, compares (4% for tensorhub).\n")
-    why = ("Where they differ, and why (a reader_stall row is the same run's stall, summed over readers from "
-           "ready to done):\n\n"
-           "- *All ready, elastic join, trainer-direct:* within 10% (tensorhub 1-5% fast at N <= 4, 2% slow at N = 8).\n"
+    worst = {}
+    for r in v.get("rows", []):
+        if r.get("bound"):
+            continue
+        key = (r["scenario"], r["method"])
+        if key not in worst or abs(r["error"]) > abs(worst[key]["error"]):
+            worst[key] = r
+    lines = [f"| {sc} | {m} | {100 * r['error']:+.1f}% ({r['metric']}, n = {r['n']}"
+             f"{', a CPU-bound run' if r.get('cpu_bound') else ''}) |"
+             for (sc, m), r in sorted(worst.items())]
+    table = "| scenario | method | largest difference |\n|---|---|---|\n" + "\n".join(lines) + "\n\n" if lines else ""
+    why = (table + "How the model is set up to match the benchmark, and where it differs (a reader_stall row is "
+           "the same run's stall, summed over readers from ready to done):\n\n"
+           "- *Same parameters:* tensorhub's chunk size and GETs in flight are the run's (`chunk_kb`, "
+           "`inflight`), the floors use the same goodput of a tbf-shaped link.\n"
            + staggered +
-           "- *Cross-datacenter, tensorhub:* 8-12% fast. In the benchmark the trainer changes its weights at "
-           "time 0, and the reader crossing the thin link discards a window it read from the buffers being "
-           "spilled; the model's trainer mutates after two S/B.\n"
-           "- *MPI tuned at N = 8:* 39% fast. The emulation ran MPI's 9 ranks on 2 cores (85% busy); the model "
-           "has no CPU limits. FACTS.md measured 1.01x on an idle machine.\n"
-           "- *Redis:* 12-51% fast. The model's store lets readers pull values as soon as they are written "
-           "(pipelined); the benchmark's readers start after the whole push, and Redis adds its own copies.")
+           "- *Store:* push then pull, as the benchmark's Redis baseline does: readers start once the whole push "
+           "is in.\n"
+           "- *CPU:* the model has none. The emulation runs up to ten hosts' processes on 2 cores; its N = 8 "
+           "runs are at or near the CPU-bound mark, which is where tensorhub's chain and MPI's pipeline come out "
+           "slower than modelled. Runs the benchmark recorded as CPU-bound (`<system>_cpu_busy` >= 0.9, "
+           "recorded from this version of cluster.py on) are shown but not held to the tolerance.\n"
+           "- *Trainer's mutation:* the benchmark's trainer changes its weights at time 0 (a reader reading "
+           "its original drops what it has in flight and re-plans onto the owned copy); the model's trainer "
+           "mutates after two S/B.")
     return (f"{head}\n\n```\n{text.strip()}\n```\n\nWithin 10% where a measurement is the reference: "
             f"**{'yes' if v['ok'] else 'no'}**.\n\n{why}")
 
@@ -293,8 +307,8 @@ options.
   from the trainer. *collective*: a pipelined chain broadcast (MPI's tuned
   pipeline: 256 KiB segments, forwarded as they arrive) that starts when the
   last participant is ready. *store*: the trainer pushes to a store host in
-  the readers' datacenter, readers pull from it (values readable as soon as
-  written). The trainer's buffers are busy until its last direct reader is
+  the readers' datacenter, readers pull from it once the push is complete
+  (push then pull). The trainer's buffers are busy until its last direct reader is
   done (the push, the first hop of the chain).
 - **Stall.** A reader stalls from the moment it is ready until it holds all
   bytes; the trainer stalls while its optimizer step waits for its buffers.

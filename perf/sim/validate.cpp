@@ -21,7 +21,13 @@ struct Row {
     double sim_s = 0, measured_s = 0;
     bool bound = false;  // the reference is a lower bound, not a measurement
     std::string metric = "makespan";  // or "reader_stall": summed over readers, ready to done
+    // The measured run kept the CPUs >= 90% busy: it measured the CPU, which
+    // the model does not have, so it is shown but not held to the tolerance.
+    bool cpu_bound = false;
 };
+
+// perf/cluster's mark for a CPU-bound run (cluster.py, CPU_BOUND).
+constexpr double kCpuBound = 0.9;
 
 // The systems of cluster.json (the prefix of their keys) and their models.
 const std::pair<const char *, Method> kSystems[] = {{"tensorhub", Method::TensorHub},
@@ -29,8 +35,12 @@ const std::pair<const char *, Method> kSystems[] = {{"tensorhub", Method::Tensor
                                                     {"mpi_tuned", Method::Collective},
                                                     {"redis", Method::Store}};
 
-Setup setup_for(const nlohmann::json &e) {
+// e: one scenario entry; run: the whole file, for what the run used throughout.
+Setup setup_for(const nlohmann::json &e, const nlohmann::json &run) {
     Setup s;
+    // tensorhub's chunk and GETs in flight as the benchmark set them.
+    s.chunk_bytes = run.value("chunk_kb", s.chunk_bytes >> 10) << 10;
+    s.max_inflight = run.value("inflight", s.max_inflight);
     std::string name = e.at("scenario").get<std::string>();
     s.size_bytes = e.at("size_bytes").get<uint64_t>();
     s.host_bps = e.at("host_gbit").get<double>() * 1e9 / 8 * kGoodput;
@@ -64,7 +74,7 @@ nlohmann::json validate(const std::string &path, double tolerance) {
     if (measured) {
         nlohmann::json doc = nlohmann::json::parse(in);
         for (const auto &e : doc.at("scenarios")) {
-            Setup s = setup_for(e);
+            Setup s = setup_for(e, doc);
             std::string scenario = e.at("scenario");
             if (scenario == "standalone_staggered") {
                 staggered++;
@@ -79,10 +89,12 @@ nlohmann::json validate(const std::string &path, double tolerance) {
                 } catch (const std::invalid_argument &x) {
                     throw std::runtime_error(path + ": " + scenario + " n=" + std::to_string(s.readers) + ": " + x.what());
                 }
-                rows.push_back({scenario, method_name(method), time_key, s.readers, r.makespan_s, e[time_key].get<double>()});
+                bool cpu_bound = e.value(std::string(system) + "_cpu_busy", 0.0) >= kCpuBound;
+                rows.push_back({scenario, method_name(method), time_key, s.readers, r.makespan_s, e[time_key].get<double>(),
+                                false, "makespan", cpu_bound});
                 if (e.contains(stall_key) && e[stall_key].is_number())
                     rows.push_back({scenario, method_name(method), stall_key, s.readers, r.reader_stall_s,
-                                    e[stall_key].get<double>(), false, "reader_stall"});
+                                    e[stall_key].get<double>(), false, "reader_stall", cpu_bound});
             }
         }
     } else {
@@ -133,12 +145,13 @@ nlohmann::json validate(const std::string &path, double tolerance) {
     for (const Row &r : rows) {
         double err = (r.sim_s - r.measured_s) / r.measured_s;
         // A bound only has to hold; a measurement has to be matched.
-        ok &= r.bound ? err >= -1e-9 : std::fabs(err) <= tolerance;
-        std::printf("%-22s %-15s %-12s %3u %10.3f %10.3f %+7.1f%%  %s\n", r.scenario.c_str(), r.method.c_str(),
-                    r.metric.c_str(), r.n, r.sim_s, r.measured_s, 100 * err, r.reference.c_str());
+        if (!r.cpu_bound) ok &= r.bound ? err >= -1e-9 : std::fabs(err) <= tolerance;
+        std::printf("%-22s %-15s %-12s %3u %10.3f %10.3f %+7.1f%%  %s%s\n", r.scenario.c_str(), r.method.c_str(),
+                    r.metric.c_str(), r.n, r.sim_s, r.measured_s, 100 * err, r.reference.c_str(),
+                    r.cpu_bound ? " (CPU-bound run: not held to the tolerance)" : "");
         out["rows"].push_back({{"scenario", r.scenario}, {"method", r.method}, {"metric", r.metric}, {"n", r.n}, {"sim_s", r.sim_s},
                                {"reference_s", r.measured_s}, {"reference", r.reference}, {"error", err},
-                               {"bound", r.bound}});
+                               {"bound", r.bound}, {"cpu_bound", r.cpu_bound}});
     }
     out["ok"] = ok;
     out["tolerance"] = tolerance;
