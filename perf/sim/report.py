@@ -291,11 +291,11 @@ options.
   from the planned source only the chunks the source holds, and ends with
   FetchDone, so its replica serves the next readers while it fills. Chunks
   are 4 MiB (the library's default). The real client publishes its progress
-  in its control word, not in Progress messages: it confirms what it read
-  with one control-word read per `max_inflight / 2` = 4 chunks while GETs are
-  in flight (everything at once when idle), so a follower sees its source's
-  chunks in batches of 4; a waiting follower notices new chunks after half a
-  200 us poll plus a 50 us round trip. The simulator does the same, so it
+  in its control word, not in Progress messages: a reader that serves
+  confirms each chunk as it arrives (a control-word read on an endpoint of
+  its own), so a follower sees its source's chunks one by one; a waiting
+  follower notices new chunks after half a 200 us poll plus a 50 us round
+  trip. The simulator does the same, so it
   sends no Progress messages either. A reader whose source is lost (spot
   preemption) notices after 100 ms, reports SourceFailed and re-plans the
   chunks it still misses, excluding that worker.
@@ -403,17 +403,19 @@ WHY = """### What limits the missed goals, and what would fix them
   sources at the same distance by fewest active reads first, so every new
   reader goes to the newest filling replica, which nobody reads yet. When all
   readers are ready at once the replication tree is a chain as deep as the
-  number of readers, and every hop adds the follower's lag. The client now
-  confirms each chunk at once when it serves others, but that confirmation is
-  a control-word read queued behind the GETs already in flight on the same
-  connection, so a follower still sees its source's chunks about a window
-  late; the model keeps a batch of `max_inflight / 2` = 4 chunks (16 MiB) per
-  hop. The makespan becomes about S/B + depth x 16 MiB / B, far above the
-  floor at 1,024 and 10,000 readers, and a pipelined collective (256 KiB
-  segments) then has less stall, also across datacenters (both cross the WAN
-  once). What would fix it: bound a chain's depth (prefer a complete source
-  under the fan-out cap, or a fan-out of 2-4 giving depth ~log N), and read
-  control words on a connection of their own so that a hop costs one chunk.
+  number of readers, and every hop adds the follower's lag. A serving reader
+  confirms each chunk as it arrives, with a control-word read on an endpoint
+  of its own (it no longer queues behind the GETs in flight), so the model
+  makes a chunk visible to followers one by one: a hop costs about one chunk
+  time. The makespan is then about S/B + depth x chunk / B: with 4 MiB
+  chunks at 25 GB/s, 0.17 ms a hop, which is most of the floor again at
+  1,024 readers and many times it at 10,000, while a pipelined collective
+  (256 KiB segments) pays 10 us a hop; across datacenters both cross the WAN
+  once, so the collective's shorter pipeline wins there too. What would fix
+  it: bound a chain's depth (a fan-out of 2-4, or readers that take
+  different stripes of the chunks from different sources, giving depth
+  ~log N at the cost of sharing each source's uplink), or smaller chunks for
+  serving readers.
 - **Planning is no longer linear in the number of replicas.** Each shard
   indexes its holders by host, rack and zone and keeps them in the policy's
   load order per datacenter, so a plan looks at the reader's neighbours and
