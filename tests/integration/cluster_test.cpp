@@ -235,6 +235,31 @@ TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
     EXPECT_EQ(f.r1->stop(), 0) << "the resumed holder did not keep running";
 }
 
+TEST(Failover, AHolderPausedPastItsChunkTimeoutRestartsAndServesAgain) {
+    ServerGuard srv;
+    Proc pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "h", "--shard-kb", "4096"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    Proc r1(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "h", "--shard-kb", "4096",
+                    "--chunk-timeout-ms", "1000", "--heartbeat-ms", "200"}));
+    std::string l = r1.line();
+    ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
+    // Paused past its chunk timeout: on resuming it sets its UCX worker aside,
+    // starts a new one and registers the new address with its replica (within
+    // milliseconds: its progress thread sees the gap at once).
+    kill(r1.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    kill(r1.pid(), SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    // With the publisher gone r1 is the only holder: a new reader must reach
+    // it at its new address.
+    kill(pub.pid(), SIGKILL);
+    Proc again(worker({"fetch", "--server", srv.url, "--name", "again", "--model", "h", "--shard-kb", "4096",
+                       "--no-serve", "--chunk-timeout-ms", "1000"}));
+    std::string l2 = again.line(30000);
+    EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+    EXPECT_EQ(r1.stop(), 0) << "the resumed holder did not keep running";
+}
+
 TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
     th_server *server = start_server(nullptr, /*http=*/true);
     std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
