@@ -18,7 +18,17 @@ import "context"
 // Cancellation without a deadline cannot interrupt a fetch in progress.
 func (c *Client) Fetch(ctx context.Context, model string, version uint64, shard uint32, dst []Tensor,
 	serve bool) (uint64, *Replica, error) {
-	return c.fetch(ctx, fetchArgs{model: model, version: version, shard: shard}, dst, serve)
+	return c.fetch(ctx, fetchArgs{model: model, version: version, shard: shard}, dst, serve, nil)
+}
+
+// FetchWithStats is Fetch, also returning what the fetch did: bytes, time,
+// GB/s, sources, re-plans, and how many bytes came from the publisher and
+// from other replicas.
+func (c *Client) FetchWithStats(ctx context.Context, model string, version uint64, shard uint32, dst []Tensor,
+	serve bool) (uint64, *Replica, SyncStats, error) {
+	var stats SyncStats
+	v, rep, err := c.fetch(ctx, fetchArgs{model: model, version: version, shard: shard}, dst, serve, &stats)
+	return v, rep, stats, err
 }
 
 // FetchRange copies dst.Len() bytes of one tensor, from byte offset on, into
@@ -29,7 +39,7 @@ func (c *Client) FetchRange(ctx context.Context, model string, version uint64, s
 		return 0, newError(StatusInvalidArg, "FetchRange: dst is nil")
 	}
 	args := fetchArgs{model: model, version: version, shard: shard, tensor: tensor, offset: offset}
-	v, _, err := c.fetch(ctx, args, []Tensor{BytesTensor(tensor, dst)}, false)
+	v, _, err := c.fetch(ctx, args, []Tensor{BytesTensor(tensor, dst)}, false, nil)
 	return v, err
 }
 
@@ -41,7 +51,8 @@ type fetchArgs struct {
 	offset  uint64
 }
 
-func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve bool) (uint64, *Replica, error) {
+// fetch fills stats, when not nil, on success.
+func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve bool, stats *SyncStats) (uint64, *Replica, error) {
 	timeout, err := deadline(ctx, 0)
 	if err != nil {
 		return 0, nil, err
@@ -63,6 +74,9 @@ func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve boo
 	raw.version = C.uint64_t(a.version)
 	raw.shard = C.uint32_t(a.shard)
 	raw.timeout_ms = timeout
+	cs := newCStats(stats != nil)
+	defer cs.free()
+	raw.stats = cs.p
 
 	ct, err := newCTensors(dst)
 	if err != nil {
@@ -89,5 +103,6 @@ func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve boo
 	if err != nil {
 		return 0, nil, withContext(ctx, err)
 	}
+	cs.copyTo(stats)
 	return uint64(version), rep, nil
 }

@@ -19,6 +19,19 @@ type PublishConfig struct {
 // it from their buffers (nothing is copied) until the Replica is closed. The
 // version becomes visible once every shard is published.
 func (c *Client) Publish(cfg PublishConfig, tensors []Tensor) (*Replica, error) {
+	return c.publish(cfg, tensors, nil)
+}
+
+// PublishWithStats is Publish, also returning its summary (bytes and chunks
+// declared, time taken).
+func (c *Client) PublishWithStats(cfg PublishConfig, tensors []Tensor) (*Replica, SyncStats, error) {
+	var stats SyncStats
+	rep, err := c.publish(cfg, tensors, &stats)
+	return rep, stats, err
+}
+
+// publish fills stats, when not nil, on success.
+func (c *Client) publish(cfg PublishConfig, tensors []Tensor, stats *SyncStats) (*Replica, error) {
 	model, err := cString("model", cfg.Model)
 	if err != nil {
 		return nil, err
@@ -35,6 +48,9 @@ func (c *Client) Publish(cfg PublishConfig, tensors []Tensor) (*Replica, error) 
 	if cfg.ChunkBytes != 0 {
 		raw.chunk_bytes = C.uint64_t(cfg.ChunkBytes)
 	}
+	cs := newCStats(stats != nil)
+	defer cs.free()
+	raw.stats = cs.p
 	ct, err := newCTensors(tensors)
 	if err != nil {
 		return nil, err
@@ -50,5 +66,8 @@ func (c *Client) Publish(cfg PublishConfig, tensors []Tensor) (*Replica, error) 
 	})
 	// On success the replica keeps the buffer references taken for the call.
 	ct.free(err != nil)
+	if err == nil {
+		cs.copyTo(stats)
+	}
 	return rep, err
 }

@@ -166,3 +166,26 @@ func TestBeginMutationKeepsTheLastCopyAvailable(t *testing.T) {
 	}
 	sameBytes(t, dst, src)
 }
+
+func TestStatsSayWhatASyncDid(t *testing.T) {
+	c := newCluster(t)
+	src := shard(t, 2, size, 7)
+	r, pstats, err := c.pub.PublishWithStats(tensorhub.PublishConfig{Model: "s", Version: 3, ChunkBytes: 64 << 10}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if pstats.Version != 3 || pstats.Bytes != 2*size || pstats.Chunks != 2*size/(64<<10) || pstats.GBps != 0 {
+		t.Fatalf("publish stats %+v", pstats)
+	}
+	dst := shard(t, 2, size, 0)
+	v, rep, fstats, err := c.reader.FetchWithStats(context.Background(), "s", tensorhub.Latest, 0, dst, false)
+	if err != nil || v != 3 || rep != nil {
+		t.Fatalf("fetch: v=%d replica=%v err=%v", v, rep, err)
+	}
+	sameBytes(t, dst, src)
+	if fstats.Version != 3 || fstats.Bytes != 2*size || fstats.Sources != 1 || fstats.FailedSources != 0 ||
+		fstats.BytesFromPublisher != 2*size || fstats.BytesFromReplicas != 0 || fstats.Seconds <= 0 || fstats.GBps <= 0 {
+		t.Fatalf("fetch stats %+v", fstats)
+	}
+}

@@ -417,6 +417,7 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
     remember(r.get());
     SyncStats st;
     st.version = version;
+    st.moved = false;
     st.bytes = layout.total_bytes();
     st.chunks = layout.num_chunks();
     st.seconds = std::chrono::duration<double>(Clock::now() - started).count();

@@ -17,9 +17,11 @@ struct SyncStats {
     uint32_t chunks = 0;
     uint64_t bytes_from_publisher = 0;
     uint64_t bytes_from_replicas = 0;
+    // False for a publish: its bytes are declared, not moved.
+    bool moved = true;
 
-    // bytes / seconds in GB/s (0 when nothing took time).
-    double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+    // bytes / seconds in GB/s (0 for a publish, or when nothing took time).
+    double gbps() const { return moved && seconds > 0 ? bytes / seconds / 1e9 : 0; }
     // "v7 shard 0: 64.0 MiB in 0.031 s (2.17 GB/s) from 2 sources (...)".
     std::string fetch_summary(uint32_t shard) const;
 };

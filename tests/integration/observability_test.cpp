@@ -58,6 +58,8 @@ TEST(Observability, StatsSayWhereTheBytesCameFromAndProgressEndsAtTheTotal) {
     EXPECT_EQ(ps.bytes, total);
     EXPECT_EQ(ps.chunks, total / (64 << 10));
     EXPECT_EQ(ps.sources, 0u);
+    EXPECT_GT(ps.seconds, 0);
+    EXPECT_EQ(ps.gbps, 0) << "a publish moves no bytes";
 
     // The first reader can only read from the publisher.
     th_sync_stats fs;

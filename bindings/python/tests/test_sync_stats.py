@@ -25,7 +25,7 @@ def test_publish_and_fetch_leave_a_plain_dict(pub: tensorhub.Client, reader: ten
     pub.publish("m", 4, w, chunk_bytes=64 << 10)
     p = pub.last_sync_stats
     assert p is not None and set(p) == KEYS
-    assert (p["op"], p["model"], p["version"], p["bytes"], p["sources"]) == ("publish", "m", 4, nbytes(w), 0)
+    assert (p["op"], p["model"], p["version"], p["bytes"], p["sources"], p["gbps"]) == ("publish", "m", 4, nbytes(w), 0, 0.0)
 
     assert reader.fetch("m", into=empty_like(w), serve=False) == 4
     s = reader.last_sync_stats

@@ -148,7 +148,7 @@ fn fetch_and_publish_report_what_they_did() {
     let c = cluster();
     let src: Vec<Vec<u8>> = (0..2).map(|i| pattern(i, BYTES)).collect();
     let (_published, p) = c.publisher.publish_with_stats(&publish_config("m", 5), &shard(&src)).unwrap();
-    assert_eq!((p.version, p.bytes, p.chunks, p.sources), (5, 2 * BYTES as u64, 8, 0));
+    assert_eq!((p.version, p.bytes, p.chunks, p.sources, p.gbps), (5, 2 * BYTES as u64, 8, 0, 0.0));
 
     let mut bufs = vec![vec![0u8; BYTES]; 2];
     let (v, _, s) = c.reader.fetch_with_stats(&FetchRequest::new("m"), &mut dst(&mut bufs), false).unwrap();
