@@ -428,11 +428,10 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 }
 
 void Client::release(Replica &r, bool retain) {
-    Deadline d(cfg_.timeout_ms);
     std::optional<Error> retention_failed;
     if (retain && !r.mutating_ && r.complete_) {
         try {
-            prepare_to_give_up(r, d);
+            prepare_to_give_up(r, Deadline(cfg_.timeout_ms));
         } catch (const Error &e) {
             if (e.code() == TH_ERR_RETAINED) throw;  // refused: nothing changed, still served
             // The server could not be asked (it is gone or slow): the caller
@@ -442,18 +441,21 @@ void Client::release(Replica &r, bool retain) {
     }
     forget(&r);
     ctrl_->release(r.ctrl_.word);  // readers still on it see the generation change
-    call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id_)); }, d);
+    // A deadline of its own: a spill before it may have taken any time.
+    call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id_)); },
+         Deadline(cfg_.timeout_ms));
     if (retention_failed) throw *retention_failed;
 }
 
 uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {
+    Deadline calls = deadline;
     auto ask = [&](Body kind) {
         Bytes reply = call(
             [&](Builder &b, const Header &h) {
                 return kind == Body::BeginMutation ? finish(b, h, CreateBeginMutation(b, r.id_))
                                                    : finish(b, h, CreateCancelMutation(b, r.id_));
             },
-            deadline);
+            calls);
         return reply;
     };
     Bytes reply = ask(Body::BeginMutation);
@@ -477,6 +479,9 @@ uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {
             // The server kept routing readers here while the copy was made;
             // asking again finds the copy and stops that.
             spill(r);
+            // The copy is local work as long as the shard is large (seconds
+            // for GBs); the server is owed an answer within a deadline of its own.
+            calls = Deadline(cfg_.timeout_ms);
             reply = ask(Body::BeginMutation);
             if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
         }
@@ -486,11 +491,12 @@ uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {
 
 void Client::begin_mutation(Replica &r) {
     if (r.mutating_) fail(TH_ERR_INVALID_ARG, "begin_mutation was already called on this replica");
-    Deadline deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms);
-    uint32_t active = prepare_to_give_up(r, deadline);
+    uint32_t active = prepare_to_give_up(r, Deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms));
     // Let the reads already planned onto it finish; past the wait the seqlock
-    // still protects them (they re-read elsewhere).
-    Deadline drain = deadline.capped(cfg_.mutation_wait_ms);
+    // still protects them (they re-read elsewhere). The wait starts now: a
+    // spill before it may have taken any time.
+    Deadline drain(cfg_.mutation_wait_ms);
+    Deadline deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms);
     while (active > 0 && !drain.expired()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         Bytes reply = call([&](Builder &b, const Header &h) { return finish(b, h, CreateBeginMutation(b, r.id_)); },
@@ -525,6 +531,7 @@ void Client::spill(const Replica &r) {
         offset += b.spec.nbytes;
         buffers.push_back(nb);
     }
+    if (faults().spill_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().spill_delay_us));
     prepare_replica(copy, buffers);
     copy->ctrl_.word->chunks_done.store(Layout([&] {
         std::vector<TensorSpec> specs;

@@ -226,3 +226,18 @@ TEST_F(Ros, AReleasedReplicaWhoseSlotServesTheNextVersionIsNotReadAsTheOld) {
     th_replica_release(r2);
     th_client_destroy(trainer);
 }
+
+TEST_F(Ros, ASpillThatOutlastsTheControlTimeoutStillCompletesTheMutation) {
+    // Spilling a large shard is local work that can take longer than the
+    // client's timeout_ms (seconds for GBs); the calls to the server after it
+    // are owed a deadline of their own, not what the copy left of one.
+    Proc trainer(worker({"publish", "--server", url, "--name", "trainer", "--model", "big", "--timeout-ms", "1000",
+                         "--mutation-wait-ms", "200", "--mutate"},
+                        {"TENSORHUB_FAULT_SPILL_DELAY_US=2500000"}));
+    std::string l = trainer.line(30000);
+    ASSERT_EQ(l.rfind("ready", 0), 0u) << l;
+    EXPECT_EQ(owned("big", 1), 1);
+    Proc reader(worker({"fetch", "--server", url, "--name", "reader", "--model", "big", "--version", "1", "--no-serve"}));
+    l = reader.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // version 1's bytes (checked by the worker), from the owned copy
+}

@@ -3,7 +3,8 @@
 // and keeps serving until SIGTERM.
 //
 //   th_test_worker publish --server URL --name N --model M --version V
-//                  --shards S --shard-kb K [--tensors T] [--labels L]
+//                  --shards S --shard-kb K [--tensors T] [--labels L] [--mutate]
+//                  --mutate: then begin a mutation of each shard and overwrite it
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
 //   th_test_worker wait --server URL --model M --newer-than V [--timeout-ms T]
@@ -82,7 +83,7 @@ std::vector<uint32_t> parse_list(const std::string &s) {
 int main(int argc, char **argv) {
     std::signal(SIGTERM, on_term);
     std::signal(SIGINT, on_term);
-    th_tools::Args args(argc, argv, {"no-serve", "exit"});
+    th_tools::Args args(argc, argv, {"no-serve", "exit", "mutate"});
     if (args.positional().empty()) die("usage");
     std::string role = args.positional()[0];
     std::string url = args.get("server"), name = args.get("name", role), model = args.get("model", "m");
@@ -98,6 +99,7 @@ int main(int argc, char **argv) {
     cc.timeout_ms = static_cast<uint32_t>(args.get_u64("timeout-ms", 10000));
     cc.chunk_timeout_ms = static_cast<uint32_t>(args.get_u64("chunk-timeout-ms", 5000));
     cc.heartbeat_ms = static_cast<uint32_t>(args.get_u64("heartbeat-ms", 1000));
+    cc.mutation_wait_ms = static_cast<uint32_t>(args.get_u64("mutation-wait-ms", 5000));
     th_client *c = nullptr;
     check(th_client_create(&c, &cc), "connect");
 
@@ -111,6 +113,12 @@ int main(int argc, char **argv) {
         for (uint32_t s = 0; s < n; ++s) {
             shards[s].fill(version, s);
             held.push_back(publish_shard(c, model, version, s, n, args.get_u64("chunk-kb", 256) << 10, shards[s]));
+        }
+        if (args.has("mutate")) {
+            for (uint32_t s = 0; s < n; ++s) {
+                check(th_replica_begin_mutation(held[s]), "begin_mutation");
+                shards[s].fill(version + 1000, s);  // the optimizer step: the version lives on elsewhere
+            }
         }
         std::printf("ready worker=%llu version=%llu\n", (unsigned long long)th_client_worker_id(c), (unsigned long long)version);
     } else if (role == "fetch") {
