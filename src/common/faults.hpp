@@ -20,11 +20,15 @@ struct Faults {
 
 inline const Faults &faults() {
     static const Faults f = [] {
+        auto us = [](const char *name) {
+            const char *v = std::getenv(name);
+            return v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 0u;
+        };
         Faults out;
-        if (const char *d = std::getenv("TENSORHUB_FAULT_CHUNK_DELAY_US")) out.chunk_delay_us = static_cast<uint32_t>(std::strtoul(d, nullptr, 10));
+        out.chunk_delay_us = us("TENSORHUB_FAULT_CHUNK_DELAY_US");
         if (const char *e = std::getenv("TENSORHUB_FAULT_DROP_EVENTS")) out.drop_events = e[0] == '1';
-        if (const char *p = std::getenv("TENSORHUB_FAULT_PLAN_DELAY_US")) out.plan_delay_us = static_cast<uint32_t>(std::strtoul(p, nullptr, 10));
-        if (const char *s = std::getenv("TENSORHUB_FAULT_SPILL_DELAY_US")) out.spill_delay_us = static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+        out.plan_delay_us = us("TENSORHUB_FAULT_PLAN_DELAY_US");
+        out.spill_delay_us = us("TENSORHUB_FAULT_SPILL_DELAY_US");
         return out;
     }();
     return f;
