@@ -208,10 +208,10 @@ typedef struct th_client_config {
     const char *labels;      /* topology, "dc=eu,rack=r7,host=node12,gpu=0"; default: host=<hostname> */
     uint32_t timeout_ms;     /* deadline of control calls. Default 10000. */
     uint32_t heartbeat_ms;   /* heartbeat period. Default 1000. */
-    uint32_t chunk_timeout_ms; /* a chunk GET with no completion for this long fails
+    uint32_t chunk_timeout_ms; /* a chunk read with no completion for this long fails
                                   its source. Default 5000. */
-    uint32_t max_inflight;   /* chunk GETs in flight per fetch, at most. Default 8.
-                                Per source the window follows GET latency. */
+    uint32_t max_inflight;   /* chunk reads in flight per fetch, at most. Default 8.
+                                Per source the window follows read latency. */
     th_retention retention;  /* default TH_RETAIN_SPILL */
     uint32_t mutation_wait_ms; /* how long begin-mutation waits for reads in flight
                                   on the replica to drain. Default 5000. */

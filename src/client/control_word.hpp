@@ -1,5 +1,5 @@
 // The small registered word every replica exposes to its readers:
-// {generation, chunks_done}. A reader GETs it before and after reading chunks
+// {generation, chunks_done}. A reader reads it before and after reading chunks
 // (a seqlock): the generation turns odd before the replica's bytes change, so a
 // reader that sees it change discards what it read. chunks_done is the number
 // of leading chunks a still-filling replica already holds.

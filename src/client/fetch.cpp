@@ -32,8 +32,6 @@ struct Fetch::Source {
     uint64_t replica = 0;
     PeerRef peer;
     th::ReplicaDesc desc;
-    std::vector<ucp_rkey_h> rkeys;  // per region, for the data lane
-    ucp_rkey_h ctrl_rkey = nullptr;  // the control word's region, for the control lane
     bool complete = false;
     uint32_t end = 0;    // assigned chunks end here (exclusive)
     uint32_t next = 0;   // next chunk to consider
@@ -236,8 +234,6 @@ void Fetch::plan(const Deadline &deadline) {
         s->next = first;
         try {
             s->peer = client_.ucx().peer(s->worker, std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
-            for (const RegionDesc &reg : s->desc.regions) s->rkeys.push_back(s->peer->rkey(reg.rkey));
-            s->ctrl_rkey = s->peer->rkey(s->desc.regions[s->desc.ctrl_region].rkey, Lane::Control);
         } catch (const Error &e) {
             s->failed = true;
             s->report = true;
@@ -263,8 +259,8 @@ void Fetch::issue_ctrl(Source &s) {
     op->box = mailbox_;
     op->source = &s;
     const RegionDesc &reg = s.desc.regions[s.desc.ctrl_region];
-    client_.ucx().get(s.peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
-                      s.ctrl_rkey, [op](ucs_status_t st) {
+    client_.ucx().read(s.peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
+                       reg.rkey, [op](ucs_status_t st) {
                           Event e{Event::Ctrl, op->source, 0, st, {op->word[0], op->word[1]}};
                           op->box->post(e);
                       });
@@ -292,8 +288,8 @@ void Fetch::issue_chunk(Source &s, uint32_t chunk) {
     for (const Piece &p : ps) {
         const PlaceDesc &place = s.desc.places[p.tensor];
         uint64_t remote = s.desc.regions[place.region].address + place.offset + p.offset;
-        client_.ucx().get(s.peer, Lane::Data, p.local, p.length, p.region, remote, s.rkeys[place.region],
-                          [op](ucs_status_t st) {
+        client_.ucx().read(s.peer, Lane::Data, p.local, p.length, p.region, remote, s.desc.regions[place.region].rkey,
+                           [op](ucs_status_t st) {
             if (st != UCS_OK) op->status = st;
             if (--op->left == 0)
                 op->box->post(Event{Event::Chunk, op->source, op->chunk, static_cast<ucs_status_t>(op->status.load()), {},
@@ -334,7 +330,7 @@ void Fetch::handle(const Event &e) {
         uint8_t &st = state_[e.chunk - first_chunk_];
         if (e.status != UCS_OK || s.failed) {
             st = Missing;
-            if (!s.failed) fail_source(s, str("GET failed: ", ucs_status_string(e.status)));
+            if (!s.failed) fail_source(s, str("read failed: ", ucs_status_string(e.status)));
             return;
         }
         st = Got;
@@ -366,10 +362,10 @@ void Fetch::handle(const Event &e) {
         s.report = false;
         return;
     }
-    // The generation held from before these GETs until after them: what they
-    // read is the version's bytes. Only GETs that had completed when this
+    // The generation held from before these reads until after them: what they
+    // read is the version's bytes. Only reads that had completed when this
     // read was issued count: the control word has a lane of its own and may
-    // overtake GETs still queued at the source, but not those it already
+    // overtake reads still queued at the source, but not those it already
     // answered.
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;

@@ -1,4 +1,4 @@
-// One fetch: asks the server for a plan, pulls chunks with one-sided GETs from
+// One fetch: asks the server for a plan, pulls chunks (UCX active-message reads) from
 // the planned source straight into the caller's buffers, follows a source that
 // is still filling through its control word, checks the source's generation
 // after reading (seqlock) and re-plans around sources that fail or stall.

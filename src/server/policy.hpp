@@ -1,5 +1,5 @@
 // Source selection: given who holds a shard and who asks, pick the source a
-// reader should GET from. Pure: no locks, no I/O, no clock, so it is unit
+// reader should read from. Pure: no locks, no I/O, no clock, so it is unit
 // tested rule by rule and can be driven by a simulator.
 #pragma once
 

@@ -19,17 +19,32 @@ bool cuda_available() {
 #endif
 }
 
-void copy_to_host(void *dst, const void *src, uint64_t n, th_mem_kind kind) {
-    if (kind == TH_MEM_HOST) {
+namespace {
+
+void copy(void *dst, const void *src, uint64_t n, bool cuda, bool to_device) {
+    if (!cuda) {
         std::memcpy(dst, src, n);
         return;
     }
 #ifdef TH_WITH_CUDA
-    cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
-    if (err != cudaSuccess) fail(TH_ERR_TRANSPORT, "copying CUDA memory to host: ", cudaGetErrorString(err));
+    cudaError_t err = cudaMemcpy(dst, src, n, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess)
+        fail(TH_ERR_TRANSPORT, to_device ? "copying host memory to CUDA memory: " : "copying CUDA memory to host: ",
+             cudaGetErrorString(err));
 #else
+    (void)to_device;
     fail(TH_ERR_UNSUPPORTED, "CUDA memory, but this libtensorhub was built without CUDA");
 #endif
+}
+
+}  // namespace
+
+void copy_to_host(void *dst, const void *src, uint64_t n, th_mem_kind kind) {
+    copy(dst, src, n, kind == TH_MEM_CUDA, /*to_device=*/false);
+}
+
+void copy_from_host(void *dst, const void *src, uint64_t n, th_mem_kind kind) {
+    copy(dst, src, n, kind == TH_MEM_CUDA, /*to_device=*/true);
 }
 
 void check_memory_kind(const void *ptr, th_mem_kind kind) {

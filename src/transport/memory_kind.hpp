@@ -16,6 +16,8 @@ void check_memory_kind(const void *ptr, th_mem_kind kind);
 
 // Copies n bytes of memory of the given kind into host memory at dst.
 void copy_to_host(void *dst, const void *src, uint64_t n, th_mem_kind kind);
+// Copies n bytes of host memory at src into memory of the given kind.
+void copy_from_host(void *dst, const void *src, uint64_t n, th_mem_kind kind);
 
 // True when CUDA device memory can be used (built with CUDA and a device is
 // present). Never throws.

@@ -1,8 +1,10 @@
 #include "transport/ucx.hpp"
 
 #include <poll.h>
+#include <sys/random.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -30,45 +32,77 @@ constexpr ucs_status_t kDroppedByPause = UCS_ERR_TIMED_OUT;
 
 }  // namespace
 
-struct UcxWorker::PendingGet {
+// The data plane's two messages. Their fields have fixed sizes and both ends
+// are little-endian (checked below); a request's payload is the region's
+// packed rkey, a reply's is the bytes.
+enum AmId : unsigned { kReadRequest = 1, kReadReply = 2 };
+static_assert(std::endian::native == std::endian::little, "the data plane's messages are little-endian");
+
+struct ReadRequestHeader {
+    uint64_t id;
+    uint64_t remote;
+    uint64_t length;
+};
+
+struct ReadReplyHeader {
+    uint64_t id;
+    int32_t status;  // a ucs_status_t; UCS_OK: the payload is the bytes
+    uint32_t pad;
+};
+
+namespace {
+
+// Bounds on what a request may carry; anything larger is not a read of ours.
+constexpr size_t kMaxRkey = 4096;
+constexpr uint64_t kMaxRead = uint64_t{1} << 32;
+
+bool same_bytes(const std::vector<uint8_t> &a, const uint8_t *b, size_t n) {
+    if (a.size() != n) return false;
+    uint8_t diff = 0;  // constant time: the rkey is what authorises the read
+    for (size_t i = 0; i < n; i++) diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+// An answer or a request being sent: what must live until UCX is done.
+struct Answer {
+    ReadReplyHeader header;
+    RegionRef region;
+};
+struct Request {
     UcxWorker *owner;
-    GetCallback cb;
+    ReadRequestHeader header;
+    std::vector<uint8_t> rkey;
+};
+
+}  // namespace
+
+// A read this process asked for and has no answer to yet.
+struct UcxWorker::PendingRead {
+    const Peer *peer;
+    ucp_worker_h worker;  // the worker it was asked on
+    void *local;
+    uint64_t length;
+    th_mem_kind kind;
+    ReadCallback cb;
 };
 
 MemRegion::~MemRegion() {
     if (memh != nullptr) ucp_mem_unmap(context, memh);
 }
 
-Peer::~Peer() {
-    for (Endpoint &e : eps_)
-        for (auto &[k, r] : e.rkeys) ucp_rkey_destroy(r);
-}
-
-ucp_rkey_h Peer::rkey(const std::vector<uint8_t> &packed, Lane l) {
-    std::lock_guard lk(mu_);
-    Endpoint &e = lane(l);
-    if (e.ep == nullptr) fail(TH_ERR_TRANSPORT, "the endpoint to worker ", worker_id_, " is closed");
-    auto it = e.rkeys.find(packed);
-    if (it != e.rkeys.end()) return it->second;
-    ucp_rkey_h r = nullptr;
-    check(ucp_ep_rkey_unpack(e.ep, packed.data(), &r), "ucp_ep_rkey_unpack");
-    e.rkeys.emplace(packed, r);
-    return r;
-}
+Peer::~Peer() = default;
 
 std::vector<void *> Peer::drop_endpoints(bool close) {
     std::vector<void *> closing;
-    for (Endpoint &e : eps_) {
-        for (auto &[k, r] : e.rkeys) ucp_rkey_destroy(r);
-        e.rkeys.clear();
-        if (e.ep != nullptr && close) {
+    for (ucp_ep_h &ep : eps_) {
+        if (ep != nullptr && close) {
             ucp_request_param_t prm{};
             prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
             prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-            void *req = ucp_ep_close_nbx(e.ep, &prm);
+            void *req = ucp_ep_close_nbx(ep, &prm);
             if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
         }
-        e.ep = nullptr;
+        ep = nullptr;
     }
     return closing;
 }
@@ -78,6 +112,7 @@ void Peer::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
     int expected = UCS_OK;
     if (p->status_.compare_exchange_strong(expected, status))
         TH_LOG(Info, "peer ", p->worker_id_, " failed: ", ucs_status_string(status));
+    p->worker_->fail_reads(p, status);
 }
 
 bool Peer::dropped_by_pause() const { return status_.load() == kDroppedByPause; }
@@ -101,15 +136,18 @@ UcxWorker::UcxWorker(PauseRecovery pause) : pause_(std::move(pause)) {
     ucp_config_t *config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
     // Two threads share the worker (the progress thread and the caller's).
-    // UCX guards it with a spinlock by default; when the machine has more
-    // runnable threads than cores, a waiter spins through the holder's
-    // preemption. A mutex sleeps instead (measured: a chain of 8 readers on
-    // 2 cores, 1.85x -> 1.6x of the bandwidth floor), unless the user chose.
-    if (std::getenv("UCX_USE_MT_MUTEX") == nullptr && ucp_config_modify(config, "USE_MT_MUTEX", "y") != UCS_OK)
-        TH_LOG(Warn, "could not make UCX use a mutex for its worker lock");
+    // The read handler answers from inside ucp_worker_progress, so it takes
+    // the worker's lock a second time: that needs UCX's (recursive) spinlock;
+    // UCX's mutex is not recursive and would deadlock.
+    if (ucp_config_modify(config, "USE_MT_MUTEX", "n") != UCS_OK) {
+        ucp_config_release(config);
+        fail(TH_ERR_TRANSPORT, "could not make UCX use its recursive worker lock");
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    // RMA for registrations whose rkeys a fabric with remote memory access
+    // would need; reads themselves are active messages.
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     params.mt_workers_shared = 1;
     ucs_status_t st = ucp_init(&params, config, &context_);
     ucp_config_release(config);
@@ -141,6 +179,20 @@ std::pair<ucp_worker_h, std::vector<uint8_t>> UcxWorker::create_worker() {
     }
     std::vector<uint8_t> packed(reinterpret_cast<uint8_t *>(addr), reinterpret_cast<uint8_t *>(addr) + len);
     ucp_worker_release_address(w, addr);
+    for (auto [id, cb] : {std::pair{kReadRequest, &UcxWorker::on_read_request}, std::pair{kReadReply, &UcxWorker::on_read_reply}}) {
+        ucp_am_handler_param_t hp{};
+        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG;
+        hp.id = id;
+        hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+        hp.cb = cb;
+        hp.arg = this;
+        st = ucp_worker_set_am_recv_handler(w, &hp);
+        if (st != UCS_OK) {
+            ucp_worker_destroy(w);
+            check(st, "ucp_worker_set_am_recv_handler");
+        }
+    }
     return {w, std::move(packed)};
 }
 
@@ -159,7 +211,10 @@ UcxWorker::~UcxWorker() {
     stop_ = true;
     ucp_worker_signal(worker_);
     progress_.join();
-    regions_.clear();
+    {
+        std::lock_guard lk(regions_mu_);
+        regions_.clear();
+    }
     ucp_worker_destroy(worker_);
     // A set-aside worker is never touched again: destroying it would progress
     // the very requests whose answer aborts. Its context stays with it.
@@ -247,25 +302,10 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
         p->status_.compare_exchange_strong(expected, kDroppedByPause);
         p->drop_endpoints(/*close=*/false);  // they belong to the set-aside worker
     }
-    std::vector<PendingGet *> orphans;
-    {
-        std::lock_guard lk(pending_mu_);
-        for (auto it = pending_.begin(); it != pending_.end();) {
-            if (it->second != paused) {
-                ++it;
-                continue;
-            }
-            orphans.push_back(it->first);
-            it = pending_.erase(it);
-        }
-    }
-    for (PendingGet *g : orphans) {
-        g->cb(kDroppedByPause);
-        delete g;
-    }
+    size_t orphans = fail_reads([paused](const PendingRead &g) { return g.worker == paused; }, kDroppedByPause);
     restarts_++;
     TH_LOG(Warn, "this process was paused for ", paused_ms, " ms: its peers have given up on it, so its ", dropped.size(),
-           " UCX endpoint(s) and ", orphans.size(), " read(s) in flight were dropped and a new UCX worker took over");
+           " UCX endpoint(s) and ", orphans, " read(s) in flight were dropped and a new UCX worker took over");
     if (pause_.on_restart) pause_.on_restart(paused_ms);
 }
 
@@ -279,9 +319,12 @@ std::vector<uint8_t> UcxWorker::address() const {
 RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
     if (ptr == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "cannot register a null or empty buffer");
     auto p = reinterpret_cast<uintptr_t>(ptr);
-    std::lock_guard lk(mu_);
-    for (auto &r : regions_)
-        if (r->kind == kind && r->contains(p, n)) return r;
+    std::lock_guard lk(mu_);  // one registration at a time
+    {
+        std::lock_guard rlk(regions_mu_);
+        for (auto &r : regions_)
+            if (r->kind == kind && r->contains(p, n)) return r;
+    }
     check_memory_kind(ptr, kind);
     auto r = std::make_shared<MemRegion>();
     r->base = p;
@@ -304,10 +347,13 @@ RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
     check(ucp_rkey_pack(context_, r->memh, &buf, &len), "ucp_rkey_pack");
     r->rkey.assign(static_cast<uint8_t *>(buf), static_cast<uint8_t *>(buf) + len);
     ucp_rkey_buffer_release(buf);
+    std::vector<RegionRef> evicted;  // unmapped after regions_mu_ is released
+    std::lock_guard rlk(regions_mu_);
     // Drop idle registrations beyond the cap, oldest first.
     size_t idle = std::count_if(regions_.begin(), regions_.end(), [](auto &x) { return x.use_count() == 1; });
     for (auto it = regions_.begin(); idle >= kMaxIdleRegions && it != regions_.end();) {
         if (it->use_count() == 1) {
+            evicted.push_back(std::move(*it));
             it = regions_.erase(it);
             --idle;
         } else {
@@ -320,49 +366,101 @@ RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {
 
 void UcxWorker::forget_memory(const void *base) {
     auto p = reinterpret_cast<uintptr_t>(base);
-    std::lock_guard lk(mu_);
-    std::erase_if(regions_, [&](const RegionRef &r) { return r->base == p && r.use_count() == 1; });
+    std::vector<RegionRef> forgotten;  // unmapped after regions_mu_ is released
+    std::lock_guard lk(regions_mu_);
+    for (auto it = regions_.begin(); it != regions_.end();) {
+        if ((*it)->base == p && it->use_count() == 1) {
+            forgotten.push_back(std::move(*it));
+            it = regions_.erase(it);
+        } else {
+            ++it;
+        }
+    }
 }
 
 size_t UcxWorker::registrations() const {
-    std::lock_guard lk(mu_);
+    std::lock_guard lk(regions_mu_);
     return regions_.size();
 }
 
+RegionRef UcxWorker::served_region(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const {
+    std::lock_guard lk(regions_mu_);
+    for (const RegionRef &r : regions_)
+        if (r->contains(p, n) && same_bytes(r->rkey, rkey, rkey_len)) return r;
+    return nullptr;
+}
+
 PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address) {
-    std::lock_guard lk(mu_);
-    auto it = peers_.find(worker_id);
-    if (it != peers_.end() && !it->second->failed() && it->second->address_ == address) return it->second;
-    auto p = std::make_shared<Peer>();
-    p->worker_ = this;
-    p->worker_id_ = worker_id;
-    p->address_ = address;
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t *>(address.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &Peer::on_error;
-    ep.err_handler.arg = p.get();
-    p->ep_worker_ = worker_;
-    for (Peer::Endpoint &e : p->eps_) {
-        ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &e.ep);
-        if (st != UCS_OK) {
-            for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
-            fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+    PeerRef p;
+    std::unique_lock<std::mutex> greeting;
+    {
+        std::lock_guard lk(mu_);
+        auto it = peers_.find(worker_id);
+        if (it != peers_.end() && !it->second->failed() && it->second->address_ == address) {
+            p = it->second;
+        } else {
+            p = std::make_shared<Peer>();
+            p->worker_ = this;
+            p->worker_id_ = worker_id;
+            p->address_ = address;
+            ucp_ep_params_t ep{};
+            ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                            UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            ep.address = reinterpret_cast<const ucp_address_t *>(address.data());
+            ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+            ep.err_handler.cb = &Peer::on_error;
+            ep.err_handler.arg = p.get();
+            p->ep_worker_ = worker_;
+            for (ucp_ep_h &e : p->eps_) {
+                ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &e);
+                if (st != UCS_OK) {
+                    for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+                    fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+                }
+            }
+            greeting = std::unique_lock(p->greeting_);
+            if (it != peers_.end()) {
+                // The failed (or outdated) endpoints stay referenced by
+                // whoever still uses them; close them.
+                PeerRef old = it->second;
+                it->second = p;
+                std::lock_guard plk(old->mu_);
+                for (void *req : old->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+            } else {
+                peers_.emplace(worker_id, p);
+            }
         }
     }
-    if (it != peers_.end()) {
-        // The failed (or outdated) endpoints stay referenced by whoever
-        // still uses them; close them.
-        PeerRef old = it->second;
-        it->second = p;
-        std::lock_guard plk(old->mu_);
-        for (void *req : old->drop_endpoints(/*close=*/true)) ucp_request_free(req);
-    } else {
-        peers_.emplace(worker_id, p);
+    if (greeting.owns_lock()) {
+        greet(p);
+        return p;
     }
+    std::lock_guard wait(p->greeting_);  // until whoever created it has greeted it
     return p;
+}
+
+// Over tcp each side of an endpoint connects a socket of its own, the peer
+// its side when it first answers, and UCX (1.13) merges the two. A request
+// that arrives while the merge is under way can be read from a socket UCX has
+// just handed over: it logs "recv(-1) failed" and fails the endpoint. So the
+// peer answers one empty read on each lane, one lane at a time, before any
+// other traffic; a peer that does not answer in time is left to the reads'
+// own deadlines.
+void UcxWorker::greet(const PeerRef &p) {
+    constexpr auto kGreetLimit = std::chrono::milliseconds(1000);
+    auto until = std::chrono::steady_clock::now() + kGreetLimit;
+    for (Lane l : {Lane::Data, Lane::Control}) {
+        auto answered = std::make_shared<std::atomic<int>>(1);  // 1: not yet
+        read(p, l, nullptr, 0, nullptr, 0, {}, [answered](ucs_status_t st) { answered->store(st == UCS_OK ? 0 : -1); });
+        ucp_worker_signal(worker_);
+        while (answered->load() == 1 && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (answered->load() != 0) {
+            TH_LOG(Info, "worker ", p->worker_id_, " did not answer a first read within ",
+                   kGreetLimit.count(), " ms", answered->load() < 0 ? " (failed)" : "");
+            return;
+        }
+    }
 }
 
 void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
@@ -370,59 +468,191 @@ void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
     int expected = UCS_OK;
     if (peer->status_.compare_exchange_strong(expected, UCS_ERR_CANCELED))
         TH_LOG(Info, "closing endpoint to worker ", peer->worker_id_, ": ", why);
-    std::lock_guard lk(mu_);
-    std::lock_guard plk(peer->mu_);
-    for (void *req : peer->drop_endpoints(/*close=*/true)) ucp_request_free(req);
-    auto it = peers_.find(peer->worker_id_);
-    if (it != peers_.end() && it->second == peer) peers_.erase(it);
+    {
+        std::lock_guard lk(mu_);
+        std::lock_guard plk(peer->mu_);
+        for (void *req : peer->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+        auto it = peers_.find(peer->worker_id_);
+        if (it != peers_.end() && it->second == peer) peers_.erase(it);
+    }
+    fail_reads(peer.get(), UCS_ERR_CANCELED);
     ucp_worker_signal(worker_);
 }
 
-// Whoever takes a GET out of pending_ completes it: its UCX callback, or a
-// restart that sets its worker aside.
-bool UcxWorker::take_pending(PendingGet *g) {
+// ---- Reading: the reader's side -------------------------------------------
+
+// Whoever takes a read out of pending_ completes it: its answer, a failure
+// of its endpoint, or a restart that sets its worker aside.
+UcxWorker::PendingRead *UcxWorker::take_pending(uint64_t id) {
     std::lock_guard lk(pending_mu_);
-    return pending_.erase(g) == 1;
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return nullptr;
+    PendingRead *g = it->second;
+    pending_.erase(it);
+    return g;
 }
 
-void UcxWorker::on_get_done(void *request, ucs_status_t status, void *user_data) {
-    auto *g = static_cast<PendingGet *>(user_data);
-    ucp_request_free(request);
-    if (g->owner->take_pending(g)) {
+size_t UcxWorker::fail_reads(const std::function<bool(const PendingRead &)> &which, ucs_status_t status) {
+    std::vector<PendingRead *> failed;
+    {
+        std::lock_guard lk(pending_mu_);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (!which(*it->second)) {
+                ++it;
+                continue;
+            }
+            failed.push_back(it->second);
+            it = pending_.erase(it);
+        }
+    }
+    for (PendingRead *g : failed) {
         g->cb(status);
         delete g;
     }
+    return failed.size();
 }
 
-void UcxWorker::get(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
-                    uint64_t remote, ucp_rkey_h rkey, GetCallback cb) {
+void UcxWorker::fail_reads(const Peer *peer, ucs_status_t status) {
+    fail_reads([peer](const PendingRead &g) { return g.peer == peer; }, status);
+}
+
+void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                     uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
+    auto *rq = new Request{this, {}, rkey};
     std::unique_lock plk(peer->mu_);
-    ucp_ep_h ep = peer->lane(lane).ep;
+    ucp_ep_h ep = peer->lane(lane);
     if (peer->failed() || ep == nullptr) {
         plk.unlock();
+        delete rq;
         cb(UCS_ERR_CONNECTION_RESET);
         return;
     }
-    auto *g = new PendingGet{this, std::move(cb)};
+    auto *g = new PendingRead{peer.get(), peer->ep_worker_, local, n,
+                              local_region != nullptr ? local_region->kind : TH_MEM_HOST, std::move(cb)};
+    uint64_t id = 0;
     {
         std::lock_guard lk(pending_mu_);
-        pending_.emplace(g, peer->ep_worker_);
+        do {
+            // Random, so that no peer can guess the id of a read it was not
+            // asked and answer it; 0 is never used.
+            if (getrandom(&id, sizeof id, 0) != sizeof id) id = ++id_state_ * 0x9E3779B97F4A7C15ull;
+        } while (id == 0 || !pending_.emplace(id, g).second);
+    }
+    rq->header = ReadRequestHeader{id, remote, n};
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    // REPLY: the holder answers on the endpoint the request came on.
+    prm.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    prm.user_data = rq;
+    prm.cb.send = [](void *request, ucs_status_t st, void *user_data) {
+        ucp_request_free(request);
+        auto *r = static_cast<Request *>(user_data);
+        // Not sent: nobody will answer it.
+        PendingRead *p = st != UCS_OK ? r->owner->take_pending(r->header.id) : nullptr;
+        delete r;
+        if (p != nullptr) {
+            p->cb(st);
+            delete p;
+        }
+    };
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep, kReadRequest, &rq->header, sizeof rq->header, rq->rkey.data(), rq->rkey.size(), &prm);
+    plk.unlock();
+    if (UCS_PTR_IS_PTR(req)) return;  // sent (or failed) later: prm.cb.send
+    ucs_status_t st = UCS_PTR_STATUS(req);
+    delete rq;
+    if (st == UCS_OK) return;
+    if (PendingRead *p = take_pending(id)) {
+        p->cb(st);
+        delete p;
+    }
+}
+
+ucs_status_t UcxWorker::on_read_reply(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                      const ucp_am_recv_param_t *param) {
+    auto *self = static_cast<UcxWorker *>(arg);
+    ReadReplyHeader h{};
+    if (header_length != sizeof h) return UCS_OK;  // not an answer of ours
+    std::memcpy(&h, header, sizeof h);
+    PendingRead *g = self->take_pending(h.id);
+    ucs_status_t st = static_cast<ucs_status_t>(h.status);
+    // Answers are sent eagerly; a rendezvous would need a receive posted.
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+        ucp_am_data_release(self->worker_.load(), data);
+        st = UCS_ERR_UNSUPPORTED;
+    }
+    if (g == nullptr) return UCS_OK;  // answered after it was given up
+    if (st == UCS_OK && length != g->length) st = UCS_ERR_MESSAGE_TRUNCATED;
+    if (st == UCS_OK && length > 0) {
+        try {
+            copy_from_host(g->local, data, length, g->kind);
+        } catch (const std::exception &e) {
+            TH_LOG(Error, "cannot place ", length, " bytes read: ", e.what());
+            st = UCS_ERR_IO_ERROR;
+        }
+    }
+    g->cb(st);
+    delete g;
+    return UCS_OK;
+}
+
+// ---- Reading: the holder's side -------------------------------------------
+
+ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                        const ucp_am_recv_param_t *param) {
+    auto *self = static_cast<UcxWorker *>(arg);
+    ReadRequestHeader h{};
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (header_length != sizeof h || rndv || length > kMaxRkey ||
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+        // Not a request of ours, or nobody to answer.
+        if (rndv) ucp_am_data_release(self->worker_.load(), data);
+        self->refused_++;
+        TH_LOG(Warn, "dropped a malformed read request (", header_length, "-byte header, ", length, "-byte payload)");
+        return UCS_OK;
+    }
+    std::memcpy(&h, header, sizeof h);
+    auto *a = new Answer{{h.id, UCS_OK, 0}, nullptr};
+    if (h.length == 0) {
+        // A ping: answered with no bytes.
+    } else if (h.length > kMaxRead) {
+        a->header.status = UCS_ERR_INVALID_PARAM;
+    } else {
+        a->region = self->served_region(h.remote, h.length, static_cast<const uint8_t *>(data), length);
+        if (!a->region) a->header.status = UCS_ERR_INVALID_ADDR;
+    }
+    if (a->header.status != UCS_OK) {
+        self->refused_++;
+        TH_LOG(Warn, "refused to serve a read of ", h.length, " bytes at 0x", std::hex, h.remote, std::dec, ": ",
+               a->header.status == UCS_ERR_INVALID_ADDR ? "no region of this process with that key holds it"
+                                                       : "longer than any read");
     }
     ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = &UcxWorker::on_get_done;
-    prm.user_data = g;
-    if (local_region != nullptr) {
-        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        prm.memh = local_region->memh;
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+    prm.user_data = a;
+    // A failed answer (the reader gave up, went away, or this process was
+    // paused and the reader closed its endpoint) is the reader's to handle,
+    // through its endpoint error or its deadline. Nothing is left to do here.
+    prm.cb.send = [](void *request, ucs_status_t, void *user_data) {
+        ucp_request_free(request);
+        delete static_cast<Answer *>(user_data);
+    };
+    const void *bytes = nullptr;
+    size_t n = 0;
+    if (a->region) {
+        bytes = reinterpret_cast<const void *>(h.remote);
+        n = h.length;
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        prm.memh = a->region->memh;
+        prm.memory_type = a->region->kind == TH_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+        self->served_++;
     }
-    ucs_status_ptr_t req = ucp_get_nbx(ep, local, n, remote, rkey, &prm);
-    plk.unlock();
-    if (UCS_PTR_IS_PTR(req)) return;  // completes through on_get_done
-    if (take_pending(g)) {            // completed (or failed) at once
-        g->cb(UCS_PTR_STATUS(req));
-        delete g;
-    }
+    // Answered here, inside the handler: the reply endpoint is only known to
+    // be valid until the handler returns.
+    ucs_status_ptr_t req = ucp_am_send_nbx(param->reply_ep, kReadReply, &a->header, sizeof a->header, bytes, n, &prm);
+    if (!UCS_PTR_IS_PTR(req)) delete a;
+    return UCS_OK;
 }
 
 }  // namespace th

@@ -1,4 +1,4 @@
-// What a reader needs to GET from one replica: the replica's registered memory
+// What a reader needs to read from one replica: the replica's registered memory
 // regions (address + packed rkey), where each tensor lies in them, and where
 // its control word is. Travels in Publish, PlanFetch and PlanReply.
 #pragma once
