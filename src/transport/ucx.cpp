@@ -90,8 +90,6 @@ MemRegion::~MemRegion() {
     if (memh != nullptr) ucp_mem_unmap(context, memh);
 }
 
-Peer::~Peer() = default;
-
 std::vector<void *> Peer::drop_endpoints(bool close) {
     std::vector<void *> closing;
     for (ucp_ep_h &ep : eps_) {
@@ -505,11 +503,13 @@ size_t UcxWorker::fail_reads(const std::function<bool(const PendingRead &)> &whi
             it = pending_.erase(it);
         }
     }
-    for (PendingRead *g : failed) {
-        g->cb(status);
-        delete g;
-    }
+    for (PendingRead *g : failed) finish(g, status);
     return failed.size();
+}
+
+void UcxWorker::finish(PendingRead *g, ucs_status_t status) {
+    g->cb(status);
+    delete g;
 }
 
 void UcxWorker::fail_reads(const Peer *peer, ucs_status_t status) {
@@ -550,10 +550,7 @@ void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, co
         // Not sent: nobody will answer it.
         PendingRead *p = st != UCS_OK ? r->owner->take_pending(r->header.id) : nullptr;
         delete r;
-        if (p != nullptr) {
-            p->cb(st);
-            delete p;
-        }
+        if (p != nullptr) finish(p, st);
     };
     ucs_status_ptr_t req =
         ucp_am_send_nbx(ep, kReadRequest, &rq->header, sizeof rq->header, rq->rkey.data(), rq->rkey.size(), &prm);
@@ -562,10 +559,7 @@ void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, co
     ucs_status_t st = UCS_PTR_STATUS(req);
     delete rq;
     if (st == UCS_OK) return;
-    if (PendingRead *p = take_pending(id)) {
-        p->cb(st);
-        delete p;
-    }
+    if (PendingRead *p = take_pending(id)) finish(p, st);
 }
 
 ucs_status_t UcxWorker::on_read_reply(void *arg, const void *header, size_t header_length, void *data, size_t length,
@@ -591,8 +585,7 @@ ucs_status_t UcxWorker::on_read_reply(void *arg, const void *header, size_t head
             st = UCS_ERR_IO_ERROR;
         }
     }
-    g->cb(st);
-    delete g;
+    finish(g, st);
     return UCS_OK;
 }
 
@@ -607,7 +600,6 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
         (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
         // Not a request of ours, or nobody to answer.
         if (rndv) ucp_am_data_release(self->worker_.load(), data);
-        self->refused_++;
         TH_LOG(Warn, "dropped a malformed read request (", header_length, "-byte header, ", length, "-byte payload)");
         return UCS_OK;
     }
@@ -621,12 +613,10 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
         a->region = self->served_region(h.remote, h.length, static_cast<const uint8_t *>(data), length);
         if (!a->region) a->header.status = UCS_ERR_INVALID_ADDR;
     }
-    if (a->header.status != UCS_OK) {
-        self->refused_++;
+    if (a->header.status != UCS_OK)
         TH_LOG(Warn, "refused to serve a read of ", h.length, " bytes at 0x", std::hex, h.remote, std::dec, ": ",
                a->header.status == UCS_ERR_INVALID_ADDR ? "no region of this process with that key holds it"
                                                        : "longer than any read");
-    }
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -646,7 +636,6 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
         prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
         prm.memh = a->region->memh;
         prm.memory_type = a->region->kind == TH_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-        self->served_++;
     }
     // Answered here, inside the handler: the reply endpoint is only known to
     // be valid until the handler returns.

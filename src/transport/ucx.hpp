@@ -24,7 +24,6 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,7 +63,6 @@ enum class Lane : uint8_t { Data = 0, Control = 1 };
 // when force-closed; every read still in flight then completes with an error.
 class Peer {
   public:
-    ~Peer();
     uint64_t worker_id() const { return worker_id_; }
     bool failed() const { return status_.load() != UCS_OK; }
     // Why the endpoint failed ("Endpoint timeout", "closed: no progress"...).
@@ -149,10 +147,6 @@ class UcxWorker {
     ucp_context_h context() const { return context_; }
     size_t registrations() const;
 
-    // Reads of this process's memory answered so far, and refused.
-    uint64_t reads_served() const { return served_.load(); }
-    uint64_t reads_refused() const { return refused_.load(); }
-
   private:
     friend class Peer;  // its error handler fails the reads in flight on it
     struct PendingRead;
@@ -167,6 +161,8 @@ class UcxWorker {
     // how many.
     size_t fail_reads(const std::function<bool(const PendingRead &)> &which, ucs_status_t status);
     PendingRead *take_pending(uint64_t id);
+    // Runs a read's callback with its final status and frees it.
+    static void finish(PendingRead *g, ucs_status_t status);
     // Has a new peer answer once on each lane before it is used.
     void greet(const PeerRef &p);
     // The region with this packed rkey that holds [p, p + n), if any.
@@ -191,7 +187,6 @@ class UcxWorker {
     mutable std::mutex regions_mu_;
     std::vector<RegionRef> regions_;
     std::unordered_map<uint64_t, PeerRef> peers_;
-    std::atomic<uint64_t> served_{0}, refused_{0};
 
     // Reads posted and not completed, by request id. The ids are random so
     // that a peer cannot guess one and answer a read it was not asked.
