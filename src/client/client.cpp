@@ -245,8 +245,9 @@ Bytes Client::call_raw(const std::function<Bytes(Builder &, const Header &)> &bu
 void Client::hello(const Deadline &deadline) {
     Builder b(512);
     Header h = header();
+    std::vector<uint8_t> address = ucx_->address();
     auto body = CreateHello(b, worker_id_, b.CreateString(cfg_.worker_name), put_labels(b, cfg_.labels),
-                            b.CreateVector(ucx_->address()));
+                            b.CreateVector(address));
     std::shared_ptr<RpcClient> rpc = this->rpc();
     Bytes reply = rpc->call(finish(b, h, body), deadline);
     const Envelope *env = verify(reply.data(), reply.size());
@@ -257,6 +258,10 @@ void Client::hello(const Deadline &deadline) {
     while (seen < r->server_epoch() && !max_epoch_.compare_exchange_weak(seen, r->server_epoch())) {
     }
     registrations_++;
+    {
+        std::lock_guard lk(hello_mu_);
+        hello_address_ = std::move(address);
+    }
     if (r->lease_ms() > 0) lease_ms_ = r->lease_ms();
     std::string events = r->events_url() ? r->events_url()->str() : "";
     if (!events.empty()) {
@@ -304,6 +309,12 @@ void Client::reregister(const Deadline &deadline) {
         if (r->complete_ && !r->mutating_) send_publish(*r, deadline, /*recover=*/false);
 }
 
+bool Client::registered_address_is_current() {
+    std::vector<uint8_t> now = ucx_->address();
+    std::lock_guard lk(hello_mu_);
+    return hello_address_ == now;
+}
+
 void Client::heartbeat_loop() {
     std::unique_lock lk(hb_mu_);
     bool warned = false, retry = false;
@@ -312,6 +323,10 @@ void Client::heartbeat_loop() {
         if (stop_) break;
         bool again = std::exchange(reregister_asked_, false) || retry;
         lk.unlock();
+        // A call that found this worker unknown after the pause may have
+        // registered the new address already: a second Hello would only make
+        // the server forget our replicas until they are declared again.
+        if (again && !retry && registered_address_is_current()) again = false;
         if (again) {
             try {
                 reregister(Deadline(cfg_.timeout_ms));

@@ -147,6 +147,8 @@ class Client {
     void hello(const Deadline &deadline);
     void reregister(const Deadline &deadline);
     void heartbeat_loop();
+    // Whether the last Hello gave the server the UCX address we have now.
+    bool registered_address_is_current();
     void on_event(const uint8_t *data, size_t size);
     // Asks the server to stop routing to r and applies the retention policy;
     // returns the number of reads still planned onto it.
@@ -177,6 +179,8 @@ class Client {
     std::atomic<uint64_t> next_request_{1};
     std::atomic<uint64_t> next_replica_{1};
     std::atomic<uint64_t> registrations_{0};  // bumped each time we (re)register
+    std::mutex hello_mu_;
+    std::vector<uint8_t> hello_address_;  // the UCX address the last Hello gave the server
     std::atomic<uint32_t> lease_ms_{10000};   // the server's, from HelloReply
     std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
 

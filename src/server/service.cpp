@@ -146,6 +146,7 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     if (m->ucx_address() == nullptr || m->ucx_address()->size() == 0) fail(TH_ERR_PROTOCOL, "Hello without UCX address");
     auto it = workers_.find(m->worker_id());
     if (it != workers_.end()) remove_worker(m->worker_id());  // re-registration replaces the old state
+    (it != workers_.end() ? registered_again_total_ : registered_new_total_)++;
     WorkerInfo &w = workers_[m->worker_id()];
     w.id = m->worker_id();
     w.name = m->name() ? m->name()->str() : "";
@@ -756,6 +757,10 @@ std::string Service::metrics_text() {
     std::vector<std::pair<std::string, double>> served;
     for (const auto &[kind, n] : bytes_served_by_kind_) served.push_back({label({{"source_kind", kind}}), double(n)});
     render_family(out, "tensorhub_bytes_served_total", "counter", "Bytes readers fetched, by kind of source.", served);
+    render_family(out, "tensorhub_registrations_total", "counter",
+                  "Workers' Hellos: new workers, and registered ones that said Hello again.",
+                  {{label({{"kind", "new"}}), double(registered_new_total_)},
+                   {label({{"kind", "again"}}), double(registered_again_total_)}});
     render_family(out, "tensorhub_failures_total", "counter", "Failures seen by the server, by kind.",
                   {{label({{"kind", "source_failed"}}), double(source_failed_total_)},
                    {label({{"kind", "lease_expired"}}), double(lease_expired_total_)},

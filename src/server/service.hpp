@@ -130,6 +130,9 @@ class Service {
 
     // Metrics (under mu_, but bad_requests_, counted before the lock).
     uint64_t committed_total_ = 0, retired_total_ = 0, source_failed_total_ = 0, lease_expired_total_ = 0;
+    // Hellos: from workers we did not know, and from workers still registered
+    // (whose replicas are forgotten until they declare them again).
+    uint64_t registered_new_total_ = 0, registered_again_total_ = 0;
     std::atomic<uint64_t> bad_requests_total_{0};
     std::map<std::string, uint64_t> bytes_served_by_kind_;
     Histogram plan_seconds_{{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05}};

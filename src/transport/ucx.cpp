@@ -159,6 +159,7 @@ UcxWorker::UcxWorker(PauseRecovery pause) : pause_(std::move(pause)) {
         ucp_cleanup(context_);
         throw;
     }
+    last_turn_ = std::chrono::steady_clock::now().time_since_epoch().count();
     progress_ = std::thread([this] { progress_loop(); });
 }
 
@@ -250,6 +251,7 @@ void UcxWorker::progress_loop() {
             now = last_busy = std::chrono::steady_clock::now();
         }
         turn = now;
+        last_turn_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
         if (ucp_worker_progress(worker_) != 0) {
             while (ucp_worker_progress(worker_) != 0) {
             }
@@ -309,9 +311,24 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
 
 void UcxWorker::wake() { ucp_worker_signal(worker_); }
 
-std::vector<uint8_t> UcxWorker::address() const {
+std::vector<uint8_t> UcxWorker::address() {
+    settle_pause();
     std::lock_guard lk(mu_);
     return address_;
+}
+
+void UcxWorker::settle_pause() {
+    using namespace std::chrono;
+    if (pause_.pause_ms == 0 || std::this_thread::get_id() == progress_.get_id()) return;
+    auto unseen = [this] {
+        auto last = steady_clock::time_point(steady_clock::duration(last_turn_.load(std::memory_order_relaxed)));
+        return steady_clock::now() - last > milliseconds(pause_.pause_ms);
+    };
+    if (!unseen()) return;
+    uint64_t seen = restarts_.load();
+    wake();  // out of its poll: its next turn sees the pause
+    auto until = steady_clock::now() + seconds(1);
+    while (unseen() && restarts_.load() == seen && steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(1));
 }
 
 RegionRef UcxWorker::register_memory(void *ptr, uint64_t n, th_mem_kind kind) {

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -115,7 +116,11 @@ class UcxWorker {
     UcxWorker &operator=(const UcxWorker &) = delete;
 
     // The packed worker address others connect to (a new one after a pause).
-    std::vector<uint8_t> address() const;
+    // Right after this process was paused past pause_ms the progress thread
+    // may not have noticed yet (it does at its next turn, within ~100 ms):
+    // then this waits, up to a second, until it has put the fresh worker in
+    // place, so that no peer is sent to the paused worker's address.
+    std::vector<uint8_t> address();
     // How many times a pause made the worker start afresh.
     uint64_t restarts() const { return restarts_.load(); }
 
@@ -155,6 +160,9 @@ class UcxWorker {
     std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker();
     // Puts a fresh worker in place of the current one (see PauseRecovery).
     void restart_after_pause(uint64_t paused_ms);
+    // Waits until the progress thread has seen a pause that it has not seen
+    // yet (see address()).
+    void settle_pause();
     // Completes every read in flight on peer with status.
     void fail_reads(const Peer *peer, ucs_status_t status);
     // Completes the reads in flight that `which` picks with status; returns
@@ -178,6 +186,8 @@ class UcxWorker {
     std::thread progress_;
     std::atomic<bool> stop_{false};
     std::atomic<uint64_t> restarts_{0};
+    // When the progress thread last began a turn of its loop (steady clock).
+    std::atomic<std::chrono::steady_clock::rep> last_turn_{0};
 
     mutable std::mutex mu_;
     std::vector<uint8_t> address_;

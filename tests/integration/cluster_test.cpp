@@ -260,6 +260,60 @@ TEST(Failover, AHolderPausedPastItsChunkTimeoutRestartsAndServesAgain) {
     EXPECT_EQ(r1.stop(), 0) << "the resumed holder did not keep running";
 }
 
+TEST(Failover, AHolderResumedPastItsLeaseRegistersOnceAndItsReplicaStaysListed) {
+    th_server *server = start_server(nullptr, /*http=*/true, /*lease_ms=*/1000);
+    std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
+    Proc pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "q", "--shard-kb", "1024"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    Proc r1(worker({"fetch", "--server", url, "--name", "r1", "--model", "q", "--shard-kb", "1024",
+                    "--chunk-timeout-ms", "500", "--heartbeat-ms", "100"}));
+    std::string l = r1.line();
+    ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
+    uint64_t r1_id = std::stoull(l.substr(l.find("worker=") + 7));
+    auto r1_listed = [&] {
+        nlohmann::json s = server_status(url);
+        for (const auto &m : s["models"])
+            for (const auto &v : m["versions"])
+                for (const auto &sh : v["shards"])
+                    for (const auto &r : sh["replicas"])
+                        if (r["worker_id"].get<uint64_t>() == r1_id && r["complete"].get<bool>()) return true;
+        return false;
+    };
+    auto hellos = [&](const char *kind) {
+        std::string text = http_get(metrics), key = std::string("tensorhub_registrations_total{kind=\"") + kind + "\"} ";
+        size_t at = text.find(key);
+        return at == std::string::npos ? -1 : std::stoi(text.substr(at + key.size()));
+    };
+    int new_before = hellos("new");
+    // Paused past its lease (the server drops it) and its chunk timeout (its
+    // UCX worker is set aside). On resuming, its heartbeat finds it unknown
+    // and its progress thread restarts UCX: it must say Hello once, with the
+    // new address, and its replica must not vanish again once listed (a
+    // second Hello would make the server forget it until re-declared).
+    kill(r1.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+    ASSERT_FALSE(r1_listed()) << "the server still lists the paused holder past its lease";
+    kill(r1.pid(), SIGCONT);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    bool listed = false;
+    while (std::chrono::steady_clock::now() < until) {
+        bool now = r1_listed();
+        EXPECT_FALSE(listed && !now) << "r1's replica was listed, then gone again";
+        listed = listed || now;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(listed) << "r1 did not declare its replica again: " << server_status(url).dump(1);
+    EXPECT_EQ(hellos("new") - new_before, 1) << http_get(metrics);
+    EXPECT_EQ(hellos("again"), 0) << http_get(metrics);
+    // It serves from its new address.
+    kill(pub.pid(), SIGKILL);
+    Proc after(worker({"fetch", "--server", url, "--name", "after", "--model", "q", "--shard-kb", "1024", "--no-serve"}));
+    std::string l2 = after.line(30000);
+    EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+    EXPECT_EQ(r1.stop(), 0);
+    th_server_destroy(server);
+}
+
 TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
     th_server *server = start_server(nullptr, /*http=*/true);
     std::string url = th_server_url(server), metrics = th_server_metrics_url(server);

@@ -35,11 +35,12 @@ struct Shard : th_tools::HostShard {
 };
 
 // http: also serve the HTTP endpoint (/metrics, the live page) on a free port.
-inline th_server *start_server(const char *url = nullptr, bool http = false) {
+inline th_server *start_server(const char *url = nullptr, bool http = false, uint32_t lease_ms = 0) {
     th_server_config sc;
     th_server_config_init(&sc, sizeof sc);
     if (url) sc.listen_url = url;
     if (http) sc.metrics_url = "http://127.0.0.1:0";
+    if (lease_ms) sc.lease_ms = lease_ms;
     th_server *s = nullptr;
     EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
     return s;
