@@ -45,10 +45,12 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         h.worker_id = env->worker_id();
         std::lock_guard lk(mu_);
         // Epochs fence a stale server. A worker that says Hello with an epoch
-        // at least ours has been served by a newer server that is gone: we
-        // take over above it. Any other request from a worker that knows a
-        // newer epoch means we are the stale one.
-        if (env->epoch() >= epoch_ && env->body_type() == Body::Hello) {
+        // above ours has been served by a newer server that is gone: we take
+        // over above it. (Our own epoch is a worker registering again, after
+        // a pause say: no takeover, so no "rebuilding" answers either.) Any
+        // other request from a worker that knows a newer epoch means we are
+        // the stale one.
+        if (env->epoch() > epoch_ && env->body_type() == Body::Hello) {
             TH_LOG(Warn, "taking over from a server of epoch ", env->epoch(), " (was ", epoch_.load(), ")");
             epoch_ = env->epoch() + 1;
             took_over_ms_ = clock_ms();

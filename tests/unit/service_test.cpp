@@ -136,6 +136,30 @@ TEST_F(ServiceTest, UnknownWorkersAreToldToRegister) {
     EXPECT_TRUE(env(r)->body_as_ErrorReply()->unknown_worker());
 }
 
+TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
+    auto hello_at = [&](uint64_t worker, uint64_t epoch) {
+        Builder b;
+        std::vector<uint8_t> addr = {5, 6, 7, 8};
+        return call(finish(b, Header{req++, worker, epoch},
+                           CreateHello(b, worker, b.CreateString("w"), put_labels(b, {}), b.CreateVector(addr))));
+    };
+    auto rebuilding = [&](uint64_t worker) {
+        Bytes r = call(plan(worker, req++, "nobody", UINT64_MAX, 0));
+        return env(r)->body_type() == Body::ErrorReply && env(r)->body_as_ErrorReply()->rebuilding();
+    };
+    uint64_t epoch = env(call(hello(1, req++)))->epoch();
+    // A worker registering again (after a pause, say) knows our own epoch.
+    Bytes r = hello_at(1, epoch);
+    ASSERT_EQ(error_code(r), 0);
+    EXPECT_EQ(env(r)->epoch(), epoch);
+    EXPECT_FALSE(rebuilding(1)) << "a model nobody published must be unknown at once";
+    // One that was served by a newer server (now gone) makes us take over.
+    r = hello_at(2, epoch + 10);
+    ASSERT_EQ(error_code(r), 0);
+    EXPECT_EQ(env(r)->epoch(), epoch + 11);
+    EXPECT_TRUE(rebuilding(2)) << "just after a takeover, unknown may mean not re-declared yet";
+}
+
 TEST_F(ServiceTest, GarbageGetsAnErrorAndChangesNothing) {
     join(1);
     ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, specs(8192), 100))), 0);
