@@ -11,7 +11,9 @@ server_bin=$1 worker_bin=$2
 command -v gdb >/dev/null || { echo "skipped: gdb is not installed"; exit 77; }
 dir=$(mktemp -d)
 pids=()
-cleanup() { kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
+# TERM first: `timeout` passes it on to the worker it runs (a SIGKILL of
+# `timeout` itself would leave that worker running).
+cleanup() { kill "${pids[@]}" 2>/dev/null; sleep 0.2; kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 export UCX_TLS=tcp
 port=$((20000 + RANDOM % 20000))
@@ -25,7 +27,7 @@ pids+=($holder)
 for _ in $(seq 100); do grep -q '^ready' "$dir/holder.out" && break; sleep 0.1; done
 grep -q '^ready' "$dir/holder.out" || { echo "FAIL: the holder did not start"; cat "$dir/holder.err"; exit 1; }
 for i in 0 1; do
-    TENSORHUB_FAULT_CHUNK_DELAY_US=2000 timeout 60 "$worker_bin" fetch "${common[@]}" --shards 0 --name slow$i --no-serve \
+    TENSORHUB_FAULT_CHUNK_DELAY_US=2000 timeout 60 "$worker_bin" fetch "${common[@]}" --shards 0 --name slow$i --no-serve --exit \
         >"$dir/slow$i.out" 2>&1 &
     pids+=($!)
 done
