@@ -54,6 +54,12 @@ namespace {
 
 // Bounds on what a request may carry; anything larger is not a read of ours.
 constexpr size_t kMaxRkey = 4096;
+// The most one answer carries: a read of more is asked for in pieces. Over
+// tcp an answer that fits one receive segment (UCX_TCP_RX_SEG_SIZE, 256 KiB
+// as set below) reaches the reader's handler in place; a longer one is first
+// reassembled by UCX into memory it allocates, one more copy of every byte
+// (and fresh pages to fault in), which made an 8-reader chain CPU-bound.
+constexpr uint64_t kMaxAnswer = 192 << 10;
 constexpr uint64_t kMaxRead = uint64_t{1} << 32;
 
 bool same_bytes(const std::vector<uint8_t> &a, const uint8_t *b, size_t n) {
@@ -63,18 +69,20 @@ bool same_bytes(const std::vector<uint8_t> &a, const uint8_t *b, size_t n) {
     return diff == 0;
 }
 
-// An answer or a request being sent: what must live until UCX is done.
+// An answer being sent: what must live until UCX is done.
 struct Answer {
     ReadReplyHeader header;
     RegionRef region;
 };
-struct Request {
+
+}  // namespace
+
+// A request being sent: what must live until UCX is done.
+struct UcxWorker::Request {
     UcxWorker *owner;
     ReadRequestHeader header;
     std::vector<uint8_t> rkey;
 };
-
-}  // namespace
 
 // A read this process asked for and has no answer to yet.
 struct UcxWorker::PendingRead {
@@ -210,6 +218,8 @@ UcxWorker::~UcxWorker() {
     stop_ = true;
     ucp_worker_signal(worker_);
     progress_.join();
+    for (Outgoing &o : outbox_) send_request(o, /*cancel=*/true);
+    outbox_.clear();
     {
         std::lock_guard lk(regions_mu_);
         regions_.clear();
@@ -252,6 +262,7 @@ void UcxWorker::progress_loop() {
         }
         turn = now;
         last_turn_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+        send_outbox();
         if (ucp_worker_progress(worker_) != 0) {
             while (ucp_worker_progress(worker_) != 0) {
             }
@@ -262,6 +273,10 @@ void UcxWorker::progress_loop() {
         if (efd < 0) {
             std::this_thread::sleep_for(std::chrono::microseconds(50));
             continue;
+        }
+        {
+            std::lock_guard lk(outbox_mu_);
+            if (!outbox_.empty()) continue;
         }
         ucs_status_t st = ucp_worker_arm(worker_);
         if (st == UCS_ERR_BUSY) continue;
@@ -535,16 +550,34 @@ void UcxWorker::fail_reads(const Peer *peer, ucs_status_t status) {
 
 void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
                      uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
-    auto *rq = new Request{this, {}, rkey};
-    std::unique_lock plk(peer->mu_);
-    ucp_ep_h ep = peer->lane(lane);
-    if (peer->failed() || ep == nullptr) {
-        plk.unlock();
-        delete rq;
+    if (n <= kMaxAnswer) return read_piece(peer, lane, local, n, local_region, remote, rkey, std::move(cb));
+    // Several answers; cb runs once, when the last is in, with the first
+    // failure if any.
+    struct Parts {
+        std::atomic<uint64_t> left;
+        std::atomic<int> status{UCS_OK};
+        ReadCallback cb;
+    };
+    auto parts = std::make_shared<Parts>();
+    parts->left = (n + kMaxAnswer - 1) / kMaxAnswer;
+    parts->cb = std::move(cb);
+    for (uint64_t off = 0; off < n; off += kMaxAnswer) {
+        read_piece(peer, lane, static_cast<uint8_t *>(local) + off, std::min(kMaxAnswer, n - off), local_region,
+                   remote + off, rkey, [parts](ucs_status_t st) {
+                       int ok = UCS_OK;
+                       if (st != UCS_OK) parts->status.compare_exchange_strong(ok, st);
+                       if (parts->left.fetch_sub(1) == 1) parts->cb(static_cast<ucs_status_t>(parts->status.load()));
+                   });
+    }
+}
+
+void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                           uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
+    if (peer->failed()) {
         cb(UCS_ERR_CONNECTION_RESET);
         return;
     }
-    auto *g = new PendingRead{peer.get(), peer->ep_worker_, local, n,
+    auto *g = new PendingRead{peer.get(), nullptr, local, n,
                               local_region != nullptr ? local_region->kind : TH_MEM_HOST, std::move(cb)};
     uint64_t id = 0;
     {
@@ -555,7 +588,40 @@ void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, co
             if (getrandom(&id, sizeof id, 0) != sizeof id) id = ++id_state_ * 0x9E3779B97F4A7C15ull;
         } while (id == 0 || !pending_.emplace(id, g).second);
     }
-    rq->header = ReadRequestHeader{id, remote, n};
+    bool was_empty;
+    {
+        std::lock_guard lk(outbox_mu_);
+        was_empty = outbox_.empty();
+        outbox_.push_back(Outgoing{peer, lane, new Request{this, ReadRequestHeader{id, remote, n}, rkey}});
+    }
+    // The progress thread sends it; one wake-up per batch it has not seen.
+    if (was_empty) ucp_worker_signal(worker_);
+}
+
+void UcxWorker::send_outbox() {
+    std::vector<Outgoing> batch;
+    {
+        std::lock_guard lk(outbox_mu_);
+        batch.swap(outbox_);
+    }
+    for (Outgoing &o : batch) send_request(o, /*cancel=*/false);
+}
+
+void UcxWorker::send_request(Outgoing &o, bool cancel) {
+    Request *rq = o.request;
+    uint64_t id = rq->header.id;
+    std::unique_lock plk(o.peer->mu_);
+    ucp_ep_h ep = o.peer->lane(o.lane);
+    if (cancel || o.peer->failed() || ep == nullptr) {
+        plk.unlock();
+        delete rq;
+        if (PendingRead *p = take_pending(id)) finish(p, cancel ? UCS_ERR_CANCELED : UCS_ERR_CONNECTION_RESET);
+        return;
+    }
+    {
+        std::lock_guard lk(pending_mu_);
+        if (auto it = pending_.find(id); it != pending_.end()) it->second->worker = o.peer->ep_worker_;
+    }
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     // REPLY: the holder answers on the endpoint the request came on.

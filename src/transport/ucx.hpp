@@ -169,6 +169,15 @@ class UcxWorker {
     // how many.
     size_t fail_reads(const std::function<bool(const PendingRead &)> &which, ucs_status_t status);
     PendingRead *take_pending(uint64_t id);
+    // One request and its answer (read() splits longer reads). It is queued
+    // for the progress thread, which sends it (see outbox_).
+    void read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                    uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb);
+    struct Outgoing;
+    // On the progress thread: sends what read_piece queued.
+    void send_outbox();
+    // Sends one queued request, or fails its read (cancel, or a failed peer).
+    void send_request(Outgoing &o, bool cancel);
     // Runs a read's callback with its final status and frees it.
     static void finish(PendingRead *g, ucs_status_t status);
     // Has a new peer answer once on each lane before it is used.
@@ -197,6 +206,20 @@ class UcxWorker {
     mutable std::mutex regions_mu_;
     std::vector<RegionRef> regions_;
     std::unordered_map<uint64_t, PeerRef> peers_;
+
+    // Requests posted by any thread, sent by the progress thread. The worker
+    // lock is UCX's spinlock (the read handler answers from inside progress
+    // and so takes it again): threads that posted reads themselves spun on
+    // it while the progress thread answered, and on 2 cores shared by eight
+    // processes that spinning took more CPU than the transfers.
+    struct Request;
+    struct Outgoing {
+        PeerRef peer;
+        Lane lane;
+        Request *request;
+    };
+    std::mutex outbox_mu_;
+    std::vector<Outgoing> outbox_;
 
     // Reads posted and not completed, by request id. The ids are random so
     // that a peer cannot guess one and answer a read it was not asked.
