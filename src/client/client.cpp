@@ -305,8 +305,18 @@ void Client::reregister(const Deadline &deadline) {
     hello(deadline);
     // Without recovery: a failure here surfaces to the call that asked for
     // re-registration, which decides whether to try the next server.
-    for (auto &[id, r] : held_)
-        if (r->complete_ && !r->mutating_) send_publish(*r, deadline, /*recover=*/false);
+    for (auto &[id, r] : held_) {
+        if (!r->complete_ || r->mutating_) continue;
+        try {
+            send_publish(*r, deadline, /*recover=*/false);
+        } catch (const Error &e) {
+            // The server moved past this version while it did not know us
+            // and has forgotten it (nobody else held it): it is no longer a
+            // version anyone can fetch. The others must still be declared.
+            if (e.code() != TH_ERR_CONFLICT) throw;
+            TH_LOG(Info, "not declaring '", r->model_, "' version ", r->version_, " shard ", r->shard_, " again: ", e.what());
+        }
+    }
 }
 
 bool Client::registered_address_is_current() {

@@ -314,6 +314,35 @@ TEST(Failover, AHolderResumedPastItsLeaseRegistersOnceAndItsReplicaStaysListed) 
     th_server_destroy(server);
 }
 
+TEST(Failover, AHolderBackFromALostLeaseDeclaresWhatTheServerStillWants) {
+    th_server *server = start_server(nullptr, /*http=*/false, /*lease_ms=*/1000);
+    std::string url = th_server_url(server);
+    // It holds versions 1 and 2. Past its lease the server drops it and
+    // forgets version 1 (no holder left, not the latest).
+    Proc pub(worker({"publish-loop", "--server", url, "--name", "publisher", "--model", "o", "--shard-kb", "256",
+                     "--versions", "2", "--delay-ms", "0", "--heartbeat-ms", "100"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    kill(pub.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+    kill(pub.pid(), SIGCONT);
+    // Back, it declares both again: version 1 is refused (older than the
+    // latest, and forgotten), which must not keep version 2 undeclared.
+    bool listed = eventually(url, [](const nlohmann::json &s) {
+        for (const auto &m : s["models"])
+            for (const auto &v : m["versions"])
+                if (v["version"] == 2)
+                    for (const auto &r : v["shards"][0]["replicas"])
+                        if (r["complete"].get<bool>()) return true;
+        return false;
+    }, 5000);
+    EXPECT_TRUE(listed) << server_status(url).dump(1);
+    Proc r(worker({"fetch", "--server", url, "--name", "r", "--model", "o", "--shard-kb", "256", "--no-serve"}));
+    std::string l = r.line(30000);
+    EXPECT_NE(l.find("version=2"), std::string::npos) << l;
+    EXPECT_EQ(pub.stop(), 0);
+    th_server_destroy(server);
+}
+
 TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
     th_server *server = start_server(nullptr, /*http=*/true);
     std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
