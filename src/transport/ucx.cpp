@@ -577,7 +577,7 @@ void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t
         cb(UCS_ERR_CONNECTION_RESET);
         return;
     }
-    auto *g = new PendingRead{peer.get(), nullptr, local, n,
+    auto *g = new PendingRead{peer.get(), peer->ep_worker_, local, n,
                               local_region != nullptr ? local_region->kind : TH_MEM_HOST, std::move(cb)};
     uint64_t id = 0;
     {
@@ -617,10 +617,6 @@ void UcxWorker::send_request(Outgoing &o, bool cancel) {
         delete rq;
         if (PendingRead *p = take_pending(id)) finish(p, cancel ? UCS_ERR_CANCELED : UCS_ERR_CONNECTION_RESET);
         return;
-    }
-    {
-        std::lock_guard lk(pending_mu_);
-        if (auto it = pending_.find(id); it != pending_.end()) it->second->worker = o.peer->ep_worker_;
     }
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;

@@ -217,12 +217,7 @@ TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
     std::string l = f.slow->line(30000);
     EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
     // Reported unreachable: not routed to while paused.
-    auto r1_holds = [&](const nlohmann::json &s) {
-        auto v = version_status(s, "f", 1);
-        for (const auto &r : v["shards"][0]["replicas"])
-            if (r["worker_id"].get<uint64_t>() == f.r1_id && r["complete"].get<bool>()) return true;
-        return false;
-    };
+    auto r1_holds = [&](const nlohmann::json &s) { return holds_complete(s, "f", 1, f.r1_id); };
     kill(f.r1->pid(), SIGCONT);
     // Back: its next heartbeat is refused, it registers again with its replica.
     EXPECT_TRUE(eventually(f.srv.url, r1_holds, 10000)) << server_status(f.srv.url).dump(1);
@@ -270,15 +265,7 @@ TEST(Failover, AHolderResumedPastItsLeaseRegistersOnceAndItsReplicaStaysListed) 
     std::string l = r1.line();
     ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
     uint64_t r1_id = std::stoull(l.substr(l.find("worker=") + 7));
-    auto r1_listed = [&] {
-        nlohmann::json s = server_status(url);
-        for (const auto &m : s["models"])
-            for (const auto &v : m["versions"])
-                for (const auto &sh : v["shards"])
-                    for (const auto &r : sh["replicas"])
-                        if (r["worker_id"].get<uint64_t>() == r1_id && r["complete"].get<bool>()) return true;
-        return false;
-    };
+    auto r1_listed = [&] { return holds_complete(server_status(url), "q", 1, r1_id); };
     auto hellos = [&](const char *kind) {
         std::string text = http_get(metrics), key = std::string("tensorhub_registrations_total{kind=\"") + kind + "\"} ";
         size_t at = text.find(key);
@@ -327,14 +314,7 @@ TEST(Failover, AHolderBackFromALostLeaseDeclaresWhatTheServerStillWants) {
     kill(pub.pid(), SIGCONT);
     // Back, it declares both again: version 1 is refused (older than the
     // latest, and forgotten), which must not keep version 2 undeclared.
-    bool listed = eventually(url, [](const nlohmann::json &s) {
-        for (const auto &m : s["models"])
-            for (const auto &v : m["versions"])
-                if (v["version"] == 2)
-                    for (const auto &r : v["shards"][0]["replicas"])
-                        if (r["complete"].get<bool>()) return true;
-        return false;
-    }, 5000);
+    bool listed = eventually(url, [](const nlohmann::json &s) { return holds_complete(s, "o", 2); }, 5000);
     EXPECT_TRUE(listed) << server_status(url).dump(1);
     Proc r(worker({"fetch", "--server", url, "--name", "r", "--model", "o", "--shard-kb", "256", "--no-serve"}));
     std::string l = r.line(30000);

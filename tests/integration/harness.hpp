@@ -116,6 +116,16 @@ inline nlohmann::json version_status(const nlohmann::json &s, const std::string 
     return nullptr;
 }
 
+// Whether `worker` (any worker, if 0) holds a complete replica of shard 0 of
+// (model, v).
+inline bool holds_complete(const nlohmann::json &s, const std::string &model, uint64_t v, uint64_t worker = 0) {
+    nlohmann::json ver = version_status(s, model, v);
+    if (ver.is_null()) return false;
+    for (const auto &r : ver["shards"][0]["replicas"])
+        if ((worker == 0 || r["worker_id"].get<uint64_t>() == worker) && r["complete"].get<bool>()) return true;
+    return false;
+}
+
 // Waits up to ms for pred(status) to hold.
 template <typename Pred>
 bool eventually(const std::string &url, Pred pred, int ms = 10000) {

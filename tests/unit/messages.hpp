@@ -14,10 +14,11 @@ using namespace th::wire;
 
 inline Header hdr(uint64_t worker, uint64_t req) { return Header{req, worker, 0}; }
 
-inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}) {
+// epoch: the newest server epoch the worker has seen.
+inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}, uint64_t epoch = 0) {
     Builder b;
     std::vector<uint8_t> addr = {1, 2, 3, 4};
-    return finish(b, hdr(worker, req),
+    return finish(b, Header{req, worker, epoch},
                   CreateHello(b, worker, b.CreateString("w" + std::to_string(worker)), put_labels(b, labels), b.CreateVector(addr)));
 }
 

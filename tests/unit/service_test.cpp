@@ -137,12 +137,7 @@ TEST_F(ServiceTest, UnknownWorkersAreToldToRegister) {
 }
 
 TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
-    auto hello_at = [&](uint64_t worker, uint64_t epoch) {
-        Builder b;
-        std::vector<uint8_t> addr = {5, 6, 7, 8};
-        return call(finish(b, Header{req++, worker, epoch},
-                           CreateHello(b, worker, b.CreateString("w"), put_labels(b, {}), b.CreateVector(addr))));
-    };
+    auto hello_at = [&](uint64_t worker, uint64_t epoch) { return call(hello(worker, req++, {}, epoch)); };
     auto rebuilding = [&](uint64_t worker) {
         Bytes r = call(plan(worker, req++, "nobody", UINT64_MAX, 0));
         return env(r)->body_type() == Body::ErrorReply && env(r)->body_as_ErrorReply()->rebuilding();
