@@ -1,3 +1,5 @@
+#include <fstream>
+#include <sstream>
 #include "bench_proc.hpp"
 
 #include <fcntl.h>
@@ -94,6 +96,22 @@ Child::Child(std::string name, const std::vector<std::string> &args) : name_(std
     to_child_ = commands[1];
     from_child_fd_ = replies[0];
     from_child_ = LineReader(from_child_fd_);
+}
+
+double Child::cpu_seconds() const {
+    // /proc/PID/stat: fields 14 and 15 (utime, stime) in clock ticks, after
+    // the command name in parentheses (which may hold spaces).
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    size_t close = line.rfind(')');
+    if (close == std::string::npos) fail("cannot read the CPU time of ", name_);
+    std::istringstream fields(line.substr(close + 2));
+    std::string f;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i)
+        if (i >= 14) ticks += std::stod(f);
+    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 Child::~Child() {

@@ -53,6 +53,9 @@ class Child {
     // Tells the child to quit and waits for it to exit with status 0.
     void finish(Millis timeout);
     const std::string &name() const { return name_; }
+    pid_t pid() const { return pid_; }
+    // CPU seconds (user + system) the process has used so far.
+    double cpu_seconds() const;
 
   private:
     // Waits up to timeout for the process to exit; describes how it ended.

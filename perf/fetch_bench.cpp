@@ -5,15 +5,22 @@
 // publisher and reader, and a plain-UCX target and reader. For each size the
 // publisher publishes one shard (a few float32 tensors) and the reader
 // th_fetch()es it (not serving it on); the raw pair moves the same bytes with
-// ucp_get_nbx, with the same chunk size and GETs in flight. Repetitions of
+// ucp_get_nbx, with the same chunk size and reads in flight. Repetitions of
 // the two alternate, so both see the same machine noise. Destinations are
 // faulted in before every timed transfer, and each size is warmed up once
 // untimed (registration, endpoints) and verified once, byte for byte.
 //
-//   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
-//                         [--inflight 8] [--tensors 4] [--smoke]
+// Each lane (UCX_TLS: tcp, the path between hosts, where tensorhub pulls
+// with active messages; sm, shared memory and cma on one host, where it reads
+// one-sided) is measured with fresh processes. The CPU time the holder (the
+// publisher; for the raw pair, the target) spent while being read is reported
+// per GiB served: about zero on one-sided lanes.
 //
-// Prints a table and, last, one JSON line for the largest size.
+//   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
+//                         [--inflight 8] [--tensors 4] [--lanes tcp,sm] [--smoke]
+//
+// Prints a table per lane and, last, one JSON line: the largest size of each
+// lane, with fetch_gbps, raw_gbps, ratio and transport.
 #include <signal.h>
 
 #include <algorithm>
@@ -44,6 +51,9 @@ struct Options {
     uint64_t chunk_bytes = 4ull << 20;
     unsigned inflight = 8;
     unsigned tensors = 4;
+    // UCX_TLS of each measured lane: tcp (between hosts) and sm (shared
+    // memory and cma, one host).
+    std::vector<std::string> lanes = {"tcp", "sm"};
 };
 
 // How long one command may take (a fill, a transfer, a verification) before
@@ -257,7 +267,12 @@ int run_raw_reader(const Options &o) {
 struct Result {
     uint64_t size_mb = 0;  // as asked for
     uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
+    std::string transport;  // the lane: UCX_TLS for both pairs
     std::vector<double> fetch_gbps, raw_gbps;
+    double holder_cpu_s = 0, raw_target_cpu_s = 0;  // over the timed repetitions
+    uint64_t served = 0;                             // bytes the timed repetitions moved per pair
+    double holder_cpu_per_gib() const { return served ? holder_cpu_s / (double(served) / (1ull << 30)) : 0; }
+    double raw_target_cpu_per_gib() const { return served ? raw_target_cpu_s / (double(served) / (1ull << 30)) : 0; }
     double fetch() const { return median(fetch_gbps); }
     double raw() const { return median(raw_gbps); }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
@@ -304,8 +319,13 @@ class Bench {
         fetch_once();  // warm-up: registration, endpoint, rkeys
         raw_once();
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
+            double holder0 = publisher_->cpu_seconds();
             r.fetch_gbps.push_back(bytes / fetch_once() / 1e9);
+            r.holder_cpu_s += publisher_->cpu_seconds() - holder0;
+            double target0 = raw_target_->cpu_seconds();
             r.raw_gbps.push_back(bytes / raw_once() / 1e9);
+            r.raw_target_cpu_s += raw_target_->cpu_seconds() - target0;
+            r.served += bytes;
         }
         reader_->call("verify " + version, limit);
         raw_reader_->call("verify " + version, limit);
@@ -349,20 +369,41 @@ void print_header(const Options &o, const std::string &transports) {
                 th_version(), o.tensors, human_bytes(double(o.chunk_bytes)).c_str(), o.inflight, o.reps);
     std::printf("transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n", transports.c_str(),
                 env("UCX_TLS").c_str(), env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("%10s %15s %10s %7s   %-17s %s\n", "size", "tensorhub GB/s", "raw GB/s", "ratio", "tensorhub min-max",
-                "raw min-max");
+    std::printf("%10s %15s %10s %7s   %-17s %-17s %s\n", "size", "tensorhub GB/s", "raw GB/s", "ratio",
+                "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)");
     std::fflush(stdout);
 }
 
 void print_row(const Result &r) {
-    std::printf("%10s %15.2f %10.2f %7.3f   %-17s %s\n", human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(),
-                r.ratio(), range(r.fetch_gbps).c_str(), range(r.raw_gbps).c_str());
+    std::printf("%10s %15.2f %10.2f %7.3f   %-17s %-17s %.3f (%.3f)\n", human_bytes(double(r.bytes)).c_str(), r.fetch(),
+                r.raw(), r.ratio(), range(r.fetch_gbps).c_str(), range(r.raw_gbps).c_str(), r.holder_cpu_per_gib(),
+                r.raw_target_cpu_per_gib());
     std::fflush(stdout);
 }
 
-void print_json(const Result &r) {
-    std::printf("{\"bench\":\"fetch\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f}\n",
-                static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio());
+std::string json_fields(const Result &r) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "\"transport\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f,"
+                  "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f",
+                  r.transport.c_str(), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio(),
+                  r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib());
+    return buf;
+}
+
+// One line: the largest size of the last lane at top level, every lane's
+// largest size under "lanes", and how much faster shared memory was than tcp.
+void print_json(const std::vector<Result> &largest) {
+    std::string lanes;
+    double tcp = 0, sm = 0;
+    for (const Result &r : largest) {
+        lanes += (lanes.empty() ? "{" : ",{") + json_fields(r) + "}";
+        if (r.transport == "tcp") tcp = r.fetch();
+        if (r.transport == "sm") sm = r.fetch();
+    }
+    std::string extra = tcp > 0 && sm > 0 ? str(",\"sm_over_tcp\":", sm / tcp) : std::string();
+    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s}\n", json_fields(largest.back()).c_str(), lanes.c_str(),
+                extra.c_str());
     std::fflush(stdout);
 }
 
@@ -373,17 +414,25 @@ int run_parent(const Options &o) {
     th_server *raw_server = nullptr;
     check(th_server_create(&raw_server, &sc), "starting the embedded server");
     std::unique_ptr<th_server, decltype(&th_server_destroy)> server(raw_server, th_server_destroy);
-    // Children are killed by Bench's destructor if anything below fails.
-    Bench bench(th_server_url(server.get()), o);
-    print_header(o, bench.transports());
-    std::vector<Result> results;
-    for (size_t i = 0; i < o.sizes_mb.size(); ++i) {
-        results.push_back(bench.measure(o.sizes_mb[i], i));
-        print_row(results.back());
+    std::vector<Result> largest;
+    uint64_t index = 0;
+    for (const std::string &lane : o.lanes) {
+        // The children inherit the lane; each pair runs over it alone.
+        setenv("UCX_TLS", lane.c_str(), 1);
+        // Children are killed by Bench's destructor if anything below fails.
+        Bench bench(th_server_url(server.get()), o);
+        print_header(o, bench.transports());
+        std::vector<Result> results;
+        for (uint64_t mb : o.sizes_mb) {
+            results.push_back(bench.measure(mb, index++));
+            results.back().transport = lane;
+            print_row(results.back());
+        }
+        bench.finish();
+        largest.push_back(*std::max_element(results.begin(), results.end(),
+                                            [](const Result &a, const Result &b) { return a.bytes < b.bytes; }));
     }
-    bench.finish();
-    print_json(*std::max_element(results.begin(), results.end(),
-                                 [](const Result &a, const Result &b) { return a.bytes < b.bytes; }));
+    print_json(largest);
     return 0;
 }
 
@@ -404,6 +453,7 @@ Options parse(const th_tools::Args &args) {
     o.chunk_bytes = args.get_u64("chunk-kb", o.chunk_bytes >> 10) << 10;
     o.inflight = static_cast<unsigned>(args.get_u64("inflight", o.inflight));
     o.tensors = static_cast<unsigned>(args.get_u64("tensors", o.tensors));
+    if (args.has("lanes")) o.lanes = split(args.get("lanes"), ',');
     if (o.sizes_mb.empty() || o.reps < 1 || o.chunk_bytes == 0 || o.inflight < 1 || o.tensors < 1)
         fail("--sizes-mb, --reps, --chunk-kb, --inflight and --tensors must be positive");
     for (uint64_t mb : o.sizes_mb)
@@ -419,14 +469,20 @@ int main(int argc, char **argv) {
     // gives the raw baseline the very same transport configuration.
     setenv("UCX_TCP_TX_SEG_SIZE", "64K", /*overwrite=*/0);
     setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
+    // And these (src/transport/ucx_env.cpp, UCX >= 1.19): shared memory with
+    // peer error handling, which the raw pair uses too.
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
     try {
         th_tools::Args args(argc, argv, {"help", "smoke"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096] "
-                        "[--inflight 8] [--tensors 4] [--smoke]\n");
+                        "[--inflight 8] [--tensors 4] [--lanes tcp,sm] [--smoke]\n");
             return 0;
         }
-        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "inflight", "tensors", "smoke", "role", "server"});
+        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "inflight", "tensors", "lanes", "smoke", "role", "server"});
         if (!bad.empty()) fail("unknown option --", bad[0], " (see --help)");
         Options o = parse(args);
         ensure_std_fds();

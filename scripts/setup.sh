@@ -22,3 +22,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# UCX 1.22 from PyPI (libucx-cu12, pinned): one-sided reads under peer error
+# handling and shared memory between processes of one host. The build uses it
+# when present (CMakeLists.txt, TH_UCX); TH_SETUP_UCX_WHEEL=0 keeps the
+# system's UCX only.
+ucx_wheel=1.22.0
+if [ "${TH_SETUP_UCX_WHEEL:-1}" = 1 ] &&
+    ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('libucx-cu12') != '$ucx_wheel')" 2>/dev/null; then
+    echo "setup: installing libucx-cu12==$ucx_wheel (pip)"
+    python3 -m pip install -q --disable-pip-version-check "libucx-cu12==$ucx_wheel"
+fi

@@ -38,7 +38,13 @@ std::string reachable_events_url(const std::string &server_url, const std::strin
 
 }  // namespace
 
-Replica::~Replica() = default;
+// A released replica's registrations are withdrawn unless another replica
+// still uses them (docs/security.md): the rkeys handed out for it stop working.
+Replica::~Replica() {
+    if (client_ == nullptr) return;  // detached at shutdown
+    regions_.clear();
+    client_->ucx().withdraw_unused();
+}
 
 Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id()) {
     if (cfg_.server_url.empty()) fail(TH_ERR_INVALID_ARG, "server_url is required");
@@ -382,7 +388,7 @@ Replica *Client::prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer
     if (r->id_ == 0) r->id_ = 1;
     r->buffers_ = std::move(buffers);
     for (const Buffer &buf : r->buffers_) {
-        RegionRef reg = ucx_->register_memory(buf.data, buf.spec.nbytes, buf.kind);
+        RegionRef reg = ucx_->register_memory(buf.data, buf.spec.nbytes, buf.kind, /*expose=*/true);
         uint32_t idx = 0;
         while (idx < r->regions_.size() && r->regions_[idx] != reg) ++idx;
         if (idx == r->regions_.size()) r->regions_.push_back(reg);

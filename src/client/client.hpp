@@ -23,7 +23,7 @@
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
 #include "server/state.hpp"
-#include "transport/ucx.hpp"
+#include "transport/worker.hpp"
 #include "wire/status_json.hpp"
 #include "wire/wire.hpp"
 

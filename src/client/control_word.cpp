@@ -16,7 +16,7 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : slots_(slots) {
         words_[i].chunks_done.store(0);
         free_.push_back(static_cast<uint32_t>(slots - 1 - i));
     }
-    region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST);
+    region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
 }
 
 ControlPage::~ControlPage() {

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "transport/ucx.hpp"
+#include "transport/worker.hpp"
 
 namespace th {
 

@@ -260,8 +260,8 @@ void Fetch::issue_ctrl(Source &s) {
     op->source = &s;
     const RegionDesc &reg = s.desc.regions[s.desc.ctrl_region];
     client_.ucx().read(s.peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
-                       reg.rkey, [op](ucs_status_t st) {
-                          Event e{Event::Ctrl, op->source, 0, st, {op->word[0], op->word[1]}};
+                       reg.rkey, [op](const char *error) {
+                          Event e{Event::Ctrl, op->source, 0, error, {op->word[0], op->word[1]}};
                           op->box->post(e);
                       });
 }
@@ -274,7 +274,7 @@ void Fetch::issue_chunk(Source &s, uint32_t chunk) {
         Source *source;
         uint32_t chunk;
         std::atomic<size_t> left;
-        std::atomic<int> status{UCS_OK};
+        std::atomic<const char *> error{nullptr};
         Clock::time_point asked = Clock::now();
     };
     auto op = std::make_shared<Op>();
@@ -289,10 +289,10 @@ void Fetch::issue_chunk(Source &s, uint32_t chunk) {
         const PlaceDesc &place = s.desc.places[p.tensor];
         uint64_t remote = s.desc.regions[place.region].address + place.offset + p.offset;
         client_.ucx().read(s.peer, Lane::Data, p.local, p.length, p.region, remote, s.desc.regions[place.region].rkey,
-                           [op](ucs_status_t st) {
-            if (st != UCS_OK) op->status = st;
+                           [op](const char *error) {
+            if (error != nullptr) op->error = error;
             if (--op->left == 0)
-                op->box->post(Event{Event::Chunk, op->source, op->chunk, static_cast<ucs_status_t>(op->status.load()), {},
+                op->box->post(Event{Event::Chunk, op->source, op->chunk, op->error.load(), {},
                                     std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->asked)});
         });
     }
@@ -328,9 +328,9 @@ void Fetch::handle(const Event &e) {
         s.chunk_inflight--;
         inflight_--;
         uint8_t &st = state_[e.chunk - first_chunk_];
-        if (e.status != UCS_OK || s.failed) {
+        if (e.error != nullptr || s.failed) {
             st = Missing;
-            if (!s.failed) fail_source(s, str("read failed: ", ucs_status_string(e.status)));
+            if (!s.failed) fail_source(s, str("read failed: ", e.error));
             return;
         }
         st = Got;
@@ -340,8 +340,8 @@ void Fetch::handle(const Event &e) {
         return;
     }
     s.ctrl_inflight = false;
-    if (e.status != UCS_OK) {
-        if (!s.failed) fail_source(s, str("reading its control word failed: ", ucs_status_string(e.status)));
+    if (e.error != nullptr) {
+        if (!s.failed) fail_source(s, str("reading its control word failed: ", e.error));
         return;
     }
     if (s.failed) return;

@@ -29,7 +29,7 @@ class Fetch {
         enum Kind { Chunk, Ctrl } kind;
         Source *source;
         uint32_t chunk;
-        ucs_status_t status;
+        const char *error;  // nullptr: the read completed
         uint64_t ctrl[2];  // the control word read, for Ctrl events
         std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
     };

@@ -1,0 +1,197 @@
+#include "transport/peer.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "transport/reads.hpp"
+#include "transport/worker.hpp"
+
+namespace th {
+
+namespace {
+
+// Transports that read a holder's memory without its CPU: RDMA (rc, dc, and
+// their accelerated variants), the kernel's cross-memory attach and its
+// relatives on one host, and GPU peer access. Prefixes of UCX's names.
+constexpr const char *kOneSided[] = {"rc", "dc", "cma", "knem", "xpmem", "cuda_ipc", "rocm_ipc", "gdr_copy"};
+
+[[maybe_unused]] bool reads_one_sided(const char *transport) {
+    for (const char *t : kOneSided)
+        if (std::strncmp(transport, t, std::strlen(t)) == 0) return true;
+    return false;
+}
+
+}  // namespace
+
+const char *read_path_name(ReadPath p) { return p == ReadPath::OneSided ? "one-sided GET" : "active-message pull"; }
+
+Peer::~Peer() = default;
+
+std::vector<void *> Peer::drop_endpoints(bool close) {
+    std::vector<void *> closing;
+    for (size_t l = 0; l < eps_.size(); ++l) {
+        if (close)
+            for (auto &[packed, rkey] : rkeys_[l]) ucp_rkey_destroy(rkey);
+        rkeys_[l].clear();  // without close: they belong to a set-aside worker, leaked with it
+        ucp_ep_h &ep = eps_[l];
+        if (ep != nullptr && close) {
+            ucp_request_param_t prm{};
+            prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+            void *req = ucp_ep_close_nbx(ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+        }
+        ep = nullptr;
+    }
+    return closing;
+}
+
+ucp_rkey_h Peer::rkey(Lane l, const std::vector<uint8_t> &packed, ucs_status_t *st) {
+    auto &cache = rkeys_[static_cast<size_t>(l)];
+    auto it = cache.find(packed);
+    if (it != cache.end()) return it->second;
+    ucp_rkey_h r = nullptr;
+    *st = ucp_ep_rkey_unpack(lane(l), packed.data(), &r);
+    if (*st != UCS_OK) return nullptr;
+    cache.emplace(packed, r);
+    return r;
+}
+
+void Peer::choose_path(bool one_sided_allowed) {
+    path_ = ReadPath::ActiveMessage;
+#if UCP_API_VERSION >= UCP_VERSION(1, 19)
+    ucp_transport_entry_t entries[16];
+    ucp_ep_attr_t attr{};
+    attr.field_mask = UCP_EP_ATTR_FIELD_TRANSPORTS;
+    attr.transports.entries = entries;
+    attr.transports.num_entries = 16;
+    attr.transports.entry_size = sizeof(ucp_transport_entry_t);
+    if (ucp_ep_query(lane(Lane::Data), &attr) == UCS_OK) {
+        bool one_sided = false;
+        transports_.clear();
+        for (unsigned i = 0; i < attr.transports.num_entries; ++i) {
+            const ucp_transport_entry_t &e = entries[i];
+            if (e.transport_name == nullptr) continue;
+            if (!transports_.empty()) transports_ += ' ';
+            transports_ += str(e.transport_name, "/", e.device_name ? e.device_name : "?");
+            one_sided = one_sided || reads_one_sided(e.transport_name);
+        }
+        if (one_sided && one_sided_allowed) path_ = ReadPath::OneSided;
+    }
+#else
+    (void)one_sided_allowed;
+    transports_ = "(this UCX cannot say)";
+#endif
+}
+
+void Peer::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
+    auto *p = static_cast<Peer *>(arg);
+    int expected = UCS_OK;
+    if (p->status_.compare_exchange_strong(expected, status))
+        TH_LOG(Info, "peer ", p->worker_id_, " failed: ", ucs_status_string(status));
+    p->worker_->fail_reads(p, status);
+}
+
+bool Peer::dropped_by_pause() const { return status_.load() == kDroppedByPause; }
+
+std::string Peer::failure() const {
+    int st = status_.load();
+    if (st == UCS_ERR_CANCELED) return "closed after it stopped making progress";
+    if (st == kDroppedByPause) return "dropped: this process was paused";
+    return ucs_status_string(static_cast<ucs_status_t>(st));
+}
+
+PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address) {
+    PeerRef p;
+    std::unique_lock<std::mutex> greeting;
+    {
+        std::lock_guard lk(mu_);
+        auto it = peers_.find(worker_id);
+        if (it != peers_.end() && !it->second->failed() && it->second->address_ == address) {
+            p = it->second;
+        } else {
+            p = std::make_shared<Peer>();
+            p->worker_ = this;
+            p->worker_id_ = worker_id;
+            p->address_ = address;
+            ucp_ep_params_t ep{};
+            ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                            UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            ep.address = reinterpret_cast<const ucp_address_t *>(address.data());
+            ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+            ep.err_handler.cb = &Peer::on_error;
+            ep.err_handler.arg = p.get();
+            p->ep_worker_ = worker_;
+            for (ucp_ep_h &e : p->eps_) {
+                ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &e);
+                if (st != UCS_OK) {
+                    for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+                    fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+                }
+            }
+            p->choose_path(one_sided_);
+            TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_);
+            // Only the active-message path over tcp needs the greeting (see greet).
+            if (p->path_ == ReadPath::ActiveMessage) greeting = std::unique_lock(p->greeting_);
+            if (it != peers_.end()) {
+                // The failed (or outdated) endpoints stay referenced by
+                // whoever still uses them; close them.
+                PeerRef old = it->second;
+                it->second = p;
+                std::lock_guard plk(old->mu_);
+                for (void *req : old->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+            } else {
+                peers_.emplace(worker_id, p);
+            }
+        }
+    }
+    if (greeting.owns_lock()) {
+        greet(p);
+        return p;
+    }
+    std::lock_guard wait(p->greeting_);  // until whoever created it has greeted it
+    return p;
+}
+
+// Over tcp each side of an endpoint connects a socket of its own, the peer
+// its side when it first answers, and UCX (1.13) merges the two. A request
+// that arrives while the merge is under way can be read from a socket UCX has
+// just handed over: it logs "recv(-1) failed" and fails the endpoint. So the
+// peer answers one empty read on each lane, one lane at a time, before any
+// other traffic; a peer that does not answer in time is left to the reads'
+// own deadlines. One-sided reads need no answer and no greeting.
+void UcxWorker::greet(const PeerRef &p) {
+    constexpr auto kGreetLimit = std::chrono::milliseconds(1000);
+    auto until = std::chrono::steady_clock::now() + kGreetLimit;
+    for (Lane l : {Lane::Data, Lane::Control}) {
+        auto answered = std::make_shared<std::atomic<int>>(1);  // 1: not yet
+        read(p, l, nullptr, 0, nullptr, 0, {}, [answered](const char *error) { answered->store(error ? -1 : 0); });
+        ucp_worker_signal(worker_);
+        while (answered->load() == 1 && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (answered->load() != 0) {
+            TH_LOG(Info, "worker ", p->worker_id_, " did not answer a first read within ", kGreetLimit.count(), " ms",
+                   answered->load() < 0 ? " (failed)" : "");
+            return;
+        }
+    }
+}
+
+void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
+    if (!peer) return;
+    int expected = UCS_OK;
+    if (peer->status_.compare_exchange_strong(expected, UCS_ERR_CANCELED))
+        TH_LOG(Info, "closing endpoint to worker ", peer->worker_id_, ": ", why);
+    {
+        std::lock_guard lk(mu_);
+        std::lock_guard plk(peer->mu_);
+        for (void *req : peer->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+        auto it = peers_.find(peer->worker_id_);
+        if (it != peers_.end() && it->second == peer) peers_.erase(it);
+    }
+    fail_reads(peer.get(), UCS_ERR_CANCELED);
+    ucp_worker_signal(worker_);
+}
+
+}  // namespace th

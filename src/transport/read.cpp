@@ -1,0 +1,242 @@
+// The reader's side of the data plane: reads are queued by any thread and
+// posted by the progress thread, as one-sided GETs or as read requests that
+// the holder answers (peer.hpp says which, per peer).
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "transport/memory_kind.hpp"
+#include "transport/reads.hpp"
+
+namespace th {
+
+namespace {
+
+// What a read's callback is told: a static text, never a UCX code.
+const char *describe(ucs_status_t st) {
+    if (st == UCS_OK) return nullptr;
+    if (st == kDroppedByPause) return "dropped: this process was paused";
+    if (st == UCS_ERR_CANCELED) return "the endpoint was closed";
+    if (st == UCS_ERR_INVALID_ADDR) return "the holder no longer serves that memory";
+    return ucs_status_string(st);
+}
+
+ucs_memory_type_t memory_type(const MemRegion *r) {
+    return r != nullptr && r->kind == TH_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
+
+}  // namespace
+
+void UcxWorker::finish(PendingRead *g, ucs_status_t status) {
+    g->cb(describe(status));
+    delete g;
+}
+
+// Whoever takes a read out of pending_ completes it: its answer or GET
+// completion, a failure of its endpoint, or a restart that sets its worker
+// aside.
+UcxWorker::PendingRead *UcxWorker::take_pending(uint64_t id) {
+    std::lock_guard lk(pending_mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return nullptr;
+    PendingRead *g = it->second;
+    pending_.erase(it);
+    return g;
+}
+
+void UcxWorker::complete(uint64_t id, ucs_status_t status) {
+    if (PendingRead *g = take_pending(id)) finish(g, status);
+}
+
+uint64_t UcxWorker::add_pending(PendingRead *g) {
+    uint64_t id = 0;
+    std::lock_guard lk(pending_mu_);
+    do {
+        // Random, so that no peer can guess the id of a read it was not
+        // asked and answer it; 0 is never used.
+        if (getrandom(&id, sizeof id, 0) != sizeof id) id = ++id_state_ * 0x9E3779B97F4A7C15ull;
+    } while (id == 0 || !pending_.emplace(id, g).second);
+    return id;
+}
+
+size_t UcxWorker::fail_reads(const std::function<bool(const PendingRead &)> &which, ucs_status_t status) {
+    std::vector<PendingRead *> failed;
+    {
+        std::lock_guard lk(pending_mu_);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (!which(*it->second)) {
+                ++it;
+                continue;
+            }
+            failed.push_back(it->second);
+            it = pending_.erase(it);
+        }
+    }
+    for (PendingRead *g : failed) finish(g, status);
+    return failed.size();
+}
+
+void UcxWorker::fail_reads(const Peer *peer, ucs_status_t status) {
+    fail_reads([peer](const PendingRead &g) { return g.peer == peer; }, status);
+}
+
+void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                     uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
+    if (peer->path() == ReadPath::OneSided || n <= kMaxAnswer)
+        return read_piece(peer, lane, local, n, local_region, remote, rkey, std::move(cb));
+    // Several answers; cb runs once, when the last is in, with the first
+    // failure if any.
+    struct Parts {
+        std::atomic<uint64_t> left;
+        std::atomic<const char *> error{nullptr};
+        ReadCallback cb;
+    };
+    auto parts = std::make_shared<Parts>();
+    parts->left = (n + kMaxAnswer - 1) / kMaxAnswer;
+    parts->cb = std::move(cb);
+    for (uint64_t off = 0; off < n; off += kMaxAnswer) {
+        read_piece(peer, lane, static_cast<uint8_t *>(local) + off, std::min(kMaxAnswer, n - off), local_region,
+                   remote + off, rkey, [parts](const char *error) {
+                       const char *none = nullptr;
+                       if (error != nullptr) parts->error.compare_exchange_strong(none, error);
+                       if (parts->left.fetch_sub(1) == 1) parts->cb(parts->error.load());
+                   });
+    }
+}
+
+void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                           uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
+    if (peer->failed()) {
+        cb(describe(UCS_ERR_CONNECTION_RESET));
+        return;
+    }
+    uint64_t id = add_pending(new PendingRead{peer.get(), peer->ep_worker_, local, n,
+                                              local_region != nullptr ? local_region->kind : TH_MEM_HOST, std::move(cb)});
+    bool was_empty;
+    {
+        std::lock_guard lk(outbox_mu_);
+        was_empty = outbox_.empty();
+        outbox_.push_back(Outgoing{peer, lane, id, ReadRequestHeader{id, remote, n}, rkey, local, local_region});
+    }
+    // The progress thread posts it; one wake-up per batch it has not seen.
+    if (was_empty) ucp_worker_signal(worker_);
+}
+
+void UcxWorker::send_outbox() {
+    std::vector<Outgoing> batch;
+    {
+        std::lock_guard lk(outbox_mu_);
+        batch.swap(outbox_);
+    }
+    for (Outgoing &o : batch) send(o, /*cancel=*/false);
+}
+
+void UcxWorker::send(Outgoing &o, bool cancel) {
+    std::unique_lock plk(o.peer->mu_);
+    ucp_ep_h ep = o.peer->lane(o.lane);
+    if (cancel || o.peer->failed() || ep == nullptr) {
+        plk.unlock();
+        complete(o.id, cancel ? UCS_ERR_CANCELED : UCS_ERR_CONNECTION_RESET);
+        return;
+    }
+    if (o.peer->path() == ReadPath::OneSided && o.header.length > 0) {
+        ucs_status_t st = UCS_OK;
+        ucp_rkey_h rkey = o.peer->rkey(o.lane, o.rkey, &st);
+        if (rkey == nullptr) {
+            plk.unlock();
+            TH_LOG(Warn, "cannot unpack the remote key of worker ", o.peer->worker_id(), ": ", ucs_status_string(st));
+            complete(o.id, st);
+            return;
+        }
+        post_get(o, ep, rkey);
+    } else {
+        post_request(o, ep);
+    }
+}
+
+// A one-sided read straight into the destination; the holder's CPU takes no
+// part. The completion callback runs on the progress thread.
+void UcxWorker::post_get(Outgoing &o, ucp_ep_h ep, ucp_rkey_h rkey) {
+    struct Op {
+        UcxWorker *owner;
+        uint64_t id;
+    };
+    auto *op = new Op{this, o.id};
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    prm.memory_type = memory_type(o.local_region);
+    if (o.local_region != nullptr) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        prm.memh = o.local_region->memh;
+    }
+    prm.user_data = op;
+    prm.cb.send = [](void *request, ucs_status_t st, void *user_data) {
+        ucp_request_free(request);
+        auto *op = static_cast<Op *>(user_data);
+        op->owner->complete(op->id, st);
+        delete op;
+    };
+    ucs_status_ptr_t req = ucp_get_nbx(ep, o.local, o.header.length, o.header.remote, rkey, &prm);
+    if (UCS_PTR_IS_PTR(req)) return;  // completes later: prm.cb.send
+    delete op;
+    complete(o.id, UCS_PTR_STATUS(req));
+}
+
+// The holder answers on the endpoint the request came on (REPLY).
+void UcxWorker::post_request(Outgoing &o, ucp_ep_h ep) {
+    struct Op {
+        UcxWorker *owner;
+        uint64_t id;
+        ReadRequestHeader header;
+        std::vector<uint8_t> rkey;
+    };
+    auto *op = new Op{this, o.id, o.header, std::move(o.rkey)};
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    prm.user_data = op;
+    prm.cb.send = [](void *request, ucs_status_t st, void *user_data) {
+        ucp_request_free(request);
+        auto *op = static_cast<Op *>(user_data);
+        if (st != UCS_OK) op->owner->complete(op->id, st);  // not sent: nobody will answer it
+        delete op;
+    };
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep, kReadRequest, &op->header, sizeof op->header, op->rkey.data(), op->rkey.size(), &prm);
+    if (UCS_PTR_IS_PTR(req)) return;  // sent (or failed) later: prm.cb.send
+    ucs_status_t st = UCS_PTR_STATUS(req);
+    delete op;
+    if (st != UCS_OK) complete(o.id, st);
+}
+
+ucs_status_t UcxWorker::on_read_reply(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                      const ucp_am_recv_param_t *param) {
+    auto *self = static_cast<UcxWorker *>(arg);
+    ReadReplyHeader h{};
+    if (header_length != sizeof h) return UCS_OK;  // not an answer of ours
+    std::memcpy(&h, header, sizeof h);
+    PendingRead *g = self->take_pending(h.id);
+    ucs_status_t st = static_cast<ucs_status_t>(h.status);
+    // Answers are sent eagerly; a rendezvous would need a receive posted.
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+        ucp_am_data_release(self->worker_.load(), data);
+        st = UCS_ERR_UNSUPPORTED;
+    }
+    if (g == nullptr) return UCS_OK;  // answered after it was given up
+    if (st == UCS_OK && length != g->length) st = UCS_ERR_MESSAGE_TRUNCATED;
+    if (st == UCS_OK && length > 0) {
+        try {
+            copy_from_host(g->local, data, length, g->kind);
+        } catch (const std::exception &e) {
+            TH_LOG(Error, "cannot place ", length, " bytes read: ", e.what());
+            st = UCS_ERR_IO_ERROR;
+        }
+    }
+    finish(g, st);
+    return UCS_OK;
+}
+
+}  // namespace th

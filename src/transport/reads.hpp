@@ -1,0 +1,67 @@
+// Internal to src/transport: a read while it is in flight, and the data
+// plane's two active messages (the active-message read path).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+#include "transport/worker.hpp"
+
+namespace th {
+
+// The data plane's two messages. Their fields have fixed sizes and both ends
+// are little-endian; a request's payload is the region's packed rkey, a
+// reply's is the bytes.
+enum AmId : unsigned { kReadRequest = 1, kReadReply = 2 };
+static_assert(std::endian::native == std::endian::little, "the data plane's messages are little-endian");
+
+struct ReadRequestHeader {
+    uint64_t id;
+    uint64_t remote;
+    uint64_t length;
+};
+
+struct ReadReplyHeader {
+    uint64_t id;
+    int32_t status;  // a ucs_status_t; UCS_OK: the payload is the bytes
+    uint32_t pad;
+};
+
+// Bounds on what a request may carry; anything larger is not a read of ours.
+constexpr size_t kMaxRkey = 4096;
+constexpr uint64_t kMaxRead = uint64_t{1} << 32;
+// The most one answer carries: a longer read is asked for in pieces. Over
+// tcp an answer that fits one receive segment (UCX_TCP_RX_SEG_SIZE, 256 KiB
+// as ucx_env.cpp sets it) reaches the reader's handler in place; a longer one
+// is first reassembled by UCX into memory it allocates, one more copy of
+// every byte (and fresh pages to fault in), which made an 8-reader chain
+// CPU-bound. One-sided reads are never split.
+constexpr uint64_t kMaxAnswer = 192 << 10;
+
+// The status a peer fails with when this process was paused (see
+// PauseRecovery); UCX itself does not use it for endpoints.
+constexpr ucs_status_t kDroppedByPause = UCS_ERR_TIMED_OUT;
+
+// A read this process asked for and that has not completed.
+struct UcxWorker::PendingRead {
+    const Peer *peer;
+    ucp_worker_h worker;  // the worker it was asked on
+    void *local;
+    uint64_t length;
+    th_mem_kind kind;
+    ReadCallback cb;
+};
+
+// A read queued for the progress thread to post.
+struct UcxWorker::Outgoing {
+    PeerRef peer;
+    Lane lane;
+    uint64_t id;  // its PendingRead
+    ReadRequestHeader header;
+    std::vector<uint8_t> rkey;  // packed
+    void *local;
+    const MemRegion *local_region;  // may be null (unregistered host memory)
+};
+
+}  // namespace th

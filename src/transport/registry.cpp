@@ -1,0 +1,127 @@
+#include "transport/registry.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "transport/memory_kind.hpp"
+
+namespace th {
+
+namespace {
+
+// Unexposed registrations with no user left are kept (the next fetch often
+// reads into the same buffers) up to this many.
+constexpr size_t kMaxIdleRegions = 64;
+
+bool same_bytes(const std::vector<uint8_t> &a, const uint8_t *b, size_t n) {
+    if (a.size() != n) return false;
+    uint8_t diff = 0;  // constant time: the rkey is what authorises the read
+    for (size_t i = 0; i < n; i++) diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+}  // namespace
+
+MemRegion::~MemRegion() {
+    if (memh != nullptr) ucp_mem_unmap(context, memh);
+}
+
+RegionRef Registry::register_memory(void *ptr, uint64_t n, th_mem_kind kind, bool expose) {
+    if (ptr == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "cannot register a null or empty buffer");
+    auto p = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard mlk(map_mu_);
+    {
+        std::lock_guard lk(mu_);
+        for (Entry &e : entries_)
+            if (e.region->kind == kind && e.region->contains(p, n)) {
+                e.exposed = e.exposed || expose;
+                return e.region;
+            }
+    }
+    check_memory_kind(ptr, kind);
+    auto r = std::make_shared<MemRegion>();
+    r->base = p;
+    r->length = n;
+    r->kind = kind;
+    r->context = context_;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = ptr;
+    mp.length = n;
+    mp.memory_type = kind == TH_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    ucs_status_t st = ucp_mem_map(context_, &mp, &r->memh);
+    if (st != UCS_OK)
+        fail(TH_ERR_TRANSPORT, "cannot register ", n, " bytes of ", kind == TH_MEM_CUDA ? "CUDA" : "host",
+             " memory with UCX: ", ucs_status_string(st), kind == TH_MEM_CUDA ? " (is UCX built with CUDA support?)" : "");
+    void *buf = nullptr;
+    size_t len = 0;
+    st = ucp_rkey_pack(context_, r->memh, &buf, &len);
+    if (st != UCS_OK) fail(TH_ERR_TRANSPORT, "cannot pack the remote key of a registration: ", ucs_status_string(st));
+    r->rkey.assign(static_cast<uint8_t *>(buf), static_cast<uint8_t *>(buf) + len);
+    ucp_rkey_buffer_release(buf);
+    std::vector<RegionRef> evicted;  // unmapped after mu_ is released
+    std::lock_guard lk(mu_);
+    auto idle = [](const Entry &e) { return !e.exposed && e.region.use_count() == 1; };
+    size_t n_idle = std::count_if(entries_.begin(), entries_.end(), idle);
+    for (auto it = entries_.begin(); n_idle >= kMaxIdleRegions && it != entries_.end();) {
+        if (idle(*it)) {
+            evicted.push_back(std::move(it->region));
+            it = entries_.erase(it);
+            --n_idle;
+        } else {
+            ++it;
+        }
+    }
+    entries_.push_back({r, expose});
+    return r;
+}
+
+size_t Registry::withdraw_unused() {
+    std::vector<RegionRef> withdrawn;  // unmapped after mu_ is released
+    {
+        std::lock_guard lk(mu_);
+        for (auto it = entries_.begin(); it != entries_.end();) {
+            if (it->exposed && it->region.use_count() == 1) {
+                withdrawn.push_back(std::move(it->region));
+                it = entries_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    return withdrawn.size();
+}
+
+void Registry::forget(const void *base) {
+    auto p = reinterpret_cast<uintptr_t>(base);
+    std::vector<RegionRef> forgotten;
+    std::lock_guard lk(mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (it->region->base == p && it->region.use_count() == 1) {
+            forgotten.push_back(std::move(it->region));
+            it = entries_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+RegionRef Registry::served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const {
+    std::lock_guard lk(mu_);
+    for (const Entry &e : entries_)
+        if (e.exposed && e.region->contains(p, n) && same_bytes(e.region->rkey, rkey, rkey_len)) return e.region;
+    return nullptr;
+}
+
+size_t Registry::size() const {
+    std::lock_guard lk(mu_);
+    return entries_.size();
+}
+
+void Registry::clear() {
+    std::vector<Entry> all;
+    std::lock_guard lk(mu_);
+    all.swap(entries_);
+}
+
+}  // namespace th

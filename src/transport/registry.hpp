@@ -1,0 +1,66 @@
+// The registration cache: every buffer this process publishes, serves from or
+// reads into is registered with UCX once (ucp_mem_map) and the registration
+// is reused while it covers the buffer. A registration whose packed rkey was
+// handed to readers ("exposed") is withdrawn as soon as no replica uses it:
+// an rkey is the capability to read memory one-sidedly, so none may outlive
+// the replica it was handed out for (docs/security.md). Registrations that
+// were never exposed (fetch destinations) are kept for reuse, up to a cap.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "tensorhub/tensorhub.h"
+
+namespace th {
+
+// A registered piece of memory and its packed remote key.
+struct MemRegion {
+    uintptr_t base = 0;
+    uint64_t length = 0;
+    th_mem_kind kind = TH_MEM_HOST;
+    ucp_mem_h memh = nullptr;
+    std::vector<uint8_t> rkey;
+    ucp_context_h context = nullptr;
+    ~MemRegion();
+    bool contains(uintptr_t p, uint64_t n) const { return p >= base && n <= length && p - base <= length - n; }
+};
+using RegionRef = std::shared_ptr<MemRegion>;
+
+class Registry {
+  public:
+    explicit Registry(ucp_context_h context) : context_(context) {}
+
+    // A registered region covering [ptr, ptr + n), reused from the cache when
+    // one covers it. With expose, the region is marked as handed out: it is
+    // withdrawn once unused (see withdraw_unused).
+    RegionRef register_memory(void *ptr, uint64_t n, th_mem_kind kind, bool expose);
+    // Unmaps every exposed registration that no replica uses any more: their
+    // rkeys stop working (on transports that check them) before the caller
+    // may free or reuse the memory. Returns how many were withdrawn.
+    size_t withdraw_unused();
+    // Drops the unused registrations starting at base: call before freeing
+    // memory the library allocated.
+    void forget(const void *base);
+    // The region in use with this packed rkey that holds [p, p + n), if any:
+    // what a holder may serve. Withdrawn registrations are never found.
+    RegionRef served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
+    size_t size() const;
+    void clear();
+
+  private:
+    struct Entry {
+        RegionRef region;
+        bool exposed = false;
+    };
+    ucp_context_h context_;
+    std::mutex map_mu_;    // one registration at a time; held across ucp_mem_map
+    mutable std::mutex mu_;  // guards entries_; never held across a call into UCX
+    std::vector<Entry> entries_;
+};
+
+}  // namespace th

@@ -1,0 +1,166 @@
+// The UCX data plane of one process: a context and worker driven by an
+// event-driven progress thread, the registration cache, the peers, and reads
+// of a peer's registered memory with completion callbacks.
+//
+// Where the code lives: worker.cpp (context, worker, progress thread, pause
+// recovery), registry.cpp (registrations), peer.cpp (endpoints, read path),
+// read.cpp (the reader's side: GETs and read requests), serve.cpp (the
+// holder's side: answering read requests), ucx_env.cpp (UCX settings).
+// UCX status codes stop here: callers see an error text or a th_status.
+//
+// Threading: the worker runs in UCS_THREAD_MODE_MULTI. Only the progress
+// thread calls ucp_worker_progress and posts reads (other threads queue them,
+// see outbox_); any thread may ask for reads. Completion callbacks and
+// handlers run on the progress thread, inside UCX, and must be short, must
+// not block and must not take mu_ (whose holders call into UCX).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "tensorhub/tensorhub.h"
+#include "transport/peer.hpp"
+#include "transport/registry.hpp"
+
+namespace th {
+
+// Called once per read, on the progress thread: nullptr when the bytes are in
+// place, else a static text saying why not.
+using ReadCallback = std::function<void(const char *error)>;
+
+// What the progress thread does after this process was paused (SIGSTOP, a
+// debugger, a frozen VM) for longer than pause_ms: peers have given up on it
+// and closed their endpoints, and the reads they had asked for are stale.
+// The paused worker is never progressed again: it is set aside (leaked), a
+// fresh worker takes its place, every endpoint of the old one fails, its
+// reads still in flight complete with an error, the stale requests are not
+// answered, and on_restart runs so that the owner registers the new address.
+struct PauseRecovery {
+    uint32_t pause_ms = 0;  // 0: never
+    std::function<void(uint64_t paused_ms)> on_restart;
+};
+
+struct UcxOptions {
+    // UCX_TLS for this context only (tests pin a lane: "tcp", "sm"); empty:
+    // the environment's or UCX's choice.
+    std::string transports;
+};
+
+class UcxWorker {
+  public:
+    explicit UcxWorker(PauseRecovery pause = {}, UcxOptions options = {});
+    ~UcxWorker();
+    UcxWorker(const UcxWorker &) = delete;
+    UcxWorker &operator=(const UcxWorker &) = delete;
+
+    // The packed worker address others connect to (a new one after a pause).
+    // Right after this process was paused past pause_ms the progress thread
+    // may not have noticed yet (it does at its next turn, within ~100 ms):
+    // then this waits, up to a second, until it has put the fresh worker in
+    // place, so that no peer is sent to the paused worker's address.
+    std::vector<uint8_t> address();
+    // How many times a pause made the worker start afresh.
+    uint64_t restarts() const { return restarts_.load(); }
+
+    // See Registry. expose: the rkey is handed to readers.
+    RegionRef register_memory(void *ptr, uint64_t n, th_mem_kind kind, bool expose = false) {
+        return registry_.register_memory(ptr, n, kind, expose);
+    }
+    size_t withdraw_unused() { return registry_.withdraw_unused(); }
+    void forget_memory(const void *base) { registry_.forget(base); }
+    size_t registrations() const { return registry_.size(); }
+
+    // The endpoints to worker_id at address, created on first use. A failed
+    // peer, or one at an older address of the worker (it was restarted), is
+    // replaced by a new one.
+    PeerRef peer(uint64_t worker_id, const std::vector<uint8_t> &address);
+    // Force-closes the endpoints to a peer (a stalled source): in-flight
+    // reads complete with an error.
+    void close_peer(const PeerRef &peer, const std::string &why);
+
+    // Reads n bytes at remote, in the peer's region whose packed rkey is
+    // given, into local (host memory, or memory of local_region's kind), on
+    // one lane of peer; cb runs once on completion. On the active-message
+    // path the holder refuses a range outside a region it serves.
+    void read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
+              const std::vector<uint8_t> &rkey, ReadCallback cb);
+    // Wakes the progress thread so posted operations move on.
+    void wake();
+
+    // "1.22.0 (one-sided reads)" or "1.13.1 (active-message reads)".
+    static std::string describe_ucx();
+
+  private:
+    friend class Peer;  // its error handler fails the reads in flight on it
+    struct PendingRead;
+    struct Outgoing;
+
+    // worker.cpp
+    static ucp_context_h create_context(const UcxOptions &options);
+    void progress_loop();
+    std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker();
+    void restart_after_pause(uint64_t paused_ms);
+    void settle_pause();
+    void greet(const PeerRef &p);
+
+    // read.cpp
+    void fail_reads(const Peer *peer, ucs_status_t status);
+    size_t fail_reads(const std::function<bool(const PendingRead &)> &which, ucs_status_t status);
+    PendingRead *take_pending(uint64_t id);
+    uint64_t add_pending(PendingRead *g);
+    void read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
+                    uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb);
+    void send_outbox();  // progress thread
+    void send(Outgoing &o, bool cancel);
+    void post_get(Outgoing &o, ucp_ep_h ep, ucp_rkey_h rkey);
+    void post_request(Outgoing &o, ucp_ep_h ep);
+    void complete(uint64_t id, ucs_status_t status);
+    static void finish(PendingRead *g, ucs_status_t status);
+    static ucs_status_t on_read_reply(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                      const ucp_am_recv_param_t *param);
+    // serve.cpp
+    static ucs_status_t on_read_request(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                        const ucp_am_recv_param_t *param);
+
+    PauseRecovery pause_;
+    ucp_context_h context_ = nullptr;
+    bool one_sided_ = false;  // this UCX keeps zero-copy GETs under peer error handling
+    std::atomic<ucp_worker_h> worker_{nullptr};
+    std::thread progress_;
+    std::atomic<bool> stop_{false};
+    std::atomic<uint64_t> restarts_{0};
+    // When the progress thread last began a turn of its loop (steady clock).
+    std::atomic<std::chrono::steady_clock::rep> last_turn_{0};
+
+    mutable std::mutex mu_;
+    std::vector<uint8_t> address_;
+    std::vector<ucp_worker_h> set_aside_;  // paused workers, never progressed again
+    std::unordered_map<uint64_t, PeerRef> peers_;
+    Registry registry_;
+
+    // Reads asked for by any thread, posted by the progress thread. The
+    // worker lock is UCX's spinlock (the read handler answers from inside
+    // progress and so takes it again): threads that posted reads themselves
+    // spun on it while the progress thread answered, and on 2 cores shared by
+    // eight processes that spinning took more CPU than the transfers.
+    std::mutex outbox_mu_;
+    std::vector<Outgoing> outbox_;
+
+    // Reads posted and not completed, by id. The ids are random so that a
+    // peer cannot guess one and answer a read it was not asked.
+    std::mutex pending_mu_;
+    std::unordered_map<uint64_t, PendingRead *> pending_;
+    uint64_t id_state_ = 0;  // under pending_mu_
+};
+
+}  // namespace th
