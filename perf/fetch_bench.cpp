@@ -407,6 +407,32 @@ void print_json(const std::vector<Result> &largest) {
     std::fflush(stdout);
 }
 
+// Sets (or clears) the UCX settings of the lane's transports, except those
+// the user set before the benchmark started.
+void lane_env(const std::string &lane) {
+    static const std::map<std::string, std::string> user = [] {
+        std::map<std::string, std::string> m;
+        for (const char *name : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "UCX_POSIX_ERROR_HANDLING",
+                                 "UCX_SYSV_ERROR_HANDLING", "UCX_CMA_MEMORY_INVALIDATE"})
+            if (const char *v = std::getenv(name)) m[name] = v;
+        return m;
+    }();
+    bool tcp = lane.find("tcp") != std::string::npos || lane == "all";
+    bool sm = lane.find("sm") != std::string::npos || lane == "all";
+    auto set = [&](const char *name, const char *value, bool used) {
+        if (user.count(name)) return;
+        if (used)
+            setenv(name, value, 1);
+        else
+            unsetenv(name);
+    };
+    set("UCX_TCP_TX_SEG_SIZE", "64K", tcp);
+    set("UCX_TCP_RX_SEG_SIZE", "256K", tcp);
+    set("UCX_POSIX_ERROR_HANDLING", "y", sm);
+    set("UCX_SYSV_ERROR_HANDLING", "y", sm);
+    set("UCX_CMA_MEMORY_INVALIDATE", "y", sm);
+}
+
 int run_parent(const Options &o) {
     signal(SIGPIPE, SIG_IGN);  // a dead child shows as EPIPE, reported with its name
     th_server_config sc;
@@ -417,8 +443,12 @@ int run_parent(const Options &o) {
     std::vector<Result> largest;
     uint64_t index = 0;
     for (const std::string &lane : o.lanes) {
-        // The children inherit the lane; each pair runs over it alone.
+        // The children inherit the lane; each pair runs over it alone, with
+        // the settings libtensorhub applies to its own contexts
+        // (src/transport/ucx_env.cpp) given to the raw pair as well, but only
+        // those the lane uses (UCX warns, on stdout, of unused ones).
         setenv("UCX_TLS", lane.c_str(), 1);
+        lane_env(lane);
         // Children are killed by Bench's destructor if anything below fails.
         Bench bench(th_server_url(server.get()), o);
         print_header(o, bench.transports());
@@ -464,17 +494,6 @@ Options parse(const th_tools::Args &args) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    // libtensorhub tunes these for tcp (src/transport/ucx.cpp) unless the user
-    // set them; setting them here, before any process or UCX context starts,
-    // gives the raw baseline the very same transport configuration.
-    setenv("UCX_TCP_TX_SEG_SIZE", "64K", /*overwrite=*/0);
-    setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
-    // And these (src/transport/ucx_env.cpp, UCX >= 1.19): shared memory with
-    // peer error handling, which the raw pair uses too.
-    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
-    setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
-    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
     try {
         th_tools::Args args(argc, argv, {"help", "smoke"});
         if (args.has("help")) {

@@ -473,8 +473,16 @@ void Client::release(Replica &r, bool retain) {
     forget(&r);
     ctrl_->release(r.ctrl_.word);  // readers still on it see the generation change
     // A deadline of its own: a spill before it may have taken any time.
-    call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id_)); },
-         Deadline(cfg_.timeout_ms));
+    try {
+        call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id_)); },
+             Deadline(cfg_.timeout_ms));
+    } catch (const Error &e) {
+        // The server had forgotten it already (it lost this worker's lease,
+        // or refused the replica when this worker registered again): what
+        // release asks for is done.
+        if (e.code() != TH_ERR_NOT_FOUND) throw;
+        TH_LOG(Info, "replica ", r.id_, " was no longer listed by the server: ", e.what());
+    }
     if (retention_failed) throw *retention_failed;
 }
 

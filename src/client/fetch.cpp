@@ -1,6 +1,6 @@
 #include "client/fetch.hpp"
 
-#include "client/get_window.hpp"
+#include "client/read_window.hpp"
 
 #include <algorithm>
 
@@ -44,7 +44,7 @@ struct Fetch::Source {
     std::chrono::microseconds follow_poll = kFollowPollMin;
     std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
     uint32_t chunk_inflight = 0;
-    GetWindow window{1};  // how many of chunk_inflight it may have
+    ReadWindow window{1};  // how many of chunk_inflight it may have
     bool failed = false;
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
@@ -221,7 +221,7 @@ void Fetch::plan(const Deadline &deadline) {
         reporter_ = std::make_unique<ProgressReporter>(client_, replica_->id_, replica_->ctrl_.word, kProgressReportMs);
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<Source>();
-        s->window = GetWindow(client_.config().max_inflight);
+        s->window = ReadWindow(client_.config().max_inflight);
         s->worker = r->worker_id();
         s->replica = r->replica_id();
         publisher_[s->replica] = r->publisher();
@@ -330,7 +330,12 @@ void Fetch::handle(const Event &e) {
         uint8_t &st = state_[e.chunk - first_chunk_];
         if (e.error != nullptr || s.failed) {
             st = Missing;
-            if (!s.failed) fail_source(s, str("read failed: ", e.error));
+            if (!s.failed) {
+                fail_source(s, str("read failed: ", e.error));
+                // Released under us (the seqlock would have said so next):
+                // another replica, and no blame for the worker.
+                if (e.error == kReadRefused) s.report = false;
+            }
             return;
         }
         st = Got;

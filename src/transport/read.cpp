@@ -13,6 +13,8 @@
 
 namespace th {
 
+const char *const kReadRefused = "the holder no longer serves that memory";
+
 namespace {
 
 // What a read's callback is told: a static text, never a UCX code.
@@ -20,7 +22,7 @@ const char *describe(ucs_status_t st) {
     if (st == UCS_OK) return nullptr;
     if (st == kDroppedByPause) return "dropped: this process was paused";
     if (st == UCS_ERR_CANCELED) return "the endpoint was closed";
-    if (st == UCS_ERR_INVALID_ADDR) return "the holder no longer serves that memory";
+    if (st == UCS_ERR_INVALID_ADDR) return kReadRefused;
     return ucs_status_string(st);
 }
 

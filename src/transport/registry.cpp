@@ -81,7 +81,7 @@ size_t Registry::withdraw_unused() {
     {
         std::lock_guard lk(mu_);
         for (auto it = entries_.begin(); it != entries_.end();) {
-            if (it->exposed && it->region.use_count() == 1) {
+            if (it->exposed && it->region.use_count() == 1 + it->region->answering.load()) {
                 withdrawn.push_back(std::move(it->region));
                 it = entries_.erase(it);
             } else {
@@ -109,7 +109,10 @@ void Registry::forget(const void *base) {
 RegionRef Registry::served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const {
     std::lock_guard lk(mu_);
     for (const Entry &e : entries_)
-        if (e.exposed && e.region->contains(p, n) && same_bytes(e.region->rkey, rkey, rkey_len)) return e.region;
+        if (e.exposed && e.region->contains(p, n) && same_bytes(e.region->rkey, rkey, rkey_len)) {
+            e.region->answering++;  // under mu_, so withdraw_unused sees it
+            return e.region;
+        }
     return nullptr;
 }
 

@@ -7,6 +7,7 @@
 // were never exposed (fetch destinations) are kept for reuse, up to a cap.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,9 @@ struct MemRegion {
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;
     ucp_context_h context = nullptr;
+    // Answers being sent from it (active-message path): they hold it alive
+    // until UCX is done, but are not users that keep it served.
+    std::atomic<int> answering{0};
     ~MemRegion();
     bool contains(uintptr_t p, uint64_t n) const { return p >= base && n <= length && p - base <= length - n; }
 };
@@ -47,7 +51,8 @@ class Registry {
     // memory the library allocated.
     void forget(const void *base);
     // The region in use with this packed rkey that holds [p, p + n), if any:
-    // what a holder may serve. Withdrawn registrations are never found.
+    // what a holder may serve. Withdrawn registrations are never found. The
+    // caller answers from it and decrements its `answering` when done.
     RegionRef served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
     size_t size() const;
     void clear();

@@ -14,6 +14,9 @@ namespace {
 struct Answer {
     ReadReplyHeader header;
     RegionRef region;
+    ~Answer() {
+        if (region) region->answering--;
+    }
 };
 
 }  // namespace

@@ -1,9 +1,7 @@
 #include "transport/ucx_env.hpp"
 
 #include <cstdlib>
-#include <mutex>
-
-#include <ucp/api/ucp.h>
+#include <string>
 
 namespace th {
 
@@ -17,19 +15,29 @@ bool ucx_one_sided_reads() {
 #endif
 }
 
-void apply_ucx_defaults() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        setenv("UCX_TCP_TX_SEG_SIZE", "64K", /*overwrite=*/0);
-        setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
-        // Ours, not the user's: no warning when a lane leaves one unused.
-        setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-        if (ucx_one_sided_reads()) {
-            setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-            setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
-            setenv("UCX_CMA_MEMORY_INVALIDATE", "y", 0);
+bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
+    struct Setting {
+        const char *name;  // without the UCX_ prefix
+        const char *value;
+        bool one_sided_only;
+    };
+    static constexpr Setting kSettings[] = {
+        {"TCP_TX_SEG_SIZE", "64K", false},
+        {"TCP_RX_SEG_SIZE", "256K", false},
+        {"POSIX_ERROR_HANDLING", "y", true},
+        {"SYSV_ERROR_HANDLING", "y", true},
+        {"CMA_MEMORY_INVALIDATE", "y", true},
+    };
+    bool one_sided = ucx_one_sided_reads();
+    for (const Setting &s : kSettings) {
+        if ((s.one_sided_only && !one_sided) || std::getenv((std::string("UCX_") + s.name).c_str()) != nullptr)
+            continue;
+        if (ucp_config_modify(config, s.name, s.value) != UCS_OK) {
+            *refused = s.name;
+            return false;
         }
-    });
+    }
+    return true;
 }
 
 }  // namespace th

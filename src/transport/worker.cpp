@@ -20,9 +20,13 @@ void check(ucs_status_t st, const char *what) {
 }  // namespace
 
 ucp_context_h UcxWorker::create_context(const UcxOptions &options) {
-    apply_ucx_defaults();
     ucp_config_t *config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    const char *refused = nullptr;
+    if (!apply_ucx_defaults(config, &refused)) {
+        ucp_config_release(config);
+        fail(TH_ERR_TRANSPORT, "UCX refused the setting ", refused, " (set UCX_", refused, " to override it)");
+    }
     // Two threads share the worker (the progress thread and the caller's).
     // The read handler answers from inside ucp_worker_progress, so it takes
     // the worker's lock a second time: that needs UCX's (recursive) spinlock;

@@ -37,6 +37,10 @@ namespace th {
 // Called once per read, on the progress thread: nullptr when the bytes are in
 // place, else a static text saying why not.
 using ReadCallback = std::function<void(const char *error)>;
+// The error of a read the holder refused because no replica of it serves
+// that memory any more (it was released): the replica changed, the worker is
+// fine. Compared by address.
+extern const char *const kReadRefused;
 
 // What the progress thread does after this process was paused (SIGSTOP, a
 // debugger, a frozen VM) for longer than pause_ms: peers have given up on it

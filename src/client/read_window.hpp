@@ -1,11 +1,11 @@
-// How many chunk GETs one source may have in flight.
+// How many chunk reads one source may have in flight.
 //
 // Enough to keep the path to the source busy, few enough that little waits in
 // queues: whatever is in flight when a source changes its buffers, fails or
 // stalls is read again, and on a thin link a fixed window of 8 chunks is a
-// third of a second of it. The window follows the GETs' latency, as LEDBAT
+// third of a second of it. The window follows the reads' latency, as LEDBAT
 // does: latency above the lowest seen is time spent queued behind the
-// source's other GETs, and it is kept under a target.
+// source's other reads, and it is kept under a target.
 #pragma once
 
 #include <chrono>
@@ -13,21 +13,21 @@
 
 namespace th {
 
-class GetWindow {
+class ReadWindow {
   public:
     using Micros = std::chrono::microseconds;
     // Queueing above which the window shrinks (and below half of which it
-    // grows), and the smallest window: with two GETs in flight the next is
+    // grows), and the smallest window: with two reads in flight the next is
     // asked for while the other one's bytes still arrive.
     static constexpr Micros kTarget{20000};
     static constexpr uint32_t kMin = 2;
 
     // Starts small: the first completion tells how long one chunk takes on
     // this path, and so how many fit in the target (see on_complete).
-    explicit GetWindow(uint32_t max);
+    explicit ReadWindow(uint32_t max);
 
     uint32_t size() const { return size_; }
-    // A GET of this source completed after latency.
+    // A read of this source completed after latency.
     void on_complete(Micros latency);
 
   private:

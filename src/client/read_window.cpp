@@ -1,28 +1,28 @@
-#include "client/get_window.hpp"
+#include "client/read_window.hpp"
 
 #include <algorithm>
 
 namespace th {
 
-GetWindow::GetWindow(uint32_t max) : max_(std::max(max, 1u)), size_(std::min(kMin, max_)) {}
+ReadWindow::ReadWindow(uint32_t max) : max_(std::max(max, 1u)), size_(std::min(kMin, max_)) {}
 
-void GetWindow::on_complete(Micros latency) {
+void ReadWindow::on_complete(Micros latency) {
     latency = std::max(latency, Micros(1));
     base_ = std::min(base_, latency);
-    // An average over the last few GETs: a single late completion (a
+    // An average over the last few reads: a single late completion (a
     // descheduled thread) counts for a quarter.
     smoothed_ = samples_++ == 0 ? latency : (smoothed_ * 3 + latency) / 4;
     uint32_t was = size_;
     if (samples_ == 1) {
-        // The first GET had none ahead of it: its latency is about what one
+        // The first read had none ahead of it: its latency is about what one
         // chunk takes on this path, so this many fit in the target.
         size_ = static_cast<uint32_t>(std::clamp<int64_t>(1 + kTarget / latency, std::min(kMin, max_), max_));
     } else if (++since_change_ >= size_) {
-        // One step per window's worth of completions: the latency of GETs
+        // One step per window's worth of completions: the latency of reads
         // asked for under the old size has to pass first.
         Micros queued = smoothed_ - base_;
         if (queued > kTarget) {
-            // Each GET waits behind the other size - 1: shrink at once to
+            // Each read waits behind the other size - 1: shrink at once to
             // the size whose wait would be the target, by one at least.
             int64_t fit = 1 + kTarget.count() * (size_ - 1) / queued.count();
             uint32_t least = std::min(kMin, max_);

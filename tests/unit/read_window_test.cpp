@@ -1,8 +1,8 @@
-#include "client/get_window.hpp"
+#include "client/read_window.hpp"
 
 #include <gtest/gtest.h>
 
-using th::GetWindow;
+using th::ReadWindow;
 using Micros = std::chrono::microseconds;
 
 namespace {
@@ -10,7 +10,7 @@ namespace {
 // A source behind a link that delivers one chunk per `chunk_time`: of the
 // GETs asked for at once at the start, the k-th completes after k chunk
 // times; after that each GET waits behind the size - 1 others in flight.
-void drive(GetWindow &w, Micros chunk_time, int completions) {
+void drive(ReadWindow &w, Micros chunk_time, int completions) {
     uint32_t first = w.size();
     for (uint32_t k = 1; k <= first; ++k) w.on_complete(k * chunk_time);
     for (int i = 0; i < completions; ++i) w.on_complete(w.size() * chunk_time);
@@ -18,25 +18,25 @@ void drive(GetWindow &w, Micros chunk_time, int completions) {
 
 }  // namespace
 
-TEST(GetWindow, StartsSmallAndOpensFullyAtOnceOnAFastPath) {
-    GetWindow w(8);
-    EXPECT_EQ(w.size(), GetWindow::kMin);
+TEST(ReadWindow, StartsSmallAndOpensFullyAtOnceOnAFastPath) {
+    ReadWindow w(8);
+    EXPECT_EQ(w.size(), ReadWindow::kMin);
     w.on_complete(Micros(300));  // one chunk in 0.3 ms
     EXPECT_EQ(w.size(), 8u);
     for (int i = 0; i < 100; ++i) w.on_complete(Micros(300));
     EXPECT_EQ(w.size(), 8u);
 }
 
-TEST(GetWindow, AThinLinkKeepsTwoInFlight) {
-    GetWindow w(8);
+TEST(ReadWindow, AThinLinkKeepsTwoInFlight) {
+    ReadWindow w(8);
     w.on_complete(Micros(44000));  // 512 KiB chunks at 0.1 gbit
-    EXPECT_EQ(w.size(), GetWindow::kMin);  // from the first completion on
+    EXPECT_EQ(w.size(), ReadWindow::kMin);  // from the first completion on
     drive(w, Micros(44000), 40);
-    EXPECT_EQ(w.size(), GetWindow::kMin);
+    EXPECT_EQ(w.size(), ReadWindow::kMin);
 }
 
-TEST(GetWindow, ShrinksWhenItsGetsQueue) {
-    GetWindow w(8);
+TEST(ReadWindow, ShrinksWhenItsGetsQueue) {
+    ReadWindow w(8);
     w.on_complete(Micros(500));  // fast at first
     ASSERT_EQ(w.size(), 8u);
     // Then the path slows to 4.4 ms per chunk and each GET waits for the
@@ -45,35 +45,35 @@ TEST(GetWindow, ShrinksWhenItsGetsQueue) {
     EXPECT_EQ(w.size(), 5u);
 }
 
-TEST(GetWindow, KeepsTheQueueNearTheTarget) {
-    GetWindow w(8);
+TEST(ReadWindow, KeepsTheQueueNearTheTarget) {
+    ReadWindow w(8);
     drive(w, Micros(4400), 200);  // 512 KiB chunks at 1 gbit
     // (size - 1) x 4.4 ms queued: 5 is the largest size within the target of
     // 20 ms, and 3 would be below half of it.
     EXPECT_EQ(w.size(), 5u);
 }
 
-TEST(GetWindow, AFastPathKeepsTheWholeWindow) {
-    GetWindow w(8);
+TEST(ReadWindow, AFastPathKeepsTheWholeWindow) {
+    ReadWindow w(8);
     drive(w, Micros(2500), 200);  // 4 MiB chunks at 1.6 GB/s
     EXPECT_EQ(w.size(), 8u);
 }
 
-TEST(GetWindow, GrowsBackWhenTheQueueDrains) {
-    GetWindow w(8);
+TEST(ReadWindow, GrowsBackWhenTheQueueDrains) {
+    ReadWindow w(8);
     drive(w, Micros(44000), 40);
-    ASSERT_EQ(w.size(), GetWindow::kMin);
+    ASSERT_EQ(w.size(), ReadWindow::kMin);
     for (int i = 0; i < 100; ++i) w.on_complete(Micros(44000));  // nothing queued any more
     EXPECT_EQ(w.size(), 8u);
 }
 
-TEST(GetWindow, NeverBelowOneOrAboveItsMaximum) {
-    GetWindow one(1);
+TEST(ReadWindow, NeverBelowOneOrAboveItsMaximum) {
+    ReadWindow one(1);
     drive(one, Micros(50000), 20);
     EXPECT_EQ(one.size(), 1u);
-    GetWindow zero(0);  // treated as one
+    ReadWindow zero(0);  // treated as one
     EXPECT_EQ(zero.size(), 1u);
-    GetWindow instant(8);  // a completion measured as taking no time at all
+    ReadWindow instant(8);  // a completion measured as taking no time at all
     instant.on_complete(Micros(0));
     EXPECT_EQ(instant.size(), 8u);
 }
