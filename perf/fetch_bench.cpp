@@ -364,7 +364,7 @@ void print_header(const Options &o, const std::string &transports) {
         const char *v = std::getenv(name);
         return std::string(v ? v : "(UCX default)");
     };
-    std::printf("tensorhub %s fetch benchmark: 1 publisher -> 1 reader, %u tensors per shard, chunk %s, %u GETs in flight, "
+    std::printf("tensorhub %s fetch benchmark: 1 publisher -> 1 reader, %u tensors per shard, chunk %s, %u reads in flight, "
                 "median of %u\n",
                 th_version(), o.tensors, human_bytes(double(o.chunk_bytes)).c_str(), o.inflight, o.reps);
     std::printf("transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n", transports.c_str(),
