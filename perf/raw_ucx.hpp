@@ -1,5 +1,5 @@
 // The baseline: plain UCX one-sided GETs, with the data plane configured the
-// way libtensorhub configures its own (src/transport/ucx.cpp): RMA|WAKEUP
+// way libtensorhub configures its own (src/transport/worker.cpp): RMA|WAKEUP
 // context, UCS_THREAD_MODE_MULTI worker, peer error handling on endpoints,
 // registered destination memory, and an event-driven progress thread on the
 // side that is read from (over tcp the target must progress or GETs hang).

@@ -10,9 +10,8 @@ scripts/setup.sh
 echo "== build"
 scripts/build.sh
 echo "== C/C++ tests"
-# Multi-process tests share 2 cores with everything else: a test that fails
-# gets one more try, and fails the run only if it fails twice.
-(cd "${TH_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 300 --repeat until-pass:2)
+# No retries: a test that fails once fails the run (a retry would hide flakes).
+(cd "${TH_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 300)
 
 echo "== Python binding"
 bindings/python/run_tests.sh
