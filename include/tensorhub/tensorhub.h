@@ -57,7 +57,8 @@ typedef enum th_status {
     TH_ERR_LAYOUT_MISMATCH = -4, /* buffers do not match the published layout */
     TH_ERR_CONFLICT = -5,        /* publish disagrees with what is already published */
     TH_ERR_TIMEOUT = -6,         /* the deadline passed */
-    TH_ERR_UNAVAILABLE = -7,     /* server unreachable, or no live holder of the data */
+    TH_ERR_UNAVAILABLE = -7,     /* server unreachable or not accepting this worker,
+                                    or no live holder of the data */
     TH_ERR_TRANSPORT = -8,       /* data-plane (UCX) failure */
     TH_ERR_PROTOCOL = -9,        /* malformed or unexpected message */
     TH_ERR_NO_MEMORY = -10,      /* allocation failed */

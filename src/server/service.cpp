@@ -59,12 +59,14 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         if (env->epoch() > epoch_)
             return error_reply(h, TH_ERR_UNAVAILABLE,
                                str("this server is stale (epoch ", epoch_.load(), "; the worker has seen epoch ", env->epoch(), ")"),
-                               false, true);
+                               {.stale_server = true});
         auto key = std::make_pair(h.worker_id, h.request_id);
         if (h.worker_id != 0) {
             auto it = replies_.find(key);
             if (it != replies_.end()) return it->second;
         }
+        if (std::optional<std::string> why = unknown_sender(*env, h))
+            return error_reply(h, TH_ERR_UNAVAILABLE, *why, {.unknown_worker = true});
         Bytes reply = dispatch(*env, h);
         bool mutating = env->body_type() == Body::Publish || env->body_type() == Body::FetchDone ||
                         env->body_type() == Body::Release || env->body_type() == Body::PlanFetch ||
@@ -89,7 +91,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
         uint64_t took_over = took_over_ms_;
         bool rebuilding = missing && (took_over == 0 ? cfg_.standby : clock_ms() < took_over + cfg_.lease_ms);
-        return error_reply(h, e.code(), e.what(), e.code() == TH_ERR_CLOSED, false, rebuilding);
+        return error_reply(h, e.code(), e.what(), {.rebuilding = rebuilding});
     } catch (const std::exception &e) {
         h.epoch = epoch_;
         TH_LOG(Error, "request failed: ", e.what());
@@ -102,7 +104,6 @@ Bytes Service::dispatch(const Envelope &env, const Header &h) {
         Builder b(64);
         return finish(b, h, CreatePong(b, epoch_));
     }
-    if (env.body_type() != Body::Hello && env.body_type() != Body::StatusQuery) known_worker(h.worker_id);
     switch (env.body_type()) {
         case Body::Hello: return on_hello(env, h);
         case Body::Heartbeat: return on_heartbeat(h);
@@ -131,15 +132,20 @@ Bytes Service::ack(const Header &h) {
     return finish(b, h, CreateAck(b));
 }
 
-// TH_ERR_CLOSED in a reply means "unknown worker: say Hello again" (see handle()).
-WorkerInfo &Service::known_worker(uint64_t id) {
-    auto it = workers_.find(id);
-    if (id == 0 || it == workers_.end())
-        fail(TH_ERR_CLOSED, "worker ", id, " is not registered with this server (epoch ", epoch_.load(), ")");
-    if (it->second.suspect)
-        fail(TH_ERR_CLOSED, "worker ", id, " was reported unreachable; it must register again");
+// Every request but Ping, Hello and a status query comes from a registered
+// worker. One that is not (this server restarted, or a reader reported the
+// worker unreachable) is told so by the reply's unknown_worker flag, and says
+// Hello again. The reply's code is TH_ERR_UNAVAILABLE, what a client that
+// cannot register again reports to its caller.
+std::optional<std::string> Service::unknown_sender(const Envelope &env, const Header &h) {
+    Body type = env.body_type();
+    if (type == Body::Ping || type == Body::Hello || type == Body::StatusQuery) return std::nullopt;
+    auto it = workers_.find(h.worker_id);
+    if (h.worker_id == 0 || it == workers_.end())
+        return str("worker ", h.worker_id, " is not registered with this server (epoch ", epoch_.load(), ")");
+    if (it->second.suspect) return str("worker ", h.worker_id, " was reported unreachable; it must register again");
     it->second.last_seen_ms = clock_ms();
-    return it->second;
+    return std::nullopt;
 }
 
 Bytes Service::on_hello(const Envelope &env, const Header &h) {

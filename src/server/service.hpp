@@ -82,7 +82,8 @@ class Service {
     ReplicaInfo &own_replica(uint64_t replica_id, uint64_t worker, ReplicaKey *key = nullptr);
     void emit(wire::EventKind kind, const std::string &model, uint64_t version, uint64_t replica_id = 0);
 
-    WorkerInfo &known_worker(uint64_t id);
+    // Why the sender must register (again) before this request, or nullopt.
+    std::optional<std::string> unknown_sender(const Env &env, const wire::Header &h);
     ModelInfo &model(const std::string &name);
     // The committed version a request means (number or UINT64_MAX = latest).
     VersionInfo &committed_version(const std::string &model_name, uint64_t version);

@@ -130,10 +130,31 @@ TEST_F(ServiceTest, NoHolderMeansUnavailableAtOnce) {
     EXPECT_NE(error_text(r).find("no live holder of model 'm' version 1 shard 0"), std::string::npos) << error_text(r);
 }
 
+// "Register again" is the reply's flag; its code keeps the meaning the header
+// gives it (TH_ERR_CLOSED is a handle shutting down, never a server's answer).
 TEST_F(ServiceTest, UnknownWorkersAreToldToRegister) {
-    Bytes r = call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100));
-    ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
-    EXPECT_TRUE(env(r)->body_as_ErrorReply()->unknown_worker());
+    auto told_to_register = [&](const Bytes &r) {
+        ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
+        const ErrorReply *e = env(r)->body_as_ErrorReply();
+        EXPECT_TRUE(e->unknown_worker());
+        EXPECT_FALSE(e->rebuilding());
+        EXPECT_EQ(e->code(), TH_ERR_UNAVAILABLE);
+    };
+    told_to_register(call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100)));
+    EXPECT_NE(error_text(call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100))).find("worker 77 is not registered"),
+              std::string::npos);
+    // A worker a reader could not reach registers again before it is used.
+    join(1);
+    join(2);
+    Builder b;
+    ASSERT_EQ(error_code(call(finish(b, hdr(1, req++), CreateSourceFailed(b, 2, b.CreateString("test"))))), 0);
+    Builder b2;
+    Bytes r = call(finish(b2, hdr(2, req++), CreateHeartbeat(b2)));
+    told_to_register(r);
+    EXPECT_NE(error_text(r).find("reported unreachable"), std::string::npos) << error_text(r);
+    join(2);
+    Builder b3;
+    EXPECT_EQ(error_code(call(finish(b3, hdr(2, req++), CreateHeartbeat(b3)))), 0);
 }
 
 TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
