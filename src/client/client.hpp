@@ -22,7 +22,7 @@
 #include "common/layout.hpp"
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
-#include "server/state.hpp"
+#include "wire/replica_desc.hpp"
 #include "transport/ucx.hpp"
 #include "wire/status_json.hpp"
 #include "wire/wire.hpp"

@@ -244,7 +244,7 @@ TEST_F(ServiceTest, ForgetsVersionsNobodyHoldsExceptTheLatest) {
 }
 
 // Plans look at the reader's host, then its rack or zone, before every holder
-// (service.cpp); whatever the labels, loads and exclusions, the source must be
+// (planner.cpp); whatever the labels, loads and exclusions, the source must be
 // the one the policy picks among all holders.
 TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
     std::mt19937 rng(7);
