@@ -157,6 +157,48 @@ TEST_F(ServiceTest, UnknownWorkersAreToldToRegister) {
     EXPECT_EQ(error_code(call(finish(b3, hdr(2, req++), CreateHeartbeat(b3)))), 0);
 }
 
+// A replica id is checked the same way by every request that names one: a
+// client naming another worker's replica is broken (ids are its own), and
+// nothing of the request is applied.
+TEST_F(ServiceTest, AnotherWorkersReplicaIsOneProtocolError) {
+    auto ts = specs(8192);
+    join(1);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100))), 0);
+    join(2);  // names worker 1's replica in every request below
+    std::string before = state();
+    auto refused = [&](const Bytes &r, const char *what) {
+        EXPECT_EQ(error_code(r), TH_ERR_PROTOCOL) << what;
+        EXPECT_NE(error_text(r).find("replica 100 belongs to worker 1, not to 2"), std::string::npos)
+            << what << ": " << error_text(r);
+    };
+    Builder b1, b2, b3, b4, b5;
+    refused(call(finish(b1, hdr(2, req++), CreateRelease(b1, 100))), "Release");
+    refused(call(finish(b2, hdr(2, req++), CreateBeginMutation(b2, 100))), "BeginMutation");
+    refused(call(finish(b3, hdr(2, req++), CreateCancelMutation(b3, 100))), "CancelMutation");
+    refused(call(finish(b4, hdr(2, req++), CreateProgress(b4, 100, 1))), "Progress");
+    std::vector<flatbuffers::Offset<SourceBytes>> from{CreateSourceBytes(b5, 1, 16384, 100)};
+    refused(call(finish(b5, hdr(2, req++), CreateFetchDone(b5, b5.CreateString("m"), 1, 0, 100, true, b5.CreateVector(from), 1000))),
+            "FetchDone");
+    refused(call(plan(2, req++, "m", 1, 0, 100, &ts)), "PlanFetch");
+    refused(call(publish(2, req++, "m", 2, 0, 1, ts, 100)), "Publish");
+    EXPECT_EQ(state(), before);
+}
+
+TEST_F(ServiceTest, EveryRequestChecksTheModelNameAlike) {
+    join(1);
+    std::string long_name(256, 'm');
+    Builder b1, b2, b3;
+    for (const Bytes &r : {call(publish(1, req++, long_name, 1, 0, 1, specs(8192), 100)), call(plan(1, req++, long_name, 1, 0)),
+                           call(finish(b1, hdr(1, req++), CreateResolve(b1, b1.CreateString(long_name), 1))),
+                           call(finish(b2, hdr(1, req++), CreatePin(b2, b2.CreateString(long_name), 1, true)))}) {
+        EXPECT_EQ(error_code(r), TH_ERR_INVALID_ARG);
+        EXPECT_EQ(error_text(r), "model name longer than 255 bytes");
+    }
+    Bytes r = call(finish(b3, hdr(1, req++), CreateResolve(b3, 0, 1)));
+    EXPECT_EQ(error_code(r), TH_ERR_PROTOCOL);
+    EXPECT_EQ(error_text(r), "model name is missing");
+}
+
 TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
     auto hello_at = [&](uint64_t worker, uint64_t epoch) { return call(hello(worker, req++, {}, epoch)); };
     auto rebuilding = [&](uint64_t worker) {
