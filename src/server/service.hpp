@@ -19,13 +19,14 @@
 #include "server/planner.hpp"
 #include "server/policy.hpp"
 #include "server/reply_cache.hpp"
+#include "tensorhub/tensorhub.h"
 #include "wire/wire.hpp"
 
 namespace th {
 
 struct ServiceConfig {
-    uint32_t lease_ms = 10000;
-    uint32_t heartbeat_ms = 1000;
+    uint32_t lease_ms = TH_DEFAULT_LEASE_MS;
+    uint32_t heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;  // told to clients
     PolicyConfig policy;
     // Started to take over from another server: until it has (and for one
     // lease after), "unknown" may only mean "not re-declared yet".
