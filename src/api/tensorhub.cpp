@@ -352,14 +352,14 @@ th_status th_replica_begin_mutation(th_replica *replica) {
 th_status th_pin(th_client *client, const char *model, uint64_t version) {
     return th::guard([&] {
         if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
-        client->impl->pin(model, version, true);
+        client->impl->pin(model, version);
     });
 }
 
 th_status th_unpin(th_client *client, const char *model, uint64_t version) {
     return th::guard([&] {
         if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
-        client->impl->pin(model, version, false);
+        client->impl->unpin(model, version);
     });
 }
 

@@ -119,7 +119,9 @@ class Client {
     // when it is the last complete copy of a required version.
     void release(Replica &replica, bool retain = true);
     void begin_mutation(Replica &replica);
-    void pin(const std::string &model, uint64_t version, bool on);
+    // Keeps (model, version) required until unpin (th_pin / th_unpin).
+    void pin(const std::string &model, uint64_t version) { set_pinned(model, version, true); }
+    void unpin(const std::string &model, uint64_t version) { set_pinned(model, version, false); }
     uint64_t wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms);
     std::string describe_json(const std::string &model, uint64_t version, uint32_t shard);
     std::string status_json();
@@ -155,6 +157,7 @@ class Client {
     uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);
     void spill(const Replica &r);
     void drop_owned(const std::vector<uint64_t> &ids);
+    void set_pinned(const std::string &model, uint64_t version, bool pinned);
     Replica *prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer> &buffers);
     void send_publish(const Replica &r, const Deadline &deadline, bool recover = true);
     void remember(Replica *r);
