@@ -2,7 +2,8 @@
 // versions, shards and the replicas that hold them, with the indexes plans
 // read (replicas by neighbourhood and in the policy's load order) and the
 // reads in flight. A change is checked against what is known before any of
-// it is applied, and keeps the indexes in step. No wire format, no clock, no
+// it is applied, and keeps the indexes in step. It decodes and encodes no
+// message (only its event kinds are the wire's), reads no clock and takes no
 // lock: the Service decodes requests and serializes access.
 #pragma once
 
