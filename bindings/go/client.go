@@ -25,18 +25,19 @@ const (
 	RetainFail Retention = C.TH_RETAIN_FAIL
 )
 
-// ClientConfig configures a client. Zero fields keep the library defaults.
+// ClientConfig configures a client. Zero fields keep the library defaults
+// (the Default* constants).
 type ClientConfig struct {
 	ServerURL  string // required, e.g. "tcp://10.0.0.1:7070"
 	WorkerName string // default "<hostname>-<pid>"
 	Labels     string // topology, "dc=eu,rack=r7,host=node12,gpu=0"; default host=<hostname>
-	// Timeout bounds control calls and connecting. Default 10 s.
+	// Timeout bounds control calls and connecting. Default DefaultTimeout.
 	Timeout      time.Duration
-	Heartbeat    time.Duration // default 1 s
-	ChunkTimeout time.Duration // a chunk read silent this long fails its source; default 5 s
-	MaxInflight  uint32        // chunk reads in flight per fetch; default 8
-	Retention    Retention     // default RetainSpill
-	MutationWait time.Duration // how long BeginMutation waits for reads to drain; default 5 s
+	Heartbeat    time.Duration // default DefaultHeartbeat
+	ChunkTimeout time.Duration // a chunk read silent this long fails its source; default DefaultChunkTimeout
+	MaxInflight  uint32        // chunk reads in flight per fetch; default DefaultMaxInflight
+	Retention    Retention     // default DefaultRetention (RetainSpill)
+	MutationWait time.Duration // how long BeginMutation waits for reads to drain; default DefaultMutationWait
 }
 
 // Client is a worker connected to a server. Its methods may be called from

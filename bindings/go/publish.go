@@ -6,7 +6,7 @@ package tensorhub
 import "C"
 
 // PublishConfig names what is published. Zero NumShards and ChunkBytes keep
-// the defaults (1 shard, the library's chunk size).
+// the library defaults (DefaultNumShards, DefaultChunkBytes).
 type PublishConfig struct {
 	Model      string // required, 1..255 bytes
 	Version    uint64 // chosen by the publisher, strictly increasing per model

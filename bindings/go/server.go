@@ -12,14 +12,16 @@ import (
 	"time"
 )
 
-// ServerConfig configures an embedded server. Zero fields keep the defaults.
+// ServerConfig configures an embedded server. Zero fields keep the library
+// defaults (the Default* constants).
 type ServerConfig struct {
 	// ListenURL is an NNG URL; port 0 picks a free port (see Server.URL).
-	// Default "tcp://127.0.0.1:0".
+	// Default DefaultListenURL.
 	ListenURL string
-	// Lease: a worker silent for this long loses its replicas.
+	// Lease: a worker silent for this long loses its replicas. Default DefaultLease.
 	Lease time.Duration
 	// MaxReadersPerSource caps the fan-out per source while others exist.
+	// Default DefaultMaxReadersPerSource.
 	MaxReadersPerSource uint32
 }
 

@@ -57,7 +57,8 @@ typedef enum th_status {
     TH_ERR_LAYOUT_MISMATCH = -4, /* buffers do not match the published layout */
     TH_ERR_CONFLICT = -5,        /* publish disagrees with what is already published */
     TH_ERR_TIMEOUT = -6,         /* the deadline passed */
-    TH_ERR_UNAVAILABLE = -7,     /* server unreachable, or no live holder of the data */
+    TH_ERR_UNAVAILABLE = -7,     /* server unreachable or not accepting this worker,
+                                    or no live holder of the data */
     TH_ERR_TRANSPORT = -8,       /* data-plane (UCX) failure */
     TH_ERR_PROTOCOL = -9,        /* malformed or unexpected message */
     TH_ERR_NO_MEMORY = -10,      /* allocation failed */
@@ -143,14 +144,21 @@ typedef struct th_tensor {
 
 typedef struct th_server th_server;
 
+/* Defaults. Each TH_DEFAULT_* is what the *_config_init function puts in the
+ * field of that name, and what the library, its programs and the bindings
+ * use; languages that cannot see macros read them back from *_config_init. */
+#define TH_DEFAULT_LISTEN_URL "tcp://127.0.0.1:0"
+#define TH_DEFAULT_LEASE_MS 10000
+#define TH_DEFAULT_MAX_READERS_PER_SOURCE 2
+
 typedef struct th_server_config {
     size_t struct_size;     /* set by th_server_config_init */
     const char *listen_url; /* NNG URL, e.g. "tcp://127.0.0.1:0" (port 0: any free port).
-                               Default "tcp://127.0.0.1:0". */
+                               Default TH_DEFAULT_LISTEN_URL. */
     uint32_t lease_ms;      /* a worker silent for this long loses its replicas.
-                               Default 10000. */
+                               Default TH_DEFAULT_LEASE_MS. */
     uint32_t max_readers_per_source; /* fan-out cap per source while other sources
-                                        exist. Default 2. */
+                                        exist. Default TH_DEFAULT_MAX_READERS_PER_SOURCE. */
     const char *token;      /* cluster token: when set (or $TENSORHUB_TOKEN is), every
                                message must carry an HMAC-SHA256 under it. Default NULL. */
     const char *metrics_url; /* when set, serve HTTP at this URL, e.g. "http://0.0.0.0:9090"
@@ -201,20 +209,28 @@ typedef enum th_retention {
     TH_RETAIN_FAIL = 2   /* refuse with TH_ERR_RETAINED */
 } th_retention;
 
+#define TH_DEFAULT_TIMEOUT_MS 10000
+#define TH_DEFAULT_HEARTBEAT_MS 1000
+#define TH_DEFAULT_CHUNK_TIMEOUT_MS 5000
+#define TH_DEFAULT_MAX_INFLIGHT 8
+#define TH_DEFAULT_RETENTION TH_RETAIN_SPILL
+#define TH_DEFAULT_MUTATION_WAIT_MS 5000
+
 typedef struct th_client_config {
     size_t struct_size;
     const char *server_url;  /* required, e.g. "tcp://10.0.0.1:7070" */
     const char *worker_name; /* default: "<hostname>-<pid>" */
     const char *labels;      /* topology, "dc=eu,rack=r7,host=node12,gpu=0"; default: host=<hostname> */
-    uint32_t timeout_ms;     /* deadline of control calls. Default 10000. */
-    uint32_t heartbeat_ms;   /* heartbeat period. Default 1000. */
+    uint32_t timeout_ms;     /* deadline of control calls. Default TH_DEFAULT_TIMEOUT_MS. */
+    uint32_t heartbeat_ms;   /* heartbeat period. Default TH_DEFAULT_HEARTBEAT_MS. */
     uint32_t chunk_timeout_ms; /* a chunk read with no completion for this long fails
-                                  its source. Default 5000. */
-    uint32_t max_inflight;   /* chunk reads in flight per fetch, at most. Default 8.
-                                Per source the window follows read latency. */
-    th_retention retention;  /* default TH_RETAIN_SPILL */
+                                  its source. Default TH_DEFAULT_CHUNK_TIMEOUT_MS. */
+    uint32_t max_inflight;   /* chunk reads in flight per fetch, at most. Default
+                                TH_DEFAULT_MAX_INFLIGHT. Per source the window follows
+                                read latency. */
+    th_retention retention;  /* default TH_DEFAULT_RETENTION */
     uint32_t mutation_wait_ms; /* how long begin-mutation waits for reads in flight
-                                  on the replica to drain. Default 5000. */
+                                  on the replica to drain. Default TH_DEFAULT_MUTATION_WAIT_MS. */
     const char *token;       /* cluster token (see th_server_config.token); NULL:
                                 $TENSORHUB_TOKEN if set. Copied; never logged. */
 } th_client_config;
@@ -272,13 +288,17 @@ TH_API void th_sync_stats_init(th_sync_stats *stats, size_t size);
 /* Pass as th_fetch_config.version to fetch the newest committed version. */
 #define TH_LATEST UINT64_MAX
 
+#define TH_DEFAULT_NUM_SHARDS 1
+#define TH_DEFAULT_CHUNK_BYTES 4194304 /* 4 MiB */
+
 typedef struct th_publish_config {
     size_t struct_size;
     const char *model;    /* required, 1..255 bytes */
     uint64_t version;     /* chosen by the publisher, strictly increasing per model */
     uint32_t shard;       /* 0 <= shard < num_shards */
-    uint32_t num_shards;  /* default 1 */
-    uint64_t chunk_bytes; /* transfer unit. Default 4 MiB; must agree across shards */
+    uint32_t num_shards;  /* default TH_DEFAULT_NUM_SHARDS */
+    uint64_t chunk_bytes; /* transfer unit. Default TH_DEFAULT_CHUNK_BYTES; must agree
+                             across shards */
     th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
                              Default NULL. */
 } th_publish_config;
@@ -332,6 +352,8 @@ TH_API th_status th_unpin(th_client *client, const char *model, uint64_t version
 /* Fetch                                                                      */
 /* ------------------------------------------------------------------------- */
 
+#define TH_DEFAULT_PROGRESS_INTERVAL_MS 100
+
 typedef struct th_fetch_config {
     size_t struct_size;
     const char *model;    /* required */
@@ -352,7 +374,8 @@ typedef struct th_fetch_config {
      * Default NULL. */
     void (*progress)(uint64_t bytes_done, uint64_t bytes_total, void *user_data);
     void *progress_user_data;      /* passed to progress as user_data */
-    uint32_t progress_interval_ms; /* Default 100; 0: whenever bytes may have arrived. */
+    uint32_t progress_interval_ms; /* Default TH_DEFAULT_PROGRESS_INTERVAL_MS; 0: whenever
+                                      bytes may have arrived. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
@@ -404,7 +427,8 @@ TH_API th_status th_describe_json(th_client *client, const char *model, uint64_t
  * library; free it with th_free. */
 TH_API th_status th_status_json(th_client *client, char **out_json);
 
-/* The same without a client: connects to server_url, asks, disconnects. The
+/* The same without a client: connects to server_url, asks, disconnects, all
+ * within timeout_ms (0: TH_DEFAULT_TIMEOUT_MS). The
  * cluster token, if the server needs one, comes from $TENSORHUB_TOKEN.
  * server_url may also be the server's HTTP endpoint ("http://host:9090", see
  * th_server_config.metrics_url): the document then comes from GET

@@ -183,9 +183,9 @@ size_t th_dtype_size(th_dtype dtype) {
 
 void th_server_config_init(th_server_config *cfg, size_t size) {
     init_config(cfg, size, [](th_server_config &c) {
-        c.listen_url = "tcp://127.0.0.1:0";
-        c.lease_ms = 10000;
-        c.max_readers_per_source = 2;
+        c.listen_url = TH_DEFAULT_LISTEN_URL;
+        c.lease_ms = TH_DEFAULT_LEASE_MS;
+        c.max_readers_per_source = TH_DEFAULT_MAX_READERS_PER_SOURCE;
     });
 }
 
@@ -218,12 +218,12 @@ void th_server_destroy(th_server *server) { delete server; }
 
 void th_client_config_init(th_client_config *cfg, size_t size) {
     init_config(cfg, size, [](th_client_config &c) {
-        c.timeout_ms = 10000;
-        c.heartbeat_ms = 1000;
-        c.chunk_timeout_ms = 5000;
-        c.max_inflight = 8;
-        c.retention = TH_RETAIN_SPILL;
-        c.mutation_wait_ms = 5000;
+        c.timeout_ms = TH_DEFAULT_TIMEOUT_MS;
+        c.heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;
+        c.chunk_timeout_ms = TH_DEFAULT_CHUNK_TIMEOUT_MS;
+        c.max_inflight = TH_DEFAULT_MAX_INFLIGHT;
+        c.retention = TH_DEFAULT_RETENTION;
+        c.mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
     });
 }
 
@@ -263,8 +263,8 @@ void th_sync_stats_init(th_sync_stats *stats, size_t size) {
 
 void th_publish_config_init(th_publish_config *cfg, size_t size) {
     init_config(cfg, size, [](th_publish_config &c) {
-        c.num_shards = 1;
-        c.chunk_bytes = 4u << 20;
+        c.num_shards = TH_DEFAULT_NUM_SHARDS;
+        c.chunk_bytes = TH_DEFAULT_CHUNK_BYTES;
     });
 }
 
@@ -303,7 +303,7 @@ th_status th_replica_release(th_replica *replica) {
 void th_fetch_config_init(th_fetch_config *cfg, size_t size) {
     init_config(cfg, size, [](th_fetch_config &c) {
         c.version = TH_LATEST;
-        c.progress_interval_ms = 100;
+        c.progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
     });
 }
 
@@ -352,14 +352,14 @@ th_status th_replica_begin_mutation(th_replica *replica) {
 th_status th_pin(th_client *client, const char *model, uint64_t version) {
     return th::guard([&] {
         if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
-        client->impl->pin(model, version, true);
+        client->impl->pin(model, version);
     });
 }
 
 th_status th_unpin(th_client *client, const char *model, uint64_t version) {
     return th::guard([&] {
         if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
-        client->impl->pin(model, version, false);
+        client->impl->unpin(model, version);
     });
 }
 
@@ -401,7 +401,7 @@ th_status th_server_status_json(const char *server_url, uint32_t timeout_ms, cha
     return th::guard([&] {
         if (server_url == nullptr || out_json == nullptr) fail(TH_ERR_INVALID_ARG, "server_url and out_json must not be NULL");
         *out_json = nullptr;
-        *out_json = copy_string(th::query_status(server_url, timeout_ms == 0 ? 10000 : timeout_ms, th::wire::cluster_token(nullptr)));
+        *out_json = copy_string(th::query_status(server_url, timeout_ms == 0 ? TH_DEFAULT_TIMEOUT_MS : timeout_ms, th::wire::cluster_token(nullptr)));
     });
 }
 

@@ -625,9 +625,9 @@ void Client::drop_owned(const std::vector<uint64_t> &ids) {
     }
 }
 
-void Client::pin(const std::string &model, uint64_t version, bool on) {
+void Client::set_pinned(const std::string &model, uint64_t version, bool pinned) {
     if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
-    call([&](Builder &b, const Header &h) { return finish(b, h, CreatePin(b, b.CreateString(model), version, on)); },
+    call([&](Builder &b, const Header &h) { return finish(b, h, CreatePin(b, b.CreateString(model), version, pinned)); },
          Deadline(cfg_.timeout_ms));
 }
 

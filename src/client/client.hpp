@@ -22,8 +22,8 @@
 #include "common/layout.hpp"
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
-#include "server/state.hpp"
 #include "transport/worker.hpp"
+#include "wire/replica_desc.hpp"
 #include "wire/status_json.hpp"
 #include "wire/wire.hpp"
 
@@ -33,12 +33,12 @@ struct ClientConfig {
     std::string server_url;  // one URL, or an ordered comma-separated list to fail over along
     std::string worker_name;
     Labels labels;
-    uint32_t timeout_ms = 10000;
-    uint32_t heartbeat_ms = 1000;
-    uint32_t chunk_timeout_ms = 5000;
-    uint32_t max_inflight = 8;
-    th_retention retention = TH_RETAIN_SPILL;
-    uint32_t mutation_wait_ms = 5000;
+    uint32_t timeout_ms = TH_DEFAULT_TIMEOUT_MS;
+    uint32_t heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;
+    uint32_t chunk_timeout_ms = TH_DEFAULT_CHUNK_TIMEOUT_MS;
+    uint32_t max_inflight = TH_DEFAULT_MAX_INFLIGHT;
+    th_retention retention = TH_DEFAULT_RETENTION;
+    uint32_t mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
     std::string token;  // cluster token (empty: none)
 };
 
@@ -93,7 +93,7 @@ struct FetchRequest {
     // Called on the fetching thread with (bytes done, bytes needed), at most
     // every progress_interval_ms and once at the end; may be empty.
     std::function<void(uint64_t, uint64_t)> progress;
-    uint32_t progress_interval_ms = 100;
+    uint32_t progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
 };
 
 struct FetchResult {
@@ -119,7 +119,9 @@ class Client {
     // when it is the last complete copy of a required version.
     void release(Replica &replica, bool retain = true);
     void begin_mutation(Replica &replica);
-    void pin(const std::string &model, uint64_t version, bool on);
+    // Keeps (model, version) required until unpin (th_pin / th_unpin).
+    void pin(const std::string &model, uint64_t version) { set_pinned(model, version, true); }
+    void unpin(const std::string &model, uint64_t version) { set_pinned(model, version, false); }
     uint64_t wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms);
     std::string describe_json(const std::string &model, uint64_t version, uint32_t shard);
     std::string status_json();
@@ -155,6 +157,7 @@ class Client {
     uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);
     void spill(const Replica &r);
     void drop_owned(const std::vector<uint64_t> &ids);
+    void set_pinned(const std::string &model, uint64_t version, bool pinned);
     Replica *prepare_replica(std::unique_ptr<Replica> &r, std::vector<Buffer> &buffers);
     void send_publish(const Replica &r, const Deadline &deadline, bool recover = true);
     void remember(Replica *r);
@@ -181,7 +184,7 @@ class Client {
     std::atomic<uint64_t> registrations_{0};  // bumped each time we (re)register
     std::mutex hello_mu_;
     std::vector<uint8_t> hello_address_;  // the UCX address the last Hello gave the server
-    std::atomic<uint32_t> lease_ms_{10000};   // the server's, from HelloReply
+    std::atomic<uint32_t> lease_ms_{TH_DEFAULT_LEASE_MS};  // the server's, from HelloReply
     std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
 
     std::mutex reg_mu_;  // serializes re-registration and guards held_ and owned_

@@ -27,7 +27,6 @@ struct Segment {
     uint64_t length;
 };
 
-constexpr uint64_t kDefaultChunkBytes = 4ull << 20;
 constexpr uint64_t kMinChunkBytes = 4096;
 constexpr uint64_t kMaxChunkBytes = 1ull << 30;
 constexpr size_t kMaxTensors = 1 << 20;
@@ -60,7 +59,7 @@ class Layout {
   private:
     std::vector<TensorSpec> tensors_;
     std::vector<uint64_t> offsets_;
-    uint64_t chunk_bytes_ = kDefaultChunkBytes;
+    uint64_t chunk_bytes_ = TH_DEFAULT_CHUNK_BYTES;
     uint64_t total_ = 0;
     uint32_t num_chunks_ = 0;
 };

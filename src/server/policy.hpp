@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/labels.hpp"
+#include "tensorhub/tensorhub.h"
 
 namespace th {
 
@@ -45,7 +46,7 @@ struct Candidate {
 struct PolicyConfig {
     // A source with this many active readers is skipped while another source
     // at the same distance has room.
-    uint32_t max_readers_per_source = 2;
+    uint32_t max_readers_per_source = TH_DEFAULT_MAX_READERS_PER_SOURCE;
 };
 
 struct Request {

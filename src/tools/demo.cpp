@@ -39,7 +39,7 @@ struct Options {
     uint64_t shard_bytes = 128ull << 20;
     int shards = 2;
     int tensors = 8;
-    uint64_t chunk_bytes = 4ull << 20;
+    uint64_t chunk_bytes = TH_DEFAULT_CHUNK_BYTES;
 };
 
 [[noreturn]] void die(const std::string &what) {
@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
         o.shard_bytes = args.has("shard-kb") ? args.get_u64("shard-kb", 0) << 10 : args.get_u64("shard-mb", 128) << 20;
         o.shards = static_cast<int>(args.get_u64("shards", 2));
         o.tensors = static_cast<int>(args.get_u64("tensors", 8));
-        o.chunk_bytes = args.get_u64("chunk-kb", 4096) << 10;
+        o.chunk_bytes = args.get_u64("chunk-kb", TH_DEFAULT_CHUNK_BYTES >> 10) << 10;
         role = args.get("role");
         url = args.get("server");
         index = static_cast<int>(args.get_u64("index", 0));

@@ -15,11 +15,15 @@
 static volatile sig_atomic_t g_stop = 0;
 static void on_signal(int) { g_stop = 1; }
 
-static const char *kUsage =
+static const std::string kUsage =
     "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N] [--standby]\n"
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
-    "  --lease-ms N    a worker silent this long loses its replicas (default 10000)\n"
-    "  --max-readers-per-source N   fan-out cap per source (default 2)\n"
+    "  --lease-ms N    a worker silent this long loses its replicas (default " +
+    std::to_string(TH_DEFAULT_LEASE_MS) +
+    ")\n"
+    "  --max-readers-per-source N   fan-out cap per source (default " +
+    std::to_string(TH_DEFAULT_MAX_READERS_PER_SOURCE) +
+    ")\n"
     "  --metrics-listen URL  serve HTTP there (e.g. http://0.0.0.0:9090): Prometheus metrics at\n"
     "                  URL/metrics, the live page at URL/, its status document at URL/api/status\n"
     "  --standby       this server waits to take over from another: until it has,\n"
@@ -32,13 +36,13 @@ int main(int argc, char **argv) {
     try {
         th_tools::Args args(argc, argv, {"help", "standby"});
         if (args.has("help")) {
-            std::fputs(kUsage, stdout);
+            std::fputs(kUsage.c_str(), stdout);
             return 0;
         }
         auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen", "standby"});
         if (!bad.empty() || !args.positional().empty()) {
             std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
-                         bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage);
+                         bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage.c_str());
             return 2;
         }
         th_server_config cfg;
@@ -76,7 +80,7 @@ int main(int argc, char **argv) {
         th_server_destroy(server);
         return 0;
     } catch (const std::exception &e) {
-        std::fprintf(stderr, "tensorhub-server: %s\n%s", e.what(), kUsage);
+        std::fprintf(stderr, "tensorhub-server: %s\n%s", e.what(), kUsage.c_str());
         return 2;
     }
 }

@@ -20,11 +20,10 @@ const Envelope *verify(const uint8_t *data, size_t size) {
     return env;
 }
 
-Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker, bool stale_server,
-                  bool rebuilding) {
+Bytes error_reply(const Header &h, int32_t code, const std::string &message, ErrorFlags flags) {
     Builder b(256);
     auto msg = b.CreateString(message);
-    return finish(b, h, CreateErrorReply(b, code, msg, unknown_worker, stale_server, rebuilding));
+    return finish(b, h, CreateErrorReply(b, code, msg, flags.unknown_worker, flags.stale_server, flags.rebuilding));
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(

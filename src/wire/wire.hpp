@@ -40,8 +40,15 @@ Bytes finish(Builder &b, const Header &h, flatbuffers::Offset<T> body) {
     return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
-Bytes error_reply(const Header &h, int32_t code, const std::string &message, bool unknown_worker = false,
-                  bool stale_server = false, bool rebuilding = false);
+// What an ErrorReply asks of the client besides failing the call
+// (schemas/tensorhub.fbs); set them by name: error_reply(h, code, msg, {.stale_server = true}).
+struct ErrorFlags {
+    bool unknown_worker = false;  // the server does not know the sender: say Hello again
+    bool stale_server = false;    // the sender knows a newer epoch: fail over
+    bool rebuilding = false;      // the server took over moments ago: ask again
+};
+
+Bytes error_reply(const Header &h, int32_t code, const std::string &message, ErrorFlags flags = {});
 
 // Conversions with range checks (throw Error(TH_ERR_PROTOCOL) on bad values).
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(

@@ -96,10 +96,10 @@ int main(int argc, char **argv) {
     cc.server_url = url.c_str();
     cc.worker_name = name.c_str();
     cc.labels = labels.c_str();
-    cc.timeout_ms = static_cast<uint32_t>(args.get_u64("timeout-ms", 10000));
-    cc.chunk_timeout_ms = static_cast<uint32_t>(args.get_u64("chunk-timeout-ms", 5000));
-    cc.heartbeat_ms = static_cast<uint32_t>(args.get_u64("heartbeat-ms", 1000));
-    cc.mutation_wait_ms = static_cast<uint32_t>(args.get_u64("mutation-wait-ms", 5000));
+    cc.timeout_ms = static_cast<uint32_t>(args.get_u64("timeout-ms", cc.timeout_ms));
+    cc.chunk_timeout_ms = static_cast<uint32_t>(args.get_u64("chunk-timeout-ms", cc.chunk_timeout_ms));
+    cc.heartbeat_ms = static_cast<uint32_t>(args.get_u64("heartbeat-ms", cc.heartbeat_ms));
+    cc.mutation_wait_ms = static_cast<uint32_t>(args.get_u64("mutation-wait-ms", cc.mutation_wait_ms));
     th_client *c = nullptr;
     check(th_client_create(&c, &cc), "connect");
 

@@ -45,6 +45,32 @@ TEST(Api, ConfigStructsMustBeInitialised) {
     EXPECT_NE(std::string(th_last_error()).find("bogus://x"), std::string::npos) << th_last_error();
 }
 
+// The header's TH_DEFAULT_* are what *_config_init fills in, and what the
+// library's own types start from: one place for every default.
+TEST(Api, ConfigInitFillsInTheHeadersDefaults) {
+    th_server_config s;
+    th_server_config_init(&s, sizeof s);
+    EXPECT_STREQ(s.listen_url, TH_DEFAULT_LISTEN_URL);
+    EXPECT_EQ(s.lease_ms, uint32_t{TH_DEFAULT_LEASE_MS});
+    EXPECT_EQ(s.max_readers_per_source, uint32_t{TH_DEFAULT_MAX_READERS_PER_SOURCE});
+    th_client_config c;
+    th_client_config_init(&c, sizeof c);
+    EXPECT_EQ(c.timeout_ms, uint32_t{TH_DEFAULT_TIMEOUT_MS});
+    EXPECT_EQ(c.heartbeat_ms, uint32_t{TH_DEFAULT_HEARTBEAT_MS});
+    EXPECT_EQ(c.chunk_timeout_ms, uint32_t{TH_DEFAULT_CHUNK_TIMEOUT_MS});
+    EXPECT_EQ(c.max_inflight, uint32_t{TH_DEFAULT_MAX_INFLIGHT});
+    EXPECT_EQ(c.retention, TH_DEFAULT_RETENTION);
+    EXPECT_EQ(c.mutation_wait_ms, uint32_t{TH_DEFAULT_MUTATION_WAIT_MS});
+    th_publish_config p;
+    th_publish_config_init(&p, sizeof p);
+    EXPECT_EQ(p.num_shards, uint32_t{TH_DEFAULT_NUM_SHARDS});
+    EXPECT_EQ(p.chunk_bytes, uint64_t{TH_DEFAULT_CHUNK_BYTES});
+    th_fetch_config f;
+    th_fetch_config_init(&f, sizeof f);
+    EXPECT_EQ(f.progress_interval_ms, uint32_t{TH_DEFAULT_PROGRESS_INTERVAL_MS});
+    EXPECT_EQ(f.version, TH_LATEST);
+}
+
 TEST(Api, OlderSmallerConfigStructsStillWork) {
     // A program built against a header whose struct ended earlier passes its
     // smaller size: init writes nothing past it, and the library uses its

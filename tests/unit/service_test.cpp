@@ -130,10 +130,73 @@ TEST_F(ServiceTest, NoHolderMeansUnavailableAtOnce) {
     EXPECT_NE(error_text(r).find("no live holder of model 'm' version 1 shard 0"), std::string::npos) << error_text(r);
 }
 
+// "Register again" is the reply's flag; its code keeps the meaning the header
+// gives it (TH_ERR_CLOSED is a handle shutting down, never a server's answer).
 TEST_F(ServiceTest, UnknownWorkersAreToldToRegister) {
-    Bytes r = call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100));
-    ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
-    EXPECT_TRUE(env(r)->body_as_ErrorReply()->unknown_worker());
+    auto told_to_register = [&](const Bytes &r) {
+        ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
+        const ErrorReply *e = env(r)->body_as_ErrorReply();
+        EXPECT_TRUE(e->unknown_worker());
+        EXPECT_FALSE(e->rebuilding());
+        EXPECT_EQ(e->code(), TH_ERR_UNAVAILABLE);
+    };
+    told_to_register(call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100)));
+    EXPECT_NE(error_text(call(publish(77, req++, "m", 1, 0, 1, specs(8192), 100))).find("worker 77 is not registered"),
+              std::string::npos);
+    // A worker a reader could not reach registers again before it is used.
+    join(1);
+    join(2);
+    Builder b;
+    ASSERT_EQ(error_code(call(finish(b, hdr(1, req++), CreateSourceFailed(b, 2, b.CreateString("test"))))), 0);
+    Builder b2;
+    Bytes r = call(finish(b2, hdr(2, req++), CreateHeartbeat(b2)));
+    told_to_register(r);
+    EXPECT_NE(error_text(r).find("reported unreachable"), std::string::npos) << error_text(r);
+    join(2);
+    Builder b3;
+    EXPECT_EQ(error_code(call(finish(b3, hdr(2, req++), CreateHeartbeat(b3)))), 0);
+}
+
+// A replica id is checked the same way by every request that names one: a
+// client naming another worker's replica is broken (ids are its own), and
+// nothing of the request is applied.
+TEST_F(ServiceTest, AnotherWorkersReplicaIsOneProtocolError) {
+    auto ts = specs(8192);
+    join(1);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100))), 0);
+    join(2);  // names worker 1's replica in every request below
+    std::string before = state();
+    auto refused = [&](const Bytes &r, const char *what) {
+        EXPECT_EQ(error_code(r), TH_ERR_PROTOCOL) << what;
+        EXPECT_NE(error_text(r).find("replica 100 belongs to worker 1, not to 2"), std::string::npos)
+            << what << ": " << error_text(r);
+    };
+    Builder b1, b2, b3, b4, b5;
+    refused(call(finish(b1, hdr(2, req++), CreateRelease(b1, 100))), "Release");
+    refused(call(finish(b2, hdr(2, req++), CreateBeginMutation(b2, 100))), "BeginMutation");
+    refused(call(finish(b3, hdr(2, req++), CreateCancelMutation(b3, 100))), "CancelMutation");
+    refused(call(finish(b4, hdr(2, req++), CreateProgress(b4, 100, 1))), "Progress");
+    std::vector<flatbuffers::Offset<SourceBytes>> from{CreateSourceBytes(b5, 1, 16384, 100)};
+    refused(call(finish(b5, hdr(2, req++), CreateFetchDone(b5, b5.CreateString("m"), 1, 0, 100, true, b5.CreateVector(from), 1000))),
+            "FetchDone");
+    refused(call(plan(2, req++, "m", 1, 0, 100, &ts)), "PlanFetch");
+    refused(call(publish(2, req++, "m", 2, 0, 1, ts, 100)), "Publish");
+    EXPECT_EQ(state(), before);
+}
+
+TEST_F(ServiceTest, EveryRequestChecksTheModelNameAlike) {
+    join(1);
+    std::string long_name(256, 'm');
+    Builder b1, b2, b3;
+    for (const Bytes &r : {call(publish(1, req++, long_name, 1, 0, 1, specs(8192), 100)), call(plan(1, req++, long_name, 1, 0)),
+                           call(finish(b1, hdr(1, req++), CreateResolve(b1, b1.CreateString(long_name), 1))),
+                           call(finish(b2, hdr(1, req++), CreatePin(b2, b2.CreateString(long_name), 1, true)))}) {
+        EXPECT_EQ(error_code(r), TH_ERR_INVALID_ARG);
+        EXPECT_EQ(error_text(r), "model name longer than 255 bytes");
+    }
+    Bytes r = call(finish(b3, hdr(1, req++), CreateResolve(b3, 0, 1)));
+    EXPECT_EQ(error_code(r), TH_ERR_PROTOCOL);
+    EXPECT_EQ(error_text(r), "model name is missing");
 }
 
 TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
@@ -223,7 +286,7 @@ TEST_F(ServiceTest, ForgetsVersionsNobodyHoldsExceptTheLatest) {
 }
 
 // Plans look at the reader's host, then its rack or zone, before every holder
-// (service.cpp); whatever the labels, loads and exclusions, the source must be
+// (planner.cpp); whatever the labels, loads and exclusions, the source must be
 // the one the policy picks among all holders.
 TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
     std::mt19937 rng(7);

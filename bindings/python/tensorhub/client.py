@@ -71,28 +71,37 @@ class Client:
         mutation_wait: how long begin_mutation waits for reads in flight, in seconds.
         token: the cluster token, if the server has one (default $TENSORHUB_TOKEN).
 
+        Settings left at None take the library's defaults (TH_DEFAULT_* in
+        tensorhub.h, read back from th_client_config_init).
+
     Raises:
         Unavailable: the server cannot be reached within `timeout`.
     """
 
     def __init__(self, server: str | Server, name: str | None = None, labels: Labels = None,
-                 timeout: float = 10.0, heartbeat: float = 1.0, chunk_timeout: float = 5.0,
-                 max_inflight: int = 8, retention: Retention = "spill", mutation_wait: float = 5.0,
-                 token: str | None = None) -> None:
+                 timeout: float | None = None, heartbeat: float | None = None, chunk_timeout: float | None = None,
+                 max_inflight: int | None = None, retention: Retention | None = None,
+                 mutation_wait: float | None = None, token: str | None = None) -> None:
         url = server.url if isinstance(server, Server) else server
-        if retention not in _RETENTION:
+        if retention is not None and retention not in _RETENTION:
             raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
         cfg = new_config(ClientConfig, lib.th_client_config_init)
         cfg.server_url = encode(url, "server")
         if name is not None:
             cfg.worker_name = encode(name, "name")
         cfg.labels = _labels(labels)
-        cfg.timeout_ms = to_ms(timeout, "timeout", minimum=1)
-        cfg.heartbeat_ms = to_ms(heartbeat, "heartbeat", minimum=1)
-        cfg.chunk_timeout_ms = to_ms(chunk_timeout, "chunk_timeout", minimum=1)
-        cfg.max_inflight = u32(max_inflight, "max_inflight")
-        cfg.retention = _RETENTION[retention]
-        cfg.mutation_wait_ms = to_ms(mutation_wait, "mutation_wait")
+        if timeout is not None:
+            cfg.timeout_ms = to_ms(timeout, "timeout", minimum=1)
+        if heartbeat is not None:
+            cfg.heartbeat_ms = to_ms(heartbeat, "heartbeat", minimum=1)
+        if chunk_timeout is not None:
+            cfg.chunk_timeout_ms = to_ms(chunk_timeout, "chunk_timeout", minimum=1)
+        if max_inflight is not None:
+            cfg.max_inflight = u32(max_inflight, "max_inflight")
+        if retention is not None:
+            cfg.retention = _RETENTION[retention]
+        if mutation_wait is not None:
+            cfg.mutation_wait_ms = to_ms(mutation_wait, "mutation_wait")
         if token is not None:
             cfg.token = encode(token, "token")
         out = ctypes.c_void_p()
@@ -213,8 +222,8 @@ class Client:
     # Publish
     # ------------------------------------------------------------------ #
 
-    def publish(self, model: str, version: int, tensors: Tensors, shard: int = 0, num_shards: int = 1,
-                chunk_bytes: int = 4 << 20) -> Replica:
+    def publish(self, model: str, version: int, tensors: Tensors, shard: int = 0, num_shards: int | None = None,
+                chunk_bytes: int | None = None) -> Replica:
         """Declares that this process holds `version` of `model` (one shard) in
         `tensors` and serves it from there. Nothing is copied.
 
@@ -226,7 +235,9 @@ class Client:
             tensors: a state_dict (name -> tensor, published in dict order) or
                 (name, tensor) pairs. Tensors must be contiguous.
             version: chosen by the publisher, strictly increasing per model.
-            chunk_bytes: transfer unit; must agree across shards.
+            num_shards: None: TH_DEFAULT_NUM_SHARDS (one).
+            chunk_bytes: transfer unit; must agree across shards. None:
+                TH_DEFAULT_CHUNK_BYTES.
 
         Raises:
             InvalidArgument, Conflict, Unavailable, Timeout.
@@ -237,8 +248,10 @@ class Client:
         cfg.model = encode(model, "model")
         cfg.version = version_arg(version)
         cfg.shard = u32(shard, "shard")
-        cfg.num_shards = u32(num_shards, "num_shards")
-        cfg.chunk_bytes = version_arg(chunk_bytes, "chunk_bytes")
+        if num_shards is not None:
+            cfg.num_shards = u32(num_shards, "num_shards")
+        if chunk_bytes is not None:
+            cfg.chunk_bytes = version_arg(chunk_bytes, "chunk_bytes")
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         out = ctypes.c_void_p()

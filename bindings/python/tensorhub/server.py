@@ -27,14 +27,21 @@ class Server:
         max_readers_per_source: fan-out cap per source while other sources exist.
         token: cluster token; when set, only peers with it are served
             (default $TENSORHUB_TOKEN).
+
+        Settings left at None take the library's defaults (TH_DEFAULT_* in
+        tensorhub.h, read back from th_server_config_init): a free port on
+        127.0.0.1, for instance.
     """
 
-    def __init__(self, listen: str = "tcp://127.0.0.1:0", lease_ms: int = 10000,
-                 max_readers_per_source: int = 2, token: str | None = None) -> None:
+    def __init__(self, listen: str | None = None, lease_ms: int | None = None,
+                 max_readers_per_source: int | None = None, token: str | None = None) -> None:
         cfg = new_config(ServerConfig, lib.th_server_config_init)
-        cfg.listen_url = encode(listen, "listen")
-        cfg.lease_ms = u32(lease_ms, "lease_ms")
-        cfg.max_readers_per_source = u32(max_readers_per_source, "max_readers_per_source")
+        if listen is not None:
+            cfg.listen_url = encode(listen, "listen")
+        if lease_ms is not None:
+            cfg.lease_ms = u32(lease_ms, "lease_ms")
+        if max_readers_per_source is not None:
+            cfg.max_readers_per_source = u32(max_readers_per_source, "max_readers_per_source")
         if token is not None:
             cfg.token = encode(token, "token")
         out = ctypes.c_void_p()

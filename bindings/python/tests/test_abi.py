@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tensorhub import _lib
+from _header import HEADER, run_c
 
-HEADER_DIR = Path(__file__).resolve().parents[3] / "include"
-HEADER = HEADER_DIR / "tensorhub" / "tensorhub.h"
+from tensorhub import _lib
 
 STRUCTS = {
     "th_tensor": _lib.Tensor,
@@ -33,15 +30,7 @@ def c_layout(tmp_path: Path) -> dict[str, int]:
         lines.append(f'printf("{c_name} %zu\\n", sizeof({c_name}));')
         for field, _ in mirror._fields_:
             lines.append(f'printf("{c_name}.{field} %zu\\n", offsetof({c_name}, {field}));')
-    source = tmp_path / "layout.c"
-    source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"tensorhub/tensorhub.h\"\n"
-                      "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler to check the struct layouts against")
-    exe = tmp_path / "layout"
-    subprocess.run([cc, "-std=c99", "-I", str(HEADER_DIR), str(source), "-o", str(exe)], check=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    out = run_c(tmp_path, "layout", lines)
     return {key: int(value) for key, value in (line.split() for line in out.splitlines())}
 
 

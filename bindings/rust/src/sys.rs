@@ -59,6 +59,21 @@ pub const TH_VERSION_NUMBER: u32 = TH_VERSION_MAJOR * 10000 + TH_VERSION_MINOR *
 pub const TH_MAX_DIMS: usize = 8;
 pub const TH_LATEST: u64 = u64::MAX;
 
+// What the *_config_init functions fill in (the safe layer reads them back
+// from there rather than using these).
+pub const TH_DEFAULT_LISTEN_URL: &str = "tcp://127.0.0.1:0";
+pub const TH_DEFAULT_LEASE_MS: u32 = 10000;
+pub const TH_DEFAULT_MAX_READERS_PER_SOURCE: u32 = 2;
+pub const TH_DEFAULT_TIMEOUT_MS: u32 = 10000;
+pub const TH_DEFAULT_HEARTBEAT_MS: u32 = 1000;
+pub const TH_DEFAULT_CHUNK_TIMEOUT_MS: u32 = 5000;
+pub const TH_DEFAULT_MAX_INFLIGHT: u32 = 8;
+pub const TH_DEFAULT_RETENTION: th_retention = TH_RETAIN_SPILL;
+pub const TH_DEFAULT_MUTATION_WAIT_MS: u32 = 5000;
+pub const TH_DEFAULT_NUM_SHARDS: u32 = 1;
+pub const TH_DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
+pub const TH_DEFAULT_PROGRESS_INTERVAL_MS: u32 = 100;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct th_tensor {

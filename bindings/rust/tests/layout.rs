@@ -60,6 +60,9 @@ fn sys_declarations_match_the_header() {
             TH_DTYPE_FLOAT8_E4M3, TH_DTYPE_FLOAT8_E5M2, TH_DTYPE_UINT16, TH_DTYPE_UINT32, TH_DTYPE_UINT64,
             TH_MEM_HOST, TH_MEM_CUDA, TH_RETAIN_SPILL, TH_RETAIN_WAIT, TH_RETAIN_FAIL,
             TH_VERSION_MAJOR, TH_VERSION_MINOR, TH_VERSION_PATCH, TH_VERSION_NUMBER, TH_MAX_DIMS, TH_LATEST,
+            TH_DEFAULT_LEASE_MS, TH_DEFAULT_MAX_READERS_PER_SOURCE, TH_DEFAULT_TIMEOUT_MS, TH_DEFAULT_HEARTBEAT_MS,
+            TH_DEFAULT_CHUNK_TIMEOUT_MS, TH_DEFAULT_MAX_INFLIGHT, TH_DEFAULT_RETENTION, TH_DEFAULT_MUTATION_WAIT_MS,
+            TH_DEFAULT_NUM_SHARDS, TH_DEFAULT_CHUNK_BYTES, TH_DEFAULT_PROGRESS_INTERVAL_MS,
         }
     };
     // Enum sizes matter too: sys.rs passes every C enum as i32.
@@ -71,7 +74,7 @@ fn sys_declarations_match_the_header() {
         rust.insert(format!("sizeof {e}"), size_of::<i32>() as u64);
     }
 
-    let c: BTreeMap<String, u64> = c_probe(&body)
+    let c: BTreeMap<String, u64> = c_probe("layout_probe", &body)
         .lines()
         .map(|l| {
             let (k, v) = l.rsplit_once(' ').unwrap();
@@ -87,12 +90,34 @@ fn sys_declarations_match_the_header() {
     assert!(diff.is_empty(), "sys.rs disagrees with tensorhub.h:\n{}", diff.join("\n"));
 }
 
-/// Compiles and runs a C program printing "key value" lines.
-fn c_probe(body: &str) -> String {
+/// The one string constant: compared as text, not through the number probe.
+#[test]
+fn default_listen_url_matches_the_header() {
+    assert_eq!(c_probe("listen_url_probe", "fputs(TH_DEFAULT_LISTEN_URL, stdout);\n"), TH_DEFAULT_LISTEN_URL);
+}
+
+/// Every TH_DEFAULT_* of the header is mirrored (the probe above only checks
+/// the ones it lists).
+#[test]
+fn every_header_default_is_mirrored() {
+    let header = std::fs::read_to_string(format!("{}/tensorhub/tensorhub.h", env!("TENSORHUB_INCLUDE_DIR"))).unwrap();
+    let rust = include_str!("../src/sys.rs");
+    let named = |text: &str, marker: &str| -> std::collections::BTreeSet<String> {
+        text.split(marker)
+            .skip(1)
+            .map(|rest| rest.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(named(&header, "#define TH_DEFAULT_"), named(rust, "pub const TH_DEFAULT_"));
+}
+
+/// Compiles and runs a C program printing "key value" lines. Each test names
+/// its own program: tests run in parallel.
+fn c_probe(name: &str, body: &str) -> String {
     let include = env!("TENSORHUB_INCLUDE_DIR");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let src = dir.join("layout_probe.c");
-    let exe = dir.join("layout_probe");
+    let src = dir.join(format!("{name}.c"));
+    let exe = dir.join(name);
     let program = format!(
         "#include <stddef.h>\n#include <stdio.h>\n#include \"tensorhub/tensorhub.h\"\n\
          #define P(k, v) printf(\"%s %llu\\n\", k, (unsigned long long)(v))\n\

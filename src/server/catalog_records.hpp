@@ -1,6 +1,6 @@
-// What the metadata server knows: workers, and for each model its versions,
-// their shards and the replicas that hold them. No weight bytes, only where
-// they are. Not thread-safe: the Service serializes access.
+// The records the catalog keeps (catalog.hpp): workers, and for each model
+// its versions, their shards and the replicas that hold them. No weight
+// bytes, only where they are. Plain data: the Catalog keeps them consistent.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,13 @@ namespace th {
 
 struct ReplicaInfo;
 struct ShardInfo;
+
+// Where a replica lives.
+struct ReplicaKey {
+    std::string model;
+    uint64_t version = 0;
+    uint32_t shard = 0;
+};
 
 struct WorkerInfo {
     uint64_t id = 0;
@@ -41,6 +48,7 @@ struct ReplicaInfo {
     // valid; saves a lookup per holder on every plan.
     WorkerInfo *holder = nullptr;
     ShardInfo *shard = nullptr;  // the shard holding it
+    ReplicaKey key;              // and where that shard is
     LoadRank rank{};             // where it is filed in shard->by_load
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
@@ -52,6 +60,10 @@ struct ReplicaInfo {
     uint64_t bytes_served = 0;
     ReplicaDesc desc;
 };
+
+// "publisher", "owned" (a spilled copy) or "replica" (a reader's): the kinds
+// status and metrics count.
+const char *replica_kind(const ReplicaInfo &r);
 
 struct ShardInfo {
     bool published = false;  // a publisher has declared it (layout fixed)
@@ -80,7 +92,7 @@ struct VersionInfo {
     uint32_t num_shards = 0;
     uint64_t chunk_bytes = 0;
     bool committed = false;
-    std::vector<ShardInfo> shards;
+    std::vector<ShardInfo> shards;  // sized once: replicas point into it
     std::vector<ReadRecord> reads;
     uint32_t published_shards() const;
 };
@@ -90,13 +102,6 @@ struct ModelInfo {
     std::map<uint64_t, VersionInfo> versions;
     std::optional<uint64_t> latest;  // newest committed version
     std::map<uint64_t, std::set<uint64_t>> pins;  // version -> workers pinning it
-};
-
-// Where a replica lives.
-struct ReplicaKey {
-    std::string model;
-    uint64_t version = 0;
-    uint32_t shard = 0;
 };
 
 }  // namespace th

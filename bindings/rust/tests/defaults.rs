@@ -1,0 +1,32 @@
+//! The safe layer's defaults are the library's (read back from
+//! th_*_config_init), and those are the header's TH_DEFAULT_* (layout.rs
+//! checks sys.rs against the header).
+
+use std::time::Duration;
+use tensorhub::sys::*;
+use tensorhub::{ClientConfig, PublishConfig, Retention, ServerConfig};
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(v.into())
+}
+
+#[test]
+fn configs_start_from_the_headers_defaults() {
+    let server = ServerConfig::default();
+    assert_eq!(server.listen_url, TH_DEFAULT_LISTEN_URL);
+    assert_eq!(server.lease, ms(TH_DEFAULT_LEASE_MS));
+    assert_eq!(server.max_readers_per_source, TH_DEFAULT_MAX_READERS_PER_SOURCE);
+
+    let client = ClientConfig::new("tcp://127.0.0.1:1");
+    assert_eq!(client.timeout, ms(TH_DEFAULT_TIMEOUT_MS));
+    assert_eq!(client.heartbeat, ms(TH_DEFAULT_HEARTBEAT_MS));
+    assert_eq!(client.chunk_timeout, ms(TH_DEFAULT_CHUNK_TIMEOUT_MS));
+    assert_eq!(client.max_inflight, TH_DEFAULT_MAX_INFLIGHT);
+    assert_eq!(client.retention, Retention::Spill);
+    assert_eq!(TH_DEFAULT_RETENTION, TH_RETAIN_SPILL);
+    assert_eq!(client.mutation_wait, ms(TH_DEFAULT_MUTATION_WAIT_MS));
+
+    let publish = PublishConfig::new("m", 1);
+    assert_eq!(publish.num_shards, TH_DEFAULT_NUM_SHARDS);
+    assert_eq!(publish.chunk_bytes, TH_DEFAULT_CHUNK_BYTES);
+}
