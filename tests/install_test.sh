@@ -36,4 +36,12 @@ grep -q published "$dir/pub.out" || { cat "$dir/pub.out"; exit 1; }
 "$dir/cmake-build/reader" "$url" | grep -q "fetched example v1"
 "$dir/prefix/bin/tensorhub" holders example 1 --server "$url" | grep -q "example-publisher\[published\]"
 exec 3>&-
+
+# The Go binding links the installed library through its tensorhub.pc alone
+# (no LD_LIBRARY_PATH: the rpath comes from the .pc file).
+if command -v go > /dev/null; then
+    cp -r "$src/bindings/go" "$dir/go"
+    (cd "$dir/go" && env -u LD_LIBRARY_PATH GOPROXY=off GOFLAGS=-count=1 GOCACHE="$dir/gocache" CGO_ENABLED=1 \
+        go test -run 'TestDefaultsAreTheLibrarysDefaults' . > "$dir/go.out" 2>&1) || { cat "$dir/go.out"; exit 1; }
+fi
 echo "1 passed, 0 failed"

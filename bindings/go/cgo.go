@@ -8,13 +8,16 @@
 // *Buffer, allocated with C.malloc and freed by Buffer.Close, which refuses
 // while a Replica still serves it.
 //
+// Building: cgo finds libtensorhub through pkg-config (tensorhub.pc, installed
+// by cmake --install; a build tree has tensorhub-uninstalled.pc): point
+// PKG_CONFIG_PATH at the folder that holds it.
+//
 // Every handle has an explicit, idempotent Close. Errors are *Error values;
 // compare them with errors.Is(err, ErrNotFound) and friends.
 package tensorhub
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -L${SRCDIR}/../../build -ltensorhub -Wl,-rpath,${SRCDIR}/../../build
+#cgo pkg-config: tensorhub
 #include <stdlib.h>
 #include "tensorhub/tensorhub.h"
 */

@@ -49,7 +49,7 @@ type Client struct {
 	ptr     *C.th_client
 	timeout C.uint32_t // the control-call timeout in effect
 
-	// Open replicas, released by Close before the client is destroyed
+	// Open replicas, whose handles Close frees once the client is destroyed
 	// (th_client_destroy aborts in UCX if a published buffer is still
 	// registered, although the header says it withdraws them itself).
 	replicasMu sync.Mutex
@@ -131,30 +131,32 @@ func (c *Client) use(f func(*C.th_client) error) error {
 	return err
 }
 
-// Close closes every replica the client still holds, disconnects and frees
-// the client. It must not be called while the client's buffers are being
-// written. Idempotent.
+// Close withdraws every replica the client still holds, disconnects and
+// frees the client, as th_client_destroy does; the replicas' buffers are then
+// the caller's again (Replica.Close is a no-op afterwards). It must not be
+// called while the client's buffers are being written. Idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ptr == nil {
 		return nil
 	}
+	C.th_client_destroy(c.ptr)
+	c.ptr = nil
+	runtime.SetFinalizer(c, nil)
 	c.replicasMu.Lock()
 	open := make([]*Replica, 0, len(c.replicas))
 	for r := range c.replicas {
 		open = append(open, r)
 	}
 	c.replicasMu.Unlock()
+	// Their client withdrew them: releasing a handle now only frees it.
 	var first error
 	for _, r := range open {
 		if err := r.release(); err != nil && first == nil {
 			first = err
 		}
 	}
-	C.th_client_destroy(c.ptr)
-	c.ptr = nil
-	runtime.SetFinalizer(c, nil)
 	return first
 }
 

@@ -95,16 +95,23 @@ func TestDoubleCloseAndUseAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := connect(t, s.URL(), "closer")
+	other := connect(t, s.URL(), "other")
+	defer other.Close()
 	src := shard(t, 1, 4096, 1)
 	r, err := c.Publish(tensorhub.PublishConfig{Model: "m", Version: 1}, src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Closing the client closes its replicas; they may still be closed again.
+	// Closing the client withdraws its replicas (th_client_destroy); they may
+	// still be closed again.
 	for i := 0; i < 2; i++ {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	dst := shard(t, 1, 4096, 0)
+	if _, _, err := other.Fetch(context.Background(), "m", 1, 0, dst, false); !errors.Is(err, tensorhub.ErrUnavailable) {
+		t.Fatalf("fetch of a version whose only holder closed: %v", err)
 	}
 	if err := r.BeginMutation(); !errors.Is(err, tensorhub.ErrClosed) {
 		t.Fatalf("begin mutation after client close: %v", err)

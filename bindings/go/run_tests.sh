@@ -8,6 +8,10 @@ export GOPROXY=off GOFLAGS="${GOFLAGS:--count=1}" CGO_ENABLED=1
 if [ ! -w "${HOME:-/nonexistent}" ]; then
     export GOPATH="${GOPATH:-/tmp/tensorhub-go/path}" GOCACHE="${GOCACHE:-/tmp/tensorhub-go/cache}"
 fi
-test -e ../../build/libtensorhub.so || { echo "build libtensorhub first (cd build && make -j2 tensorhub)" >&2; exit 1; }
+# cgo finds the library through pkg-config: the build tree's
+# tensorhub-uninstalled.pc unless PKG_CONFIG_PATH already names another.
+build="$(cd ../.. && pwd)/${TH_BUILD_DIR:-build}"
+test -e "$build/libtensorhub.so" || { echo "build libtensorhub first (scripts/build.sh)" >&2; exit 1; }
+export PKG_CONFIG_PATH="${PKG_CONFIG_PATH:-$build}"
 go vet ./...
 go test "$@" ./...
