@@ -8,6 +8,7 @@
 
 #include "client/client.hpp"
 #include "common/error.hpp"
+#include "common/fork_guard.hpp"
 #include "server/server.hpp"
 #include "wire/auth.hpp"
 
@@ -191,6 +192,7 @@ void th_server_config_init(th_server_config *cfg, size_t size) {
 
 th_status th_server_create(th_server **out, const th_server_config *cfg) {
     return th::guard([&] {
+        th::check_not_forked();
         if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
         *out = nullptr;
         th_server_config c = read_config(cfg, th_server_config_init, "th_server_config");
@@ -206,6 +208,7 @@ th_status th_server_create(th_server **out, const th_server_config *cfg) {
         s->impl = std::make_unique<th::Server>(c.listen_url, sc, th::wire::cluster_token(c.token),
                                                c.metrics_url ? c.metrics_url : "");
         s->metrics_url = s->impl->metrics_url();
+        th::note_threads_started();
         *out = s.release();
     });
 }
@@ -214,7 +217,11 @@ const char *th_server_url(const th_server *server) { return server ? server->imp
 
 const char *th_server_metrics_url(const th_server *server) { return server ? server->metrics_url.c_str() : ""; }
 
-void th_server_destroy(th_server *server) { delete server; }
+void th_server_destroy(th_server *server) {
+    // In a forked child its threads do not exist: joining them would hang.
+    if (server != nullptr && th::in_forked_child()) return;  // leaked on purpose
+    delete server;
+}
 
 void th_client_config_init(th_client_config *cfg, size_t size) {
     init_config(cfg, size, [](th_client_config &c) {
@@ -229,6 +236,7 @@ void th_client_config_init(th_client_config *cfg, size_t size) {
 
 th_status th_client_create(th_client **out, const th_client_config *cfg) {
     return th::guard([&] {
+        th::check_not_forked();
         if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
         *out = nullptr;
         th_client_config c = read_config(cfg, th_client_config_init, "th_client_config");
@@ -249,11 +257,16 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         cc.token = th::wire::cluster_token(c.token);
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
+        th::note_threads_started();
         *out = cl.release();
     });
 }
 
-void th_client_destroy(th_client *client) { delete client; }
+void th_client_destroy(th_client *client) {
+    // In a forked child its threads do not exist: joining them would hang.
+    if (client != nullptr && th::in_forked_child()) return;  // leaked on purpose
+    delete client;
+}
 
 uint64_t th_client_worker_id(const th_client *client) { return client ? client->impl->worker_id() : 0; }
 
@@ -271,6 +284,7 @@ void th_publish_config_init(th_publish_config *cfg, size_t size) {
 th_status th_publish(th_client *client, const th_publish_config *cfg, const th_tensor *tensors, size_t n,
                      th_replica **out) {
     return th::guard([&] {
+        th::check_not_forked();
         if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
         *out = nullptr;
         if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
@@ -289,8 +303,10 @@ uint64_t th_replica_version(const th_replica *replica) { return replica ? replic
 
 th_status th_replica_release(th_replica *replica) {
     if (replica == nullptr) return TH_OK;
+    if (th::in_forked_child()) return th::guard([] { th::check_not_forked(); });  // leaked: see th_client_destroy
     std::unique_ptr<th_replica> owned(replica);
     th_status st = th::guard([&] {
+        th::check_not_forked();
         th::Client *c = th::replica_client(*owned->impl);
         if (c != nullptr) c->release(*owned->impl);
     });
@@ -310,6 +326,7 @@ void th_fetch_config_init(th_fetch_config *cfg, size_t size) {
 th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tensor *dst, size_t n,
                    uint64_t *out_version, th_replica **out_replica) {
     return th::guard([&] {
+        th::check_not_forked();
         if (out_replica) *out_replica = nullptr;
         if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
         th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
@@ -342,6 +359,7 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
 
 th_status th_replica_begin_mutation(th_replica *replica) {
     return th::guard([&] {
+        th::check_not_forked();
         if (replica == nullptr) fail(TH_ERR_INVALID_ARG, "replica is NULL");
         th::Client *c = th::replica_client(*replica->impl);
         if (c == nullptr) fail(TH_ERR_CLOSED, "the replica's client was destroyed");
@@ -351,6 +369,7 @@ th_status th_replica_begin_mutation(th_replica *replica) {
 
 th_status th_pin(th_client *client, const char *model, uint64_t version) {
     return th::guard([&] {
+        th::check_not_forked();
         if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
         client->impl->pin(model, version);
     });
@@ -358,6 +377,7 @@ th_status th_pin(th_client *client, const char *model, uint64_t version) {
 
 th_status th_unpin(th_client *client, const char *model, uint64_t version) {
     return th::guard([&] {
+        th::check_not_forked();
         if (client == nullptr || model == nullptr) fail(TH_ERR_INVALID_ARG, "client and model must not be NULL");
         client->impl->unpin(model, version);
     });
@@ -366,6 +386,7 @@ th_status th_unpin(th_client *client, const char *model, uint64_t version) {
 th_status th_wait_for_version(th_client *client, const char *model, uint64_t newer_than, uint32_t timeout_ms,
                               uint64_t *out_version) {
     return th::guard([&] {
+        th::check_not_forked();
         if (client == nullptr || model == nullptr || out_version == nullptr)
             fail(TH_ERR_INVALID_ARG, "client, model and out_version must not be NULL");
         *out_version = client->impl->wait_for_version(model, newer_than, timeout_ms);
@@ -374,6 +395,7 @@ th_status th_wait_for_version(th_client *client, const char *model, uint64_t new
 
 th_status th_describe_json(th_client *client, const char *model, uint64_t version, uint32_t shard, char **out_json) {
     return th::guard([&] {
+        th::check_not_forked();
         if (client == nullptr || model == nullptr || out_json == nullptr)
             fail(TH_ERR_INVALID_ARG, "client, model and out_json must not be NULL");
         *out_json = nullptr;
@@ -383,6 +405,7 @@ th_status th_describe_json(th_client *client, const char *model, uint64_t versio
 
 th_status th_resolve(th_client *client, const char *model, uint64_t version, uint64_t *out_version) {
     return th::guard([&] {
+        th::check_not_forked();
         if (client == nullptr || model == nullptr || out_version == nullptr)
             fail(TH_ERR_INVALID_ARG, "client, model and out_version must not be NULL");
         *out_version = client->impl->resolve(model, version);
@@ -391,6 +414,7 @@ th_status th_resolve(th_client *client, const char *model, uint64_t version, uin
 
 th_status th_status_json(th_client *client, char **out_json) {
     return th::guard([&] {
+        th::check_not_forked();
         if (client == nullptr || out_json == nullptr) fail(TH_ERR_INVALID_ARG, "client and out_json must not be NULL");
         *out_json = nullptr;
         *out_json = copy_string(client->impl->status_json());
@@ -399,6 +423,7 @@ th_status th_status_json(th_client *client, char **out_json) {
 
 th_status th_server_status_json(const char *server_url, uint32_t timeout_ms, char **out_json) {
     return th::guard([&] {
+        th::check_not_forked();
         if (server_url == nullptr || out_json == nullptr) fail(TH_ERR_INVALID_ARG, "server_url and out_json must not be NULL");
         *out_json = nullptr;
         *out_json = copy_string(th::query_status(server_url, timeout_ms == 0 ? TH_DEFAULT_TIMEOUT_MS : timeout_ms, th::wire::cluster_token(nullptr)));
