@@ -35,13 +35,5 @@ fi
 
 if [ "${TH_TSAN:-0}" = 1 ]; then
     echo "== C/C++ unit and integration tests under ThreadSanitizer"
-    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DTH_SANITIZE=thread -DTH_WITH_CUDA=OFF >/dev/null
-    cmake --build build-tsan -j "${TH_JOBS:-$(nproc)}" --target th_unit_tests th_integration_tests th_test_worker \
-        tensorhub-server tensorhub
-    # UCX's memory hooks (libucm) patch mmap/madvise, which TSan intercepts
-    # too: they crash together, so the hooks are off. tests/tsan.supp says
-    # which reports are the data plane's design.
-    (cd build-tsan && export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no \
-        TSAN_OPTIONS="halt_on_error=1 history_size=7 suppressions=$PWD/../tests/tsan.supp" &&
-        ./tests/th_unit_tests && ./tests/th_integration_tests)
+    scripts/tsan.sh
 fi
