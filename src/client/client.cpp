@@ -465,9 +465,13 @@ void Client::release(Replica &r, bool retain) {
             prepare_to_give_up(r, Deadline(cfg_.timeout_ms));
         } catch (const Error &e) {
             if (e.code() == TH_ERR_RETAINED) throw;  // refused: nothing changed, still served
-            // The server could not be asked (it is gone or slow): the caller
-            // gives the buffers up all the same, so withdraw locally, report.
-            retention_failed = e;
+            // Not listed by the server (it refused the version when this
+            // worker registered again, or lost this worker's lease): no
+            // reader is routed here and nothing requires it from us.
+            // Otherwise the server could not be asked (it is gone or slow):
+            // the caller gives the buffers up all the same, so withdraw
+            // locally, and report.
+            if (e.code() != TH_ERR_NOT_FOUND) retention_failed = e;
         }
     }
     forget(&r);

@@ -18,13 +18,20 @@ constexpr size_t kReplyCacheSize = 4096;
 constexpr size_t kMaxModelName = 255;
 constexpr uint32_t kMaxShards = 65536;
 
-uint64_t new_epoch() {
+uint64_t new_epoch(bool standby) {
+    uint64_t low = std::random_device{}() & 0xfffu;
+    // A standby starts below every active server, so that a new client, which
+    // starts on the answering server of the newest epoch, never picks a
+    // standby over the server in use (a standby restarted after a failover
+    // would otherwise outrank the server that took over). It takes over above
+    // the epoch of the first worker that fails over to it.
+    if (standby) return low + 1;
     // Later servers get larger epochs (milliseconds since the Unix epoch in the
     // high bits), so a stale server can be told apart from its successor.
     uint64_t ms = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
-    return (ms << 12) | (std::random_device{}() & 0xfffu);
+    return (ms << 12) | low;
 }
 
 // Requests whose replies are kept for a re-send: applying them twice would
@@ -45,7 +52,7 @@ std::string model_name(const flatbuffers::String *s) {
 
 Service::Service(ServiceConfig cfg)
     : cfg_(cfg),
-      epoch_(new_epoch()),
+      epoch_(new_epoch(cfg.standby)),
       start_ms_(clock_ms()),
       catalog_(cfg.policy, [this](EventKind kind, const std::string &model, uint64_t version, uint64_t replica) {
           emit(kind, model, version, replica);

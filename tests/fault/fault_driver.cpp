@@ -26,14 +26,18 @@ namespace {
 constexpr KindInfo kKinds[] = {
     {Kind::SourceKill, "source-kill"},   {Kind::SourceStop, "source-stop"},       {Kind::ServerKill, "server-kill"},
     {Kind::Mutation, "mutation"},        {Kind::ControlFaults, "control-faults"}, {Kind::ReaderKill, "reader-kill"},
-    {Kind::SpotLoss, "spot-loss"},
+    {Kind::SpotLoss, "spot-loss"},       {Kind::Chaos, "chaos"},
 };
+// Runs without --kinds: every kind but chaos, which is long and runs only
+// when named.
+constexpr size_t kDefaultKinds = 7;
 
 const char *kUsage =
     "usage: th_fault_driver --server-bin PATH --worker-bin PATH\n"
     "                       [--seed S] [--kinds k1,k2] [--runs N] [--long] [--log-dir DIR] [--keep-logs]\n"
-    "  kinds (names or 1-7): source-kill source-stop server-kill mutation control-faults reader-kill\n"
-    "                       spot-loss\n"
+    "                       [--chaos-seconds N]\n"
+    "  kinds (names or 1-8): source-kill source-stop server-kill mutation control-faults reader-kill\n"
+    "                       spot-loss, and chaos (only when named: --chaos-seconds long, default 20)\n"
     "  --runs N     runs per kind (default 2; --long: 100)\n"
     "  --seed S     run i of a kind uses seed S+i: '--seed S+i --kinds K --runs 1' replays it\n"
     "  --keep-logs  keep every run's logs (by default only failed runs' logs are kept)\n";
@@ -60,7 +64,7 @@ Options parse_options(int argc, char **argv) {
         std::exit(0);
     }
     auto bad = args.unknown(
-        {"server-bin", "worker-bin", "seed", "kinds", "runs", "long", "log-dir", "keep-logs"});
+        {"server-bin", "worker-bin", "seed", "kinds", "runs", "long", "log-dir", "keep-logs", "chaos-seconds"});
     if (!bad.empty() || !args.positional().empty())
         throw std::runtime_error("unknown argument " + (bad.empty() ? args.positional()[0] : "--" + bad[0]));
     Options o;
@@ -72,12 +76,14 @@ Options parse_options(int argc, char **argv) {
     o.runs = static_cast<int>(args.get_u64("runs", args.has("long") ? 100 : 2));
     o.keep_logs = args.has("keep-logs");
     o.log_dir = args.get("log-dir");
+    o.chaos_seconds = static_cast<int>(args.get_u64("chaos-seconds", static_cast<uint64_t>(o.chaos_seconds)));
+    if (o.chaos_seconds < 5) throw std::runtime_error("--chaos-seconds must be at least 5");
     o.kinds = args.has("kinds") ? parse_kinds(args.get("kinds"))
-                                : std::vector<KindInfo>(std::begin(kKinds), std::end(kKinds));
+                                : std::vector<KindInfo>(std::begin(kKinds), std::begin(kKinds) + kDefaultKinds);
     return o;
 }
 
-void run_scenario(Run &run, Kind kind) {
+void run_scenario(Run &run, Kind kind, const Options &opt) {
     switch (kind) {
     case Kind::SourceKill: return holder_fault(run, false);
     case Kind::SourceStop: return holder_fault(run, true);
@@ -86,6 +92,7 @@ void run_scenario(Run &run, Kind kind) {
     case Kind::ControlFaults: return control_faults(run);
     case Kind::ReaderKill: return reader_kill(run);
     case Kind::SpotLoss: return spot_loss(run);
+    case Kind::Chaos: return chaos(run, opt.chaos_seconds);
     }
 }
 
@@ -165,7 +172,7 @@ int main_impl(int argc, char **argv) {
             {
                 Run run(opt, k, i, seed, dir);
                 try {
-                    run_scenario(run, k.kind);
+                    run_scenario(run, k.kind, opt);
                     run.finish();
                 } catch (const std::exception &e) {
                     run.violation(std::string("driver error: ") + e.what());
@@ -176,7 +183,7 @@ int main_impl(int argc, char **argv) {
             print_run(k, i, seed, r, ok);
             KindSummary &s = sums[k.name];
             s.runs++;
-            s.injected += r.injected;
+            s.injected += r.injected ? r.faults : 0;
             s.completed += r.completed;
             s.corrupt += r.corrupt;
             s.hung += r.hung;

@@ -11,5 +11,6 @@ void mutation(Run &run);                  // (4)
 void control_faults(Run &run);            // (5)
 void reader_kill(Run &run);               // (6)
 void spot_loss(Run &run);                 // (7)
+void chaos(Run &run, int seconds);        // (8)
 
 }  // namespace th_fault

@@ -35,7 +35,7 @@ inline int64_t ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration_cast<Ms>(b - a).count();
 }
 
-enum class Kind { SourceKill, SourceStop, ServerKill, Mutation, ControlFaults, ReaderKill, SpotLoss };
+enum class Kind { SourceKill, SourceStop, ServerKill, Mutation, ControlFaults, ReaderKill, SpotLoss, Chaos };
 
 struct KindInfo {
     Kind kind;
@@ -47,6 +47,7 @@ struct Options {
     uint64_t seed = 20240611;  // fixed by default: ctest runs are reproducible
     int runs = 2;
     bool keep_logs = false;
+    int chaos_seconds = 20;  // how long one chaos run lasts
     std::vector<KindInfo> kinds;
 };
 
@@ -59,6 +60,7 @@ struct RunResult {
     int64_t fault_at_ms = -1;
     std::string fault;  // what was done, in words
     int completed = 0, corrupt = 0, hung = 0, errors = 0;
+    int faults = 1;  // faults injected in the run (chaos: many)
     std::vector<double> recovery_ms;  // per affected reader: fault -> its completion
     std::vector<std::string> violations;
 };
@@ -209,8 +211,9 @@ class Run {
 
     // A tensorhub-server process; returns its URL ("" and a violation if it
     // does not come up).
-    std::string start_server(const std::string &name, uint32_t lease_ms, bool standby = false) {
-        std::vector<std::string> args = {"--listen", "tcp://127.0.0.1:0", "--lease-ms", std::to_string(lease_ms)};
+    std::string start_server(const std::string &name, uint32_t lease_ms, bool standby = false,
+                             const std::string &listen = "tcp://127.0.0.1:0") {
+        std::vector<std::string> args = {"--listen", listen, "--lease-ms", std::to_string(lease_ms)};
         if (standby) args.push_back("--standby");
         Child &c = spawn(name, opt_.server_bin, args);
         std::string l = c.line(10000);
@@ -276,9 +279,10 @@ class Run {
         return watch(worker(name, args, env));
     }
 
-    // Reads the child's first output line on a thread, with the hung bound.
-    Reader watch(Child &c) {
-        int bound = hung_bound_ms();
+    // Reads the child's first output line on a thread, with the hung bound
+    // (plus extra_ms, for a child that loops that long before it answers).
+    Reader watch(Child &c, int extra_ms = 0) {
+        int bound = hung_bound_ms() + extra_ms;
         auto f = std::async(std::launch::async, [&c, bound] {
                      std::string l = c.line(bound);
                      return Outcome{l, Clock::now()};

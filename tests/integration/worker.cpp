@@ -10,9 +10,11 @@
 //   th_test_worker wait --server URL --model M --newer-than V [--timeout-ms T]
 //   th_test_worker publish-loop ... --versions N --shards S --delay-ms D
 //                  publishes versions 1..N, shard by shard with a delay between
-//   th_test_worker fetch-loop ... --shards S --for-ms T
+//   th_test_worker fetch-loop ... --shards S --for-ms T [--serve]
 //                  resolves LATEST once per round and fetches every shard of
-//                  that version; prints "ok rounds=R versions=K fetched=F"
+//                  that version; prints "ok rounds=R versions=K fetched=F";
+//                  --serve: each round's shards serve others until the round
+//                  after next (two buffer sets, as publish-loop)
 // The environment's TENSORHUB_FAULT_* hooks apply (see src/common/faults.hpp).
 #include <chrono>
 #include <csignal>
@@ -179,7 +181,10 @@ int main(int argc, char **argv) {
             for (th_replica *r : rs) held.push_back(r);
     } else if (role == "fetch-loop") {
         uint32_t n = static_cast<uint32_t>(args.get_u64("shards", 1));
-        for (uint32_t s = 0; s < n; ++s) shards.emplace_back(shard_bytes, tensors);
+        bool serve = args.has("serve");
+        for (auto &set : loop_sets)
+            for (uint32_t s = 0; s < n; ++s) set.emplace_back(shard_bytes, tensors);
+        std::vector<th_replica *> serving[2];  // by buffer set
         auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.get_u64("for-ms", 2000));
         uint64_t rounds = 0, last = 0, distinct = 0, fetched = 0;
         while (std::chrono::steady_clock::now() < end) {
@@ -189,6 +194,10 @@ int main(int argc, char **argv) {
                 continue;
             }
             bool complete = true;
+            // This round's buffers: the set whose replicas are two rounds old.
+            auto &set = loop_sets[rounds % 2];
+            for (th_replica *r : serving[rounds % 2]) check(th_replica_release(r), "release");
+            serving[rounds % 2].clear();
             for (uint32_t s = 0; s < n && complete; ++s) {
                 th_fetch_config fc;
                 th_fetch_config_init(&fc, sizeof fc);
@@ -196,7 +205,9 @@ int main(int argc, char **argv) {
                 fc.version = version;
                 fc.shard = s;
                 uint64_t got = 0;
-                th_status st = th_fetch(c, &fc, shards[s].views.data(), shards[s].views.size(), &got, nullptr);
+                th_replica *r = nullptr;
+                th_status st = th_fetch(c, &fc, set[s].views.data(), set[s].views.size(), &got, serve ? &r : nullptr);
+                if (r) serving[rounds % 2].push_back(r);
                 // A version the publisher already dropped is an honest miss, never a mix.
                 if (st == TH_ERR_NOT_FOUND || st == TH_ERR_UNAVAILABLE) {
                     complete = false;
@@ -205,7 +216,7 @@ int main(int argc, char **argv) {
                 check(st, "fetch");
                 fetched++;
                 size_t byte = 0;
-                if (int t = shards[s].first_wrong(version, s, &byte); t >= 0) {
+                if (int t = set[s].first_wrong(version, s, &byte); t >= 0) {
                     std::printf("mixed version=%llu shard=%u tensor=%d byte=%zu\n", (unsigned long long)version, s, t, byte);
                     std::fflush(stdout);
                     return 3;
@@ -218,6 +229,8 @@ int main(int argc, char **argv) {
         }
         std::printf("ok rounds=%llu versions=%llu fetched=%llu\n", (unsigned long long)rounds,
                     (unsigned long long)distinct, (unsigned long long)fetched);
+        for (auto &rs : serving)
+            for (th_replica *r : rs) held.push_back(r);
     } else {
         die("unknown role " + role);
     }
