@@ -327,6 +327,19 @@ class Run {
         return false;
     }
 
+    // Waits for a publish-loop to print "ready" (its loop ended); false, with
+    // a violation (a crash, or a hang), if it does not within 30 s.
+    bool loop_ended(Child &publisher, const std::string &who) {
+        std::string ready = publisher.line(30000);
+        if (ready.rfind("ready", 0) == 0) return true;
+        auto how = ended_soon(publisher);
+        violation(how ? who + " ended (" + *how + ") before the end of its loop, output '" + ready + "'"
+                      : who + "'s loop did not end within 30 s",
+                  &publisher);
+        if (!how) result.hung++;
+        return false;
+    }
+
     // How the child ended, waiting a little: its stdout reaches EOF just
     // before it becomes a zombie. nullopt if it still runs after that.
     static std::optional<std::string> ended_soon(const Child &c) {

@@ -137,15 +137,7 @@ void chaos(Run &run, int seconds) {
         Outcome o;
         if (run.settle(slot.reader, 0, &o)) run.result.completed += static_cast<int>(field(o.line, "fetched")) - 1;
     }
-    std::string ready = trainer.line(30000);
-    if (ready.rfind("ready", 0) != 0) {
-        auto how = Run::ended_soon(trainer);
-        run.violation(how ? "the trainer ended (" + *how + ") before the end of its loop, output '" + ready + "'"
-                          : "the trainer's loop did not end within 30 s",
-                      &trainer);
-        if (!how) run.result.hung++;
-        return;
-    }
+    if (!run.loop_ended(trainer, "the trainer")) return;
     run.expect_available(both, layout, {&trainer}, "the trainer's last version after the chaos", 10000);
 }
 

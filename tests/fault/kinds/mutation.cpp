@@ -48,15 +48,7 @@ void mutation(Run &run) {
     }
     run.result.injected = hits > 0;
     run.result.fault += ": " + std::to_string(hits) + " reads hit a rewrite";
-    std::string ready = pub.line(30000);
-    if (ready.rfind("ready", 0) != 0) {
-        auto how = Run::ended_soon(pub);
-        run.violation(how ? "the publisher ended (" + *how + ") before the end of its loop, output '" + ready + "'"
-                          : "the publisher's loop did not end within 30 s",
-                      &pub);
-        if (!how) run.result.hung++;
-        return;
-    }
+    if (!run.loop_ended(pub, "the publisher")) return;
     run.expect_available(url, layout, {&pub}, "the last version of the loop");
 }
 
