@@ -329,8 +329,10 @@ class Run {
 
     // Waits for a publish-loop to print "ready" (its loop ended); false, with
     // a violation (a crash, or a hang), if it does not within 30 s.
-    bool loop_ended(Child &publisher, const std::string &who) {
+    // *published: the last version it published.
+    bool loop_ended(Child &publisher, const std::string &who, uint64_t *published = nullptr) {
         std::string ready = publisher.line(30000);
+        if (published) *published = field(ready, "published");
         if (ready.rfind("ready", 0) == 0) return true;
         auto how = ended_soon(publisher);
         violation(how ? who + " ended (" + *how + ") before the end of its loop, output '" + ready + "'"

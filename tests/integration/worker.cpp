@@ -8,8 +8,9 @@
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
 //   th_test_worker wait --server URL --model M --newer-than V [--timeout-ms T]
-//   th_test_worker publish-loop ... --versions N --shards S --delay-ms D
+//   th_test_worker publish-loop ... --versions N --shards S --delay-ms D [--for-ms T]
 //                  publishes versions 1..N, shard by shard with a delay between
+//                  (and stops after T ms if that comes first)
 //   th_test_worker fetch-loop ... --shards S --for-ms T [--serve]
 //                  resolves LATEST once per round and fetches every shard of
 //                  that version; prints "ok rounds=R versions=K fetched=F";
@@ -166,7 +167,9 @@ int main(int argc, char **argv) {
         for (auto &set : loop_sets)
             for (uint32_t s = 0; s < n; ++s) set.emplace_back(shard_bytes, tensors);
         std::vector<th_replica *> by_version[2];
-        for (uint64_t v = 1; v <= versions && !g_stop; ++v) {
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.get_u64("for-ms", UINT32_MAX));
+        uint64_t published = 0;
+        for (uint64_t v = 1; v <= versions && !g_stop && std::chrono::steady_clock::now() < until; ++v) {
             auto &set = loop_sets[v % 2];
             for (th_replica *r : by_version[v % 2]) check(th_replica_release(r), "release");
             by_version[v % 2].clear();
@@ -175,8 +178,9 @@ int main(int argc, char **argv) {
                 by_version[v % 2].push_back(publish_shard(c, model, v, s, n, args.get_u64("chunk-kb", 64) << 10, set[s]));
                 usleep(static_cast<useconds_t>(delay * 1000));
             }
+            published = v;
         }
-        std::printf("ready published=%llu\n", (unsigned long long)versions);
+        std::printf("ready published=%llu\n", (unsigned long long)published);
         for (auto &rs : by_version)
             for (th_replica *r : rs) held.push_back(r);
     } else if (role == "fetch-loop") {

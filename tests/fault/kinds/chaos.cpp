@@ -48,11 +48,14 @@ void chaos(Run &run, int seconds) {
     layout.tensors = 3;
     const uint64_t delay_ms = 40;
     const int64_t total_ms = int64_t{seconds} * 1000;
-    layout.version = static_cast<uint64_t>(total_ms) / (layout.shards * delay_ms + 5) + 10;
+    // As many versions as fit, the loop bounded by time: pauses and failovers
+    // slow it by an amount nobody can know in advance.
+    layout.version = 1'000'000;
     auto sizes = layout.sizes();
     std::vector<std::string> targs = {"publish-loop", "--server", both, "--shards", std::to_string(layout.shards),
                                       "--versions", std::to_string(layout.version), "--delay-ms",
-                                      std::to_string(delay_ms), "--chunk-kb", std::to_string(layout.chunk_kb)};
+                                      std::to_string(delay_ms), "--chunk-kb", std::to_string(layout.chunk_kb),
+                                      "--for-ms", std::to_string(total_ms)};
     targs.insert(targs.end(), sizes.begin(), sizes.end());
     Child &trainer = run.worker("trainer", targs);
 
@@ -137,7 +140,7 @@ void chaos(Run &run, int seconds) {
         Outcome o;
         if (run.settle(slot.reader, 0, &o)) run.result.completed += static_cast<int>(field(o.line, "fetched")) - 1;
     }
-    if (!run.loop_ended(trainer, "the trainer")) return;
+    if (!run.loop_ended(trainer, "the trainer", &layout.version)) return;
     run.expect_available(both, layout, {&trainer}, "the trainer's last version after the chaos", 10000);
 }
 
