@@ -48,6 +48,10 @@ def _labels(labels: Labels) -> bytes | None:
     return encode(",".join(parts), "labels")
 
 
+def _progress_hook(progress: ProgressCallback | None, interval: float | None) -> ProgressHook:
+    return ProgressHook(progress, None if interval is None else to_ms(interval, "progress_interval"))
+
+
 class Client:
     """A worker's connection to a tensorhub server.
 
@@ -271,6 +275,8 @@ class Client:
         cfg.stats = stats_pointer(stats)
         if hook is not None:
             cfg.progress = hook.c_function  # the hook outlives this call
+            if hook.interval_ms is not None:
+                cfg.progress_interval_ms = hook.interval_ms
         c_tensors = to_c(views)
         got = ctypes.c_uint64()
         out = ctypes.c_void_p()
@@ -283,7 +289,7 @@ class Client:
 
     def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
               timeout: float | None = None, serve: bool = True,
-              progress: ProgressCallback | None = None) -> int:
+              progress: ProgressCallback | None = None, progress_interval: float | None = None) -> int:
         """Fetches a shard of `version` (default: the newest committed) into
         the caller's tensors, reading directly from processes that hold it.
 
@@ -295,6 +301,8 @@ class Client:
                 thread, at most every 100 ms and once at the end. An exception
                 it raises is raised by fetch once the fetch is over (the
                 callback is not called again).
+            progress_interval: the least time between two progress calls, in
+                seconds (None: 0.1; 0: whenever bytes may have arrived).
             serve: keep serving the fetched version from `into` afterwards. The
                 client then holds the replica for (model, shard) and releases
                 the previous one only after this fetch succeeded, so a reader can
@@ -311,7 +319,7 @@ class Client:
             Unavailable (no live holder), Timeout, TransportError.
         """
         views = views_of(into, writable=True)
-        hook = ProgressHook(progress)
+        hook = _progress_hook(progress, progress_interval)
         if not serve:
             got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook)[0]
             hook.raise_if_failed()
@@ -341,15 +349,15 @@ class Client:
         return got
 
     def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
-                      timeout: float | None = None,
-                      progress: ProgressCallback | None = None) -> tuple[int, Replica]:
+                      timeout: float | None = None, progress: ProgressCallback | None = None,
+                      progress_interval: float | None = None) -> tuple[int, Replica]:
         """Like fetch(serve=True), but the caller owns the resulting Replica
         and releases it (or uses it as a context manager).
 
         Returns:
             (version delivered, the replica serving it from `into`).
         """
-        hook = ProgressHook(progress)
+        hook = _progress_hook(progress, progress_interval)
         got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook)
         assert replica is not None
         try:
