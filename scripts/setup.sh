@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing tensorhub needs on Debian 12, when it is
-# missing. Safe to run again. Needs root (or sudo) only when something is missing.
+# missing: Debian packages with apt-get, then the Python binding's test
+# dependencies with pip (TH_SETUP_TORCH=0 leaves out torch and transformers,
+# several GB). Safe to run again. Needs root (or sudo) only when a Debian
+# package is missing.
 set -euo pipefail
 
 debs=(build-essential cmake pkg-config libucx-dev ucx-utils libnng-dev libflatbuffers-dev
@@ -22,3 +25,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The Python binding's test dependencies, from PyPI with pip: numpy, pytest,
+# and (TH_SETUP_TORCH=1, the default) the pinned torch and transformers its
+# torch tests need. Only what is missing is installed.
+"$(dirname "$0")/../bindings/python/install_test_deps.sh"
