@@ -34,7 +34,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 try:
@@ -42,7 +42,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("tensorhub.torch needs PyTorch (pip install torch)") from e
 
-from ._common import LATEST, version_arg
+from ._common import LATEST, to_ms, version_arg
 from ._errors import (
     Closed,
     InvalidArgument,
@@ -54,8 +54,8 @@ from ._errors import (
     Unavailable,
     error_for,
 )
-from ._sync import ProgressCallback
-from ._tensors import _BY_NAME, DType, torch_dtype, view_of
+from ._sync import ProgressCallback, ProgressHook
+from ._tensors import _BY_NAME, DType, View, to_c, torch_dtype, view_of
 from .client import Client
 from .replica import Replica
 
@@ -98,8 +98,25 @@ def _what(t: torch.Tensor) -> str:
     return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} on {t.device}"
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def _is_dtensor(t: torch.Tensor) -> bool:
-    return type(t).__name__ == "DTensor" or hasattr(t, "to_local") and hasattr(t, "placements")
+    return type(t) not in _PLAIN and (type(t).__name__ == "DTensor" or hasattr(t, "to_local")
+                                      and hasattr(t, "placements"))
+
+
+def _items(source: Source, buffers: bool) -> list[tuple[str, Any]]:
+    if isinstance(source, torch.nn.Module):
+        items = list(source.state_dict(keep_vars=True).items())
+        if not buffers:
+            params = {n for n, _ in source.named_parameters(remove_duplicate=False)}
+            items = [(n, t) for n, t in items if n in params]
+        return items
+    if isinstance(source, Mapping):
+        return list(source.items())
+    raise InvalidArgument(-1, f"expected a torch.nn.Module or a mapping of name -> tensor, got "
+                          f"{type(source).__module__}.{type(source).__qualname__}")
 
 
 def named_tensors(source: Source, *, buffers: bool = True,
@@ -117,20 +134,47 @@ def named_tensors(source: Source, *, buffers: bool = True,
             collide after `rename`, or two tensors overlap without being the
             same view of the same memory.
     """
-    if isinstance(source, torch.nn.Module):
-        items: Iterable[tuple[str, Any]] = source.state_dict(keep_vars=True).items()
-        if not buffers:
-            params = {n for n, _ in source.named_parameters(remove_duplicate=False)}
-            items = [(n, t) for n, t in items if n in params]
-    elif isinstance(source, Mapping):
-        items = source.items()
-    else:
-        raise InvalidArgument(-1, f"expected a torch.nn.Module or a mapping of name -> tensor, got "
-                              f"{type(source).__module__}.{type(source).__qualname__}")
+    return _check(_items(source, buffers), rename)
+
+
+class _Collector:
+    """named_tensors() of one source, again and again: when the state_dict
+    holds the same tensor objects at the same addresses as last time (the
+    steady state of a training or serving loop), the checks are not redone.
+    `generation` changes whenever the result does."""
+
+    def __init__(self, source: Source, buffers: bool, rename: Rename | None) -> None:
+        self._source, self._buffers, self._rename = source, buffers, rename
+        self._objects: list[Any] = []
+        self._ptrs: list[int] = []
+        self._names: list[str] = []
+        self._result: tuple[list[tuple[str, torch.Tensor]], dict[str, str]] | None = None
+        self.generation = 0
+
+    def collect(self) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
+        items = _items(self._source, self._buffers)
+        names = [n for n, _ in items]
+        objects = [t for _, t in items]
+        try:
+            ptrs = [t.data_ptr() for t in objects]
+        except (AttributeError, TypeError, RuntimeError):
+            ptrs = []  # not all tensors: _check says which
+        if self._result is not None and ptrs and names == self._names and ptrs == self._ptrs and \
+                all(a is b for a, b in zip(objects, self._objects)):
+            return self._result
+        self._result = _check(items, self._rename)
+        self._objects, self._ptrs, self._names = objects, ptrs, names
+        self.generation += 1
+        return self._result
+
+
+def _check(items: list[tuple[str, Any]], rename: Rename | None
+           ) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
     pairs: list[tuple[str, torch.Tensor]] = []
     aliases: dict[str, str] = {}
     names: set[str] = set()
     first: dict[tuple[Any, ...], str] = {}
+    spans: list[tuple[int, int, int, str]] = []
     for local_name, t in items:
         name = local_name
         if rename is not None:
@@ -147,21 +191,23 @@ def named_tensors(source: Source, *, buffers: bool = True,
             raise InvalidArgument(-1, f"two tensors are published as '{name}' (check `rename`)")
         if name == DIGEST_NAME:
             raise InvalidArgument(-1, f"the name '{DIGEST_NAME}' is reserved for digests")
-        if t.numel() > 0:
-            key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+        nbytes = t.nbytes
+        if nbytes:
+            device, ptr = t.get_device(), t.data_ptr()  # get_device(): -1 for CPU memory
+            key = (device, ptr, t.dtype, t.shape, t.stride())
             if key in first:
                 aliases[name] = first[key]
                 continue
             first[key] = name
+            spans.append((device, ptr, ptr + nbytes, name))
         names.add(name)
         pairs.append((name, t))
-    _refuse_overlaps(pairs)
+    _refuse_overlaps(spans)
     return pairs, aliases
 
 
-def _refuse_overlaps(pairs: list[tuple[str, torch.Tensor]]) -> None:
-    spans = sorted((str(t.device), t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
-                   for name, t in pairs if t.numel() > 0)
+def _refuse_overlaps(spans: list[tuple[int, int, int, str]]) -> None:
+    spans.sort()
     for a, b in zip(spans, spans[1:]):
         if a[0] == b[0] and b[1] < a[2]:
             raise InvalidArgument(-1, f"tensors '{a[3]}' and '{b[3]}' share memory without being the same tensor "
@@ -172,8 +218,9 @@ def _refuse_overlaps(pairs: list[tuple[str, torch.Tensor]]) -> None:
 def _synchronize(tensors: Iterable[torch.Tensor]) -> None:
     """Waits for the kernels that write or read `tensors` on CUDA devices, so that
     tensorhub reads finished bytes and writes none that a kernel still reads."""
-    devices = {t.device for t in tensors if t.device.type == "cuda"}
-    for device in devices:
+    if not torch.cuda.is_initialized():
+        return  # no tensor of this process can be in CUDA memory
+    for device in {t.device for t in tensors if t.is_cuda}:
         torch.cuda.synchronize(device)
 
 
@@ -240,6 +287,25 @@ def _withdraw(replica: Replica | None) -> None:
     replica.release()
 
 
+class _PublishedViews:
+    """The views and C array of the last tensors published, reused while
+    the same tensors (same storage, dtype and shape) are published again."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] = ()
+        self._views: list[View] = []
+        self._c: Any = None
+
+    def publish(self, client: Client, model: str, version: int, pairs: list[tuple[str, Any]], shard: int,
+                num_shards: int, chunk_bytes: int) -> Replica:
+        key = tuple((name, t.data_ptr(), t.dtype, t.shape) for name, t in pairs)
+        if key != self._key:
+            self._views = [view_of(name, t, writable=False) for name, t in pairs]
+            self._c = to_c(self._views)
+            self._key = key
+        return client._publish(model, version, self._views, self._c, shard, num_shards, chunk_bytes)
+
+
 class Publisher:
     """Publishes a module's (or a mapping's) tensors in place, version after version.
 
@@ -277,6 +343,8 @@ class Publisher:
         self._buffers, self._rename, self._digest = buffers, rename, digest
         self._digests: torch.Tensor | None = None
         self._replica: Replica | None = None
+        self._views = _PublishedViews()
+        self._collector = _Collector(source, buffers, rename)
         self.aliases: dict[str, str] = {}
         """Names left out because they share storage with a published one, and that one's name."""
 
@@ -303,7 +371,7 @@ class Publisher:
         """
         version_arg(version)
         self.withdraw()
-        pairs, self.aliases = named_tensors(self._source, buffers=self._buffers, rename=self._rename)
+        pairs, self.aliases = self._collector.collect()
         if not pairs:
             raise InvalidArgument(-1, f"nothing to publish as '{self.model}': the module has no tensors")
         _synchronize(t for _, t in pairs)
@@ -313,8 +381,8 @@ class Publisher:
                 self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
             _write_digests(self.model, version, pairs, self._digests)
             published.append((DIGEST_NAME, self._digests))
-        self._replica = self._client.publish(self.model, version, published, shard=self._shard,
-                                             num_shards=self._num_shards, chunk_bytes=self._chunk_bytes)
+        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
+                                            self._num_shards, self._chunk_bytes)
         return self._replica
 
     def withdraw(self) -> None:
@@ -382,6 +450,7 @@ class StagedPublisher:
         self._buffers: dict[str, torch.Tensor] = {}
         self._digests: torch.Tensor | None = None
         self._replica: Replica | None = None
+        self._views = _PublishedViews()
 
     @property
     def replica(self) -> Replica | None:
@@ -436,8 +505,8 @@ class StagedPublisher:
                 self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
             _write_digests(self.model, version, pairs, self._digests)
             published.append((DIGEST_NAME, self._digests))
-        self._replica = self._client.publish(self.model, version, published, shard=self._shard,
-                                             num_shards=self._num_shards, chunk_bytes=self._chunk_bytes)
+        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
+                                            self._num_shards, self._chunk_bytes)
         return self._replica
 
     def withdraw(self) -> None:
@@ -474,6 +543,12 @@ class _Plan:
     layout: tuple[tuple[str, int, tuple[int, ...]], ...]  # the published (name, dtype id, shape)
     pairs: list[tuple[str, torch.Tensor]]                # destinations in published order, digest included
     digest: torch.Tensor | None                          # where DIGEST_NAME lands, if published
+    views: list[View] = field(init=False)                # the pairs as the binding passes them to C,
+    c_tensors: Any = field(init=False)                   # built once: 10-15 us per tensor
+
+    def __post_init__(self) -> None:
+        self.views = [view_of(name, t, writable=True) for name, t in self.pairs]
+        self.c_tensors = to_c(self.views)
 
 
 def _layout(desc: dict[str, Any]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
@@ -580,13 +655,22 @@ class _Fetcher:
 
     def _fetch(self, version: int, plan: _Plan, remaining: float, progress: ProgressCallback | None,
                progress_interval: float | None) -> tuple[int, Replica | None]:
-        if self._serve:
-            return self._client.fetch_replica(self.model, version, into=plan.pairs, shard=self.shard,
-                                              timeout=remaining, progress=progress,
-                                              progress_interval=progress_interval)
-        got = self._client.fetch(self.model, version, into=plan.pairs, shard=self.shard, timeout=remaining,
-                                 serve=False, progress=progress, progress_interval=progress_interval)
-        return got, None
+        # Client.fetch_replica / fetch(serve=False), with the plan's views
+        # and C array instead of new ones.
+        hook = ProgressHook(progress, None if progress_interval is None else
+                            to_ms(progress_interval, "progress_interval"))
+        got, replica = self._client._fetch(self.model, version, plan.views, self.shard, remaining,
+                                           serve=self._serve, hook=hook, c_tensors=plan.c_tensors)
+        try:
+            hook.raise_if_failed()
+        except BaseException:
+            if replica is not None:
+                try:
+                    replica.release()
+                except TensorHubError:
+                    pass  # Retained: the client keeps it and frees it on close()
+            raise
+        return got, replica
 
 
 class Receiver:
@@ -625,6 +709,8 @@ class Receiver:
         self._shard = shard
         self._strict, self._buffers, self._rename = strict, buffers, rename
         self._plan: _Plan | None = None
+        self._plan_generation = -1
+        self._collector = _Collector(target, buffers, rename)
         self._fetcher = _Fetcher(client, model, shard, verify, serve and staging is None,
                                  f"the {type(target).__name__}'s tensors")
         self._staging = None if staging is None else Staging(client, model, shard=shard, device=staging,
@@ -664,14 +750,17 @@ class Receiver:
         return self.fetch(LATEST, timeout=max(0.001, deadline - time.monotonic()))
 
     def _local(self) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
-        return named_tensors(self._target, buffers=self._buffers, rename=self._rename)
+        return self._collector.collect()
 
     def _plan_for(self, version: int, fresh: bool) -> _Plan:
         local, aliases = self._local()
-        if self._plan is not None and not fresh and _still_valid(self._plan, local, self._strict):
+        if self._plan is not None and not fresh and (self._plan_generation == self._collector.generation or
+                                                     _still_valid(self._plan, local, self._strict)):
+            self._plan_generation = self._collector.generation
             return self._plan
         desc = self._client.describe(self.model, version, self._shard)
         self._plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
+        self._plan_generation = self._collector.generation
         return self._plan
 
     def _describe(self, desc: dict[str, Any]) -> str:
@@ -686,23 +775,29 @@ class Receiver:
                       progress_interval: float | None) -> int:
         assert self._staging is not None
         deadline = time.monotonic() + timeout
-        # Check the module against the version first: a mismatch must not
-        # cost a fetch, and must leave the module untouched.
-        desc = self._client.describe(self.model, version, self._shard)
         local, aliases = self._local()
-        plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
-        weights = self._staging.fetch(desc["version"] if version != LATEST else LATEST,
-                                      timeout=max(0.001, deadline - time.monotonic()), progress=progress,
+        plan = self._plan
+        if plan is None or not (self._plan_generation == self._collector.generation or
+                                _still_valid(plan, local, self._strict)):
+            # Check the module against the version before fetching: a
+            # mismatch costs no fetch, and leaves the module untouched.
+            desc = self._client.describe(self.model, version, self._shard)
+            plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
+        weights = self._staging.fetch(version, timeout=max(0.001, deadline - time.monotonic()), progress=progress,
                                       progress_interval=progress_interval)
-        if _layout(desc) != weights._layout:  # LATEST moved on to another layout meanwhile
+        if weights._layout != plan.layout:  # the version fetched has another layout: check it again
             desc = self._client.describe(self.model, weights.version, self._shard)
             plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
-        by_name = dict(weights)
-        dst = [(n, t) for n, t in plan.pairs if n != DIGEST_NAME]
-        _synchronize(t for _, t in dst)
+        self._plan, self._plan_generation = plan, self._collector.generation
+        dst = [t for n, t in plan.pairs if n != DIGEST_NAME]
+        src = [t for _, t in weights]  # the same names, in the same (published) order
+        _synchronize(dst)
         with torch.no_grad():
-            for name, t in dst:
-                t.copy_(by_name[name])
+            if hasattr(torch, "_foreach_copy_"):
+                torch._foreach_copy_(dst, src)
+            else:
+                for d, t in zip(dst, src):
+                    d.copy_(t)
         self._done(plan)
         self.version = weights.version
         return weights.version
@@ -739,11 +834,8 @@ def _bump_versions(tensors: list[torch.Tensor]) -> None:
     # The bytes changed behind autograd's back: an autograd graph that saved
     # one of these tensors must fail at backward rather than use new values.
     bump = getattr(torch.autograd.graph, "increment_version", None)
-    if bump is None:
-        return
-    for t in tensors:
-        if not t.is_inference():
-            bump(t)
+    if bump is not None:
+        bump([t for t in tensors if not t.is_inference()])
 
 
 def _match(desc: dict[str, Any], local: list[tuple[str, torch.Tensor]], aliases: dict[str, str], strict: bool,
@@ -773,7 +865,6 @@ def _match(desc: dict[str, Any], local: list[tuple[str, torch.Tensor]], aliases:
         if _BY_NAME.get(str(t.dtype).removeprefix("torch.")) != dtype or tuple(t.shape) != shape:
             problems.append(f"'{name}' is published as {want}, the module's is {_what(t)}")
             continue
-        view_of(name, t, writable=True)  # contiguous, on CPU or CUDA: InvalidArgument names it otherwise
         pairs.append((name, t))
     if strict:
         for name, t in local:
@@ -783,6 +874,8 @@ def _match(desc: dict[str, Any], local: list[tuple[str, torch.Tensor]], aliases:
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
         raise LayoutMismatch(LayoutMismatch.code, f"{where}: {shown}; nothing was written")
+    # Building the plan checks that every destination can be written in place
+    # (contiguous, CPU or CUDA): InvalidArgument names the one that cannot.
     return _Plan(layout, pairs, digest)
 
 
