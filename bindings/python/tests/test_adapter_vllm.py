@@ -213,3 +213,15 @@ def test_the_engine_is_one_of_vllms() -> None:
     assert issubclass(th_vllm.TensorHubWeightTransferEngine, WeightTransferEngine)
     th_vllm.register()
     assert th_vllm.BACKEND in WeightTransferEngineFactory._registry
+
+
+def test_the_package_registers_the_backend_as_a_vllm_plugin() -> None:
+    import importlib
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    target = project["project"]["entry-points"]["vllm.general_plugins"]["tensorhub"]
+    module, name = target.split(":")
+    assert getattr(importlib.import_module(module), name) is th_vllm.register
+
