@@ -33,7 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import queue
+import os
+from multiprocessing.connection import Connection, wait
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -98,7 +99,23 @@ def setup_process() -> None:
     torch.set_num_threads(1)
 
 
-def trainer(o: Options, events: Any, next_version: Any, stop: Any) -> None:
+def stopped(stop: Any, timeout: float) -> bool:
+    """Waits up to `timeout` for the driver's stop flag; True once it is set,
+    or once the driver is gone (so that no process outlives it).
+
+    The flag is a lock-free shared byte, polled: a process SIGKILLed while it
+    waits on a multiprocessing Event or Queue leaves their shared locks and
+    counters behind, and the next set() or put() from another process hangs."""
+    deadline = time.monotonic() + timeout
+    flag, driver = stop
+    while not flag.value and os.getppid() == driver:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def trainer(o: Options, events: Connection, go: Connection, stop: Any) -> None:
     setup_process()
     import torch
     import tensorhub.torch as tht
@@ -109,10 +126,10 @@ def trainer(o: Options, events: Any, next_version: Any, stop: Any) -> None:
     with tensorhub.Client(o.url, name="trainer", labels={"role": "trainer"}, timeout=5) as client:
         publisher = tht.Publisher(client, MODEL, model, digest=True, chunk_bytes=64 << 10)
         publisher.attach(optimizer)  # withdraws the served version before each step
-        events.put(("ready", "trainer", None))
+        events.send(("ready", "trainer", None))
         for version in range(1, o.versions + 1):
-            if next_version.get(timeout=o.timeout) != version:  # the driver's go
-                raise SystemExit("trainer: out of step with the driver")
+            if not go.poll(o.timeout) or go.recv() != version:  # the driver's go
+                raise SystemExit(f"trainer: no go from the driver for version {version}")
             model.train()
             batch = torch.randint(0, 256, (4, 12), generator=data)
             model(batch, labels=batch).loss.backward()
@@ -120,12 +137,12 @@ def trainer(o: Options, events: Any, next_version: Any, stop: Any) -> None:
             optimizer.zero_grad()
             publisher.publish(version)
             logits, shape, tokens = evaluate(model)
-            events.put(("published", "trainer", {"version": version, "logits": logits, "shape": shape,
+            events.send(("published", "trainer", {"version": version, "logits": logits, "shape": shape,
                                                  "tokens": tokens}))
-        stop.wait(o.timeout)  # keep serving until the rollouts are done
+        stopped(stop, o.timeout)  # keep serving until the rollouts are done
 
 
-def rollout(o: Options, index: int, events: Any, stop: Any) -> None:
+def rollout(o: Options, index: int, events: Connection, stop: Any) -> None:
     setup_process()
     import tensorhub.torch as tht
 
@@ -137,22 +154,23 @@ def rollout(o: Options, index: int, events: Any, stop: Any) -> None:
     with tensorhub.Client(o.url, name=name, labels={"role": "rollout"}, timeout=5,
                           max_inflight=1 if doomed else 8) as client:
         receiver = tht.Receiver(client, MODEL, model)
-        events.put(("ready", name, None))
+        events.send(("ready", name, None))
         have = 0
-        while have < o.versions and not stop.is_set():
+        while have < o.versions and not stop[0].value:
             client.wait_for_version(MODEL, newer_than=have, timeout=o.timeout)
             progress = None
-            if doomed and client.resolve(MODEL) >= o.kill_at:
+            target = client.resolve(MODEL)
+            if doomed and target >= o.kill_at:
                 def progress(done: int, total: int) -> None:
                     if done > 0:  # some of the version is in the parameters, not all of it (one read in flight)
-                        events.put(("stalled", name, {"version": client.resolve(MODEL), "done": done,
-                                                      "total": total}))
-                        time.sleep(3600)  # inside the fetch, until the driver kills this process
+                        events.send(("stalled", name, {"version": target, "done": done, "total": total}))
+                        stopped(stop, o.timeout * 5)  # inside the fetch, until the driver kills this process
+                        raise SystemExit(f"{name}: still alive after it stalled")
             have = receiver.fetch(timeout=o.timeout, progress=progress, progress_interval=0)
             logits, shape, tokens = evaluate(model)
-            events.put(("fetched", name, {"version": have, "logits": logits, "shape": shape, "tokens": tokens,
+            events.send(("fetched", name, {"version": have, "logits": logits, "shape": shape, "tokens": tokens,
                                           "stats": client.last_sync_stats}))
-        stop.wait(o.timeout)  # keep serving the last version to the others
+        stopped(stop, o.timeout)  # keep serving the last version to the others
 
 
 @dataclass
@@ -182,12 +200,24 @@ def compare(report: Report, who: str, got: dict[str, Any]) -> str:
 
 def run(o: Options) -> int:
     ctx = multiprocessing.get_context("spawn")
-    events, next_version, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs: dict[str, Any] = {"trainer": ctx.Process(target=trainer, args=(o, events, next_version, stop),
+    # One pipe per process, so that a killed one only closes its own.
+    stop = (ctx.RawValue("b", 0), os.getpid())  # the flag, and the driver's pid
+    readers: dict[Connection, str] = {}
+
+    go_reader, go = ctx.Pipe(duplex=False)
+    trainer_events, trainer_writer = ctx.Pipe(duplex=False)
+    readers[trainer_events] = "trainer"
+    procs: dict[str, Any] = {"trainer": ctx.Process(target=trainer, args=(o, trainer_writer, go_reader, stop),
                                                     name="trainer")}
+
+    def rollout_process(i: int) -> Any:
+        reader, writer = ctx.Pipe(duplex=False)
+        readers[reader] = f"rollout-{i}"
+        return ctx.Process(target=rollout, args=(o, i, writer, stop), name=f"rollout-{i}")
+
     for i in range(o.rollouts):
         if i != o.late:
-            procs[f"rollout-{i}"] = ctx.Process(target=rollout, args=(o, i, events, stop), name=f"rollout-{i}")
+            procs[f"rollout-{i}"] = rollout_process(i)
     report = Report(trainer={}, seen={name: [] for name in procs if name != "trainer"}, mismatches=[])
     first = {"trainer"} | set(report.seen)  # ready before version 1
     ready: set[str] = set()
@@ -207,10 +237,12 @@ def run(o: Options) -> int:
             if dead:
                 print(f"torch_rl: {dead[0]} failed (exit code {procs[dead[0]].exitcode})", file=sys.stderr)
                 return 1
-            try:
-                kind, who, data = events.get(timeout=0.5)
-            except queue.Empty:
-                kind, who, data = "", "", None
+            kind, who, data = "", "", None
+            for reader in wait(list(readers), timeout=0.5)[:1]:
+                try:
+                    kind, who, data = reader.recv()
+                except EOFError:  # that process is gone: its exit code tells the rest
+                    del readers[reader]
             if kind == "ready":
                 ready.add(who)
                 if who != "trainer":
@@ -222,7 +254,7 @@ def run(o: Options) -> int:
                 print(f"[trainer] step {latest}: published version {latest} in place", flush=True)
                 if o.late is not None and latest == o.late_at:
                     name = f"rollout-{o.late}"
-                    procs[name] = ctx.Process(target=rollout, args=(o, o.late, events, stop), name=name)
+                    procs[name] = rollout_process(o.late)
                     procs[name].start()
                     report.seen[name] = []
                     report.late = {"rollout": name, "started_after": latest}
@@ -250,16 +282,16 @@ def run(o: Options) -> int:
             # Lockstep: version v+1 once every live rollout holds version v.
             if sent == 0 and ready >= first:
                 sent = 1
-                next_version.put(1)
+                go.send(1)
             elif 0 < sent == latest < o.versions and all(latest in report.seen[n] for n in live):
                 sent += 1
-                next_version.put(sent)
+                go.send(sent)
             if latest == o.versions and all(o.versions in report.seen[n] for n in live) and not pending:
                 break
     finally:
         for who, data in pending:
             report.mismatches.append(f"{who} fetched version {data['version']}, which the trainer never evaluated")
-        stop.set()
+        stop[0].value = 1
         for p in procs.values():
             p.join(30)
             if p.is_alive():

@@ -737,10 +737,12 @@ class Receiver:
         """
         if self._staging is not None:
             return self._fetch_staged(version, timeout, progress, progress_interval)
-        self.version = None
-        got = self._fetcher.run(version, timeout, self._plan_for, self._done, progress, progress_interval)
-        self.version = got
-        return got
+        try:
+            return self._fetcher.run(version, timeout, self._plan_for, self._done, progress, progress_interval)
+        finally:
+            # Unchanged when the fetch failed before writing (no such version,
+            # a layout mismatch); None once bytes may have landed.
+            self.version = self._fetcher.version
 
     def update(self, *, timeout: float = 60.0) -> int:
         """Waits for a version newer than the one held (any, if none is) and

@@ -28,8 +28,8 @@ def test_trainer_and_rollouts_agree_bit_for_bit_through_a_kill_and_a_late_join()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bindings" / "python"), env.get("PYTHONPATH", "")])
     versions = 5
     proc = subprocess.run([sys.executable, str(EXAMPLE), "--versions", str(versions), "--rollouts", "3",
-                           "--kill", "1", "--kill-at", "2", "--late", "2", "--late-at", "3", "--timeout", "60"],
-                          env=env, capture_output=True, text=True, timeout=240)
+                           "--kill", "1", "--kill-at", "2", "--late", "2", "--late-at", "3", "--timeout", "30"],
+                          env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     summary = json.loads(proc.stdout.strip().splitlines()[-1])

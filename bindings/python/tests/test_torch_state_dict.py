@@ -293,6 +293,7 @@ def test_a_holder_dying_mid_fetch_is_reported_and_staging_keeps_the_module_whole
 
     error, dst, before, receiver = run(staging=None)
     assert "may have been partly overwritten" in str(error) and receiver.version is None
+    assert not same(before, dst), "the first chunk had landed: this is the torn case"
     error, dst, before, receiver = run(staging="cpu")
     assert same(before, dst), "a failed staged fetch must leave the module as it was"
 
@@ -375,6 +376,18 @@ def test_a_new_layout_is_checked_again(clients) -> None:
     assert same(before, dst)
     weights = staging.fetch(timeout=10)  # new buffers for the new layout
     assert weights.version == 2 and "extra.weight" in weights.names()
+
+
+def test_a_fetch_that_fails_before_writing_keeps_the_version(clients) -> None:
+    trainer, rollout = clients
+    src = Tiny(1)
+    tht.Publisher(trainer, "policy", src).publish(3)
+    receiver = tht.Receiver(rollout, "policy", Tiny(2))
+    assert receiver.fetch(timeout=10) == 3
+    with pytest.raises(tensorhub.VersionNotFound):
+        receiver.fetch(9, timeout=10)
+    assert receiver.version == 3
+    assert receiver.fetch(timeout=10) == 3  # held and served already: nothing to do
 
 
 def test_update_waits_for_a_newer_version(clients) -> None:
