@@ -26,7 +26,9 @@ class ServerAdapter:
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    async def update_weights(self, weights: AsyncGenerator[tuple[str, torch.Tensor], None]) -> None:
+    async def update_weights(self, weights: AsyncGenerator[tuple[str, torch.Tensor], None],
+                             global_steps: int | None = None, wire_format: str = "named_tensors") -> None:
+        assert wire_format == "named_tensors"
         self.model.load_weights([(name, tensor) async for name, tensor in weights])
 
 
@@ -37,12 +39,14 @@ class RolloutWorker:
         self.engine = engine
         self.adapter = ServerAdapter(model)
 
-    async def update_weights(self) -> None:
-        await self.adapter.update_weights(self.engine.receive_weights())
+    async def update_weights(self, global_steps: int | None = None) -> None:
+        await self.adapter.update_weights(self.engine.receive_weights(global_steps=global_steps),
+                                          global_steps=global_steps,
+                                          wire_format=getattr(self.engine, "wire_format", "named_tensors"))
 
 
 async def update_weights(trainer: list[th_verl.TensorHubCheckpointEngine], rollouts: list[RolloutWorker],
-                         per_tensor_param: Any) -> None:
+                         per_tensor_param: Any, global_steps: int | None = None) -> dict[str, Any]:
     """CheckpointEngineManager.update_weights for disaggregated rollout:
     prepare every worker (trainer first), build the topology, init every
     worker with its slice of the kwargs, then every trainer worker's
@@ -56,10 +60,14 @@ async def update_weights(trainer: list[th_verl.TensorHubCheckpointEngine], rollo
             assert len(v) == len(group), f"kwargs[{k}] must have one entry per worker"
         for i, e in enumerate(group):
             e.init_process_group(**{k: v[i] for k, v in kwargs.items()})
-    await asyncio.gather(*[e.send_weights(per_tensor_param()) for e in trainer],
-                         *[w.update_weights() for w in rollouts])
+    results = await asyncio.gather(*[e.send_weights(per_tensor_param(), global_steps=global_steps) for e in trainer],
+                                   *[w.update_weights(global_steps=global_steps) for w in rollouts])
     for e in engines:
         e.finalize()
+    metrics: dict[str, Any] = {}
+    for r in results[:len(trainer)]:
+        metrics.update(r or {})
+    return metrics
 
 
 @pytest.fixture
@@ -87,14 +95,16 @@ def test_rounds_move_the_trainers_weights_bit_for_bit(engines) -> None:
         for name, p in model.named_parameters():
             yield name, p.detach().clone()  # a gathered full tensor: a temporary
 
-    for round_ in (1, 2, 3):
+    # verl passes the trainer's global step: rounds 1 and 2 without one, then steps 10 and 20.
+    for round_, steps, version in ((1, None, 1), (2, None, 2), (3, 10, 10), (4, 20, 20)):
         train_step(model, optimizer, seed=round_)
         if round_ == 3:  # elastic scale-up: a new replica joins for this round
             rollouts.append(RolloutWorker(engines(), build(50, EngineModel)))
-        asyncio.run(update_weights(trainer, rollouts, per_tensor_param))
-        assert trainer[0].version == round_ and len(gathers) == 2 * round_
+        metrics = asyncio.run(update_weights(trainer, rollouts, per_tensor_param, global_steps=steps))
+        assert metrics["tensorhub/version"] == version and metrics["tensorhub/publish_s"] > 0
+        assert trainer[0].version == version and len(gathers) == 2 * round_
         for w in rollouts:
-            assert w.engine.version == round_
+            assert w.engine.version == version
             assert bits(logits(w.adapter.model)) == bits(logits(model)), f"rollout differs in round {round_}"
 
 
@@ -121,5 +131,8 @@ def test_registers_with_verl() -> None:
     from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 
     assert issubclass(th_verl.TensorHubCheckpointEngine, CheckpointEngine)
-    th_verl.register()
+    # Importing the module (verl's custom_backend_module) registered it.
     assert CheckpointEngineRegistry.get(th_verl.BACKEND) is th_verl.TensorHubCheckpointEngine
+    th_verl.register()  # again: harmless
+    engine = CheckpointEngineRegistry.new(th_verl.BACKEND, bucket_size=1 << 20, server_url="tcp://127.0.0.1:1")
+    assert isinstance(engine, CheckpointEngine)

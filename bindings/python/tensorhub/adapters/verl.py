@@ -18,10 +18,15 @@ reads", so replicas added later (add_replicas) need nothing either.
 After finalize() the buffers keep serving, so that late readers do not have
 to wait for the trainer's next round.
 
-    # rollout config: checkpoint_engine.backend = "tensorhub",
-    # engine_kwargs.tensorhub = {"server_url": "tcp://10.0.0.1:7070", "model": "policy"}
-    from tensorhub.adapters import verl as th_verl
-    th_verl.register()    # CheckpointEngineRegistry "tensorhub", when verl is installed
+    # rollout config (verl >= 0.9 imports custom_backend_module before it
+    # creates engines; importing this module registers the backend):
+    checkpoint_engine.backend=tensorhub
+    checkpoint_engine.custom_backend_module=tensorhub.adapters.verl
+    checkpoint_engine.engine_kwargs.tensorhub.server_url=tcp://10.0.0.1:7070
+
+The version of a round is max(global_steps, the newest committed version + 1),
+the same on every worker: verl passes global_steps (the trainer's step) to
+send_weights and receive_weights, and build_topology passes the other.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
@@ -130,24 +136,32 @@ class TensorHubCheckpointEngine(_Base):  # type: ignore[misc,valid-type]
             raise ValueError(f"tensorhub checkpoint engine: role must be 'trainer' or 'rollout', got {role!r}")
         self.rank, self.role, self.round_version = rank, role, int(version)
 
-    async def send_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def _round(self, global_steps: int | None) -> int | None:
+        if self.round_version is None and global_steps is None:
+            return None
+        return max(self.round_version or 0, global_steps or 0)
+
+    async def send_weights(self, weights: Iterable[tuple[str, torch.Tensor]],
+                           global_steps: int | None = None) -> dict[str, Any]:
         """Trainer workers: rank 0 copies the tensors and publishes them as the
-        next version; other ranks consume the generator (its gathers are
-        collectives) and send nothing."""
+        round's version; other ranks consume the generator (its gathers are
+        collectives) and send nothing. Returns metrics for the trainer's log."""
         if self.role != "trainer":
             raise RuntimeError("tensorhub checkpoint engine: send_weights on a worker that is not a trainer "
                                "(init_process_group first)")
         if self.rank != 0:
             for _ in weights:
                 pass
-            return
+            return {}
         client = self._connect()
         if self._publisher is None:
             self._publisher = tht.StagedPublisher(client, self.model, device=self.device, digest=self.digest,
                                                   chunk_bytes=self.chunk_bytes)
-        version = self.round_version or self._next_version(client)
+        version = self._round(global_steps) or self._next_version(client)
+        started = time.perf_counter()
         self._publisher.publish(version, weights)
         self.version = version
+        return {"tensorhub/version": version, "tensorhub/publish_s": time.perf_counter() - started}
 
     def _next_version(self, client: Client) -> int:
         try:
@@ -156,7 +170,8 @@ class TensorHubCheckpointEngine(_Base):  # type: ignore[misc,valid-type]
             latest = 0
         return max(latest, self.version or 0) + 1
 
-    async def receive_weights(self) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
+    async def receive_weights(self, global_steps: int | None = None
+                              ) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
         """Rollout workers: waits for the round's version (or a newer one),
         fetches the newest, checked, then yields its pairs. The tensors are
         staging buffers, valid until the next round."""
@@ -166,7 +181,8 @@ class TensorHubCheckpointEngine(_Base):  # type: ignore[misc,valid-type]
         client = self._connect()
         if self._staging is None:
             self._staging = tht.Staging(client, self.model, device=self.device)
-        newer_than = self.round_version - 1 if self.round_version else self.version or 0
+        round_version = self._round(global_steps)
+        newer_than = round_version - 1 if round_version else self.version or 0
         await asyncio.to_thread(client.wait_for_version, self.model, newer_than, self.timeout)
         weights = await asyncio.to_thread(self._staging.fetch, LATEST, timeout=self.timeout)
         self.version = weights.version
@@ -196,4 +212,9 @@ def register() -> None:
     """
     if _Registry is None:
         raise ImportError("verl is not installed")
-    _Registry.register(BACKEND)(TensorHubCheckpointEngine)
+    if _Registry._registry.get(BACKEND) is not TensorHubCheckpointEngine:
+        _Registry.register(BACKEND)(TensorHubCheckpointEngine)
+
+
+if HAVE_VERL:  # verl imports custom_backend_module so that it registers its backend
+    register()
