@@ -91,8 +91,14 @@ def evaluate(model: Any) -> tuple[bytes, list[int], list[list[int]]]:
     return logits.numpy().tobytes(), list(logits.shape), tokens[:, len(PROMPT[0]):].tolist()
 
 
+_parent = 0  # this process's parent when it started: another one means the driver is gone
+
+
 def setup_process() -> None:
+    global _parent
     import torch
+
+    _parent = os.getppid()
 
     # One thread: every process computes with the same kernels in the same
     # order (bit-for-bit comparable), and 2 cores are shared by all of them.
@@ -101,14 +107,14 @@ def setup_process() -> None:
 
 def stopped(stop: Any, timeout: float) -> bool:
     """Waits up to `timeout` for the driver's stop flag; True once it is set,
-    or once the driver is gone (so that no process outlives it).
+    or once this process's parent (the driver's fork server) is gone, so that
+    no process outlives the driver.
 
     The flag is a lock-free shared byte, polled: a process SIGKILLed while it
     waits on a multiprocessing Event or Queue leaves their shared locks and
     counters behind, and the next set() or put() from another process hangs."""
     deadline = time.monotonic() + timeout
-    flag, driver = stop
-    while not flag.value and os.getppid() == driver:
+    while not stop.value and os.getppid() == _parent:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -156,7 +162,7 @@ def rollout(o: Options, index: int, events: Connection, stop: Any) -> None:
         receiver = tht.Receiver(client, MODEL, model)
         events.send(("ready", name, None))
         have = 0
-        while have < o.versions and not stop[0].value:
+        while have < o.versions and not stop.value:
             client.wait_for_version(MODEL, newer_than=have, timeout=o.timeout)
             progress = None
             target = client.resolve(MODEL)
@@ -199,9 +205,12 @@ def compare(report: Report, who: str, got: dict[str, Any]) -> str:
 
 
 def run(o: Options) -> int:
-    ctx = multiprocessing.get_context("spawn")
+    # A fork server that has imported torch and transformers once starts each
+    # process in well under a second; spawning re-imports them (3-5 s of CPU each).
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__", "torch", "transformers.models.llama.modeling_llama"])
     # One pipe per process, so that a killed one only closes its own.
-    stop = (ctx.RawValue("b", 0), os.getpid())  # the flag, and the driver's pid
+    stop = ctx.RawValue("b", 0)
     readers: dict[Connection, str] = {}
 
     go_reader, go = ctx.Pipe(duplex=False)
@@ -291,7 +300,7 @@ def run(o: Options) -> int:
     finally:
         for who, data in pending:
             report.mismatches.append(f"{who} fetched version {data['version']}, which the trainer never evaluated")
-        stop[0].value = 1
+        stop.value = 1
         for p in procs.values():
             p.join(30)
             if p.is_alive():
