@@ -836,8 +836,14 @@ def _bump_versions(tensors: list[torch.Tensor]) -> None:
     # The bytes changed behind autograd's back: an autograd graph that saved
     # one of these tensors must fail at backward rather than use new values.
     bump = getattr(torch.autograd.graph, "increment_version", None)
-    if bump is not None:
-        bump([t for t in tensors if not t.is_inference()])
+    if bump is None:
+        return
+    tracked = [t for t in tensors if not t.is_inference()]
+    try:
+        bump(tracked)
+    except TypeError:  # torch before 2.3 takes one tensor at a time
+        for t in tracked:
+            bump(t)
 
 
 def _match(desc: dict[str, Any], local: list[tuple[str, torch.Tensor]], aliases: dict[str, str], strict: bool,
