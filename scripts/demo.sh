@@ -4,6 +4,6 @@
 # a 2 x 128 MiB model). Extra arguments go to tensorhub-demo (--help lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TH_SETUP_GO=0 scripts/setup.sh
+TH_SETUP_GO=0 TH_SETUP_TORCH=0 scripts/setup.sh
 scripts/build.sh
 exec "${TH_BUILD_DIR:-build}/tensorhub-demo" "$@"

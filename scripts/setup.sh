@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing tensorhub needs on Debian 12, when it is
-# missing. Safe to run again. Needs root (or sudo) only when something is missing.
+# missing: Debian packages with apt-get, then the Python binding's test
+# dependencies with pip (TH_SETUP_TORCH=0 leaves out torch and transformers,
+# several GB). Safe to run again. Needs root (or sudo) only when a Debian
+# package is missing.
 set -euo pipefail
 
 debs=(build-essential cmake pkg-config libucx-dev ucx-utils libnng-dev libflatbuffers-dev
@@ -31,5 +34,12 @@ ucx_wheel=1.22.0
 if [ "${TH_SETUP_UCX_WHEEL:-1}" = 1 ] &&
     ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('libucx-cu12') != '$ucx_wheel')" 2>/dev/null; then
     echo "setup: installing libucx-cu12==$ucx_wheel (pip)"
-    python3 -m pip install -q --disable-pip-version-check "libucx-cu12==$ucx_wheel"
+    # Debian's python3 refuses pip installs outside a virtual environment
+    # (PEP 668); this is a build machine's interpreter, so install anyway.
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --disable-pip-version-check "libucx-cu12==$ucx_wheel"
 fi
+
+# The Python binding's test dependencies, from PyPI with pip: numpy, pytest,
+# and (TH_SETUP_TORCH=1, the default) the pinned torch and transformers its
+# torch tests need. Only what is missing is installed.
+"$(dirname "$0")/../bindings/python/install_test_deps.sh"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs the Python binding's tests against the library in ../../build (or
-# $TENSORHUB_LIB). Installs numpy and pytest with pip if they are missing.
-# Extra arguments go to pytest (e.g. -k roundtrip, -x).
+# $TENSORHUB_LIB). Installs what is missing first (install_test_deps.sh:
+# numpy, pytest, and the pinned torch and transformers unless TH_SETUP_TORCH=0).
+# Extra arguments go to pytest (e.g. -k roundtrip, -x). With CI=true, a
+# missing torch or transformers fails the run instead of skipping its tests.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3}"
 
-if ! "$python" -c "import numpy, pytest" 2>/dev/null; then
-    "$python" -m pip install -q numpy pytest
-fi
+PYTHON="$python" "$here/install_test_deps.sh"
 if [ -z "${TENSORHUB_LIB:-}" ]; then
     export TENSORHUB_LIB="$here/../../build/libtensorhub.so"
 fi

@@ -33,8 +33,9 @@ class ProgressHook:
     the callback never crosses into C: it is kept, the callback is not called
     again, and raise_if_failed() raises it once the fetch has returned."""
 
-    def __init__(self, callback: Optional[ProgressCallback]) -> None:
+    def __init__(self, callback: Optional[ProgressCallback], interval_ms: Optional[int] = None) -> None:
         self._callback = callback
+        self.interval_ms = interval_ms  # None: the library's default (100 ms)
         self.error: Optional[BaseException] = None
         self.c_function = ProgressFn(self._call) if callback is not None else ProgressFn()
 

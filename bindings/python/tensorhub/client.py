@@ -48,6 +48,10 @@ def _labels(labels: Labels) -> bytes | None:
     return encode(",".join(parts), "labels")
 
 
+def _progress_hook(progress: ProgressCallback | None, interval: float | None) -> ProgressHook:
+    return ProgressHook(progress, None if interval is None else to_ms(interval, "progress_interval"))
+
+
 class Client:
     """A worker's connection to a tensorhub server.
 
@@ -243,7 +247,12 @@ class Client:
             InvalidArgument, Conflict, Unavailable, Timeout.
         """
         views = views_of(tensors, writable=False)
-        c_tensors = to_c(views)
+        return self._publish(model, version, views, to_c(views), shard, num_shards, chunk_bytes)
+
+    def _publish(self, model: str, version: int, views: list[View], c_tensors: Any, shard: int, num_shards: int,
+                 chunk_bytes: int) -> Replica:
+        # c_tensors: to_c(views), which a caller publishing the same buffers
+        # again may keep and pass back (it is 1-2 us per tensor to build).
         cfg = new_config(PublishConfig, lib.th_publish_config_init)
         cfg.model = encode(model, "model")
         cfg.version = version_arg(version)
@@ -267,9 +276,10 @@ class Client:
 
     def _fetch(self, model: str, version: int, views: list[View], shard: int, timeout: float | None,
                serve: bool, tensor: str | None = None, offset: int = 0,
-               hook: ProgressHook | None = None) -> tuple[int, Replica | None]:
+               hook: ProgressHook | None = None, c_tensors: Any = None) -> tuple[int, Replica | None]:
         # The caller raises what the progress callback raised (hook.raise_if_failed)
-        # once its own bookkeeping is done.
+        # once its own bookkeeping is done. c_tensors: to_c(views), if the
+        # caller keeps it across fetches into the same buffers.
         cfg = new_config(FetchConfig, lib.th_fetch_config_init)
         cfg.model = encode(model, "model")
         cfg.version = version_arg(version)
@@ -284,7 +294,10 @@ class Client:
         cfg.stats = stats_pointer(stats)
         if hook is not None:
             cfg.progress = hook.c_function  # the hook outlives this call
-        c_tensors = to_c(views)
+            if hook.interval_ms is not None:
+                cfg.progress_interval_ms = hook.interval_ms
+        if c_tensors is None:
+            c_tensors = to_c(views)
         got = ctypes.c_uint64()
         out = ctypes.c_void_p()
         with self._handle.use() as ptr:
@@ -296,7 +309,7 @@ class Client:
 
     def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
               timeout: float | None = None, serve: bool = True,
-              progress: ProgressCallback | None = None) -> int:
+              progress: ProgressCallback | None = None, progress_interval: float | None = None) -> int:
         """Fetches a shard of `version` (default: the newest committed) into
         the caller's tensors, reading directly from processes that hold it.
 
@@ -308,6 +321,8 @@ class Client:
                 thread, at most every 100 ms and once at the end. An exception
                 it raises is raised by fetch once the fetch is over (the
                 callback is not called again).
+            progress_interval: the least time between two progress calls, in
+                seconds (None: 0.1; 0: whenever bytes may have arrived).
             serve: keep serving the fetched version from `into` afterwards. The
                 client then holds the replica for (model, shard) and releases
                 the previous one only after this fetch succeeded, so a reader can
@@ -324,7 +339,7 @@ class Client:
             Unavailable (no live holder), Timeout, TransportError.
         """
         views = views_of(into, writable=True)
-        hook = ProgressHook(progress)
+        hook = _progress_hook(progress, progress_interval)
         if not serve:
             got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook)[0]
             hook.raise_if_failed()
@@ -354,15 +369,15 @@ class Client:
         return got
 
     def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
-                      timeout: float | None = None,
-                      progress: ProgressCallback | None = None) -> tuple[int, Replica]:
+                      timeout: float | None = None, progress: ProgressCallback | None = None,
+                      progress_interval: float | None = None) -> tuple[int, Replica]:
         """Like fetch(serve=True), but the caller owns the resulting Replica
         and releases it (or uses it as a context manager).
 
         Returns:
             (version delivered, the replica serving it from `into`).
         """
-        hook = ProgressHook(progress)
+        hook = _progress_hook(progress, progress_interval)
         got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook)
         assert replica is not None
         try:

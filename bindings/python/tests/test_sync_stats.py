@@ -74,3 +74,18 @@ def test_an_exception_in_the_callback_is_raised_after_the_fetch(server: tensorhu
         # The fetch itself completed: the bytes are there, and so is its summary.
         np.testing.assert_array_equal(mine["layers.1.weight"], w["layers.1.weight"])
         assert reader.last_sync_stats is not None and reader.last_sync_stats["version"] == 1
+
+
+def test_progress_interval_zero_reports_between_chunks(server: tensorhub.Server, pub: tensorhub.Client) -> None:
+    # One read in flight and 20 chunks: with no minimum interval, the
+    # callback runs before the last chunk arrives, on the fetching thread.
+    w = weights(4, sizes=(320000,))
+    pub.publish("m", 1, w, chunk_bytes=64 << 10)
+    calls: list[tuple[int, int]] = []
+    with connect(server, "r-interval", max_inflight=1) as reader:
+        reader.fetch("m", into=empty_like(w), progress=lambda d, t: calls.append((d, t)), progress_interval=0)
+    total = nbytes(w)
+    assert calls[-1] == (total, total)
+    assert any(0 < d < total for d, _ in calls), calls
+    with pytest.raises(tensorhub.InvalidArgument, match="progress_interval"):
+        pub.fetch("m", into=empty_like(w), progress=lambda d, t: None, progress_interval=-1)

@@ -1,14 +1,15 @@
-"""torch tensors, CPU and CUDA, published and fetched in place (skipped without torch)."""
+"""torch tensors, CPU and CUDA, published and fetched in place (skipped without torch, except in CI)."""
 
 from __future__ import annotations
 
 import pytest
 
 import tensorhub
+from _requires import require
 from tensorhub import DType, MemKind
 from tensorhub._tensors import view_of
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 
 def state(seed: int, device: str = "cpu") -> dict[str, "torch.Tensor"]:

@@ -1,0 +1,1006 @@
+"""PyTorch modules and state_dicts as tensorhub weight versions.
+
+One class per place a model lives in an RL job:
+
+- Publisher (trainer): publishes a module's parameters and persistent buffers
+  *in place*: the replica's memory is the parameter storage, nothing is copied.
+  Every in-place change of them (optimizer.step(), load_state_dict) must follow
+  the mutability contract: attach the optimizer (publisher.attach(opt)) or wrap
+  the change in ``with publisher.mutation():``.
+- Receiver (rollout): fetches a version straight into a module's own parameter
+  storage, then serves it to other readers. Names, dtypes and shapes are checked
+  against the published layout before any byte is written.
+- Staging (engines whose load path takes (name, tensor) pairs, such as vLLM's
+  model.load_weights): a version lands complete, and verified when the publisher
+  added digests, in buffers it owns; only then is it handed out as pairs.
+- StagedPublisher (trainer): publishes tensors that do not live long enough to
+  be published in place (FSDP full_tensor() results, a converted export) by
+  copying them into buffers it owns.
+
+Digests: a publisher made with digest=True adds one tensor, DIGEST_NAME (uint8,
+one 16-byte BLAKE2b row per tensor, over the model name, the version, the
+tensor's name, dtype, shape and bytes). Receiver and Staging check it after
+every fetch and raise DigestMismatch naming the tensors that differ, so an
+update can be verified end to end, not only by the transport.
+
+Tied weights (lm_head.weight and embed_tokens.weight sharing storage) are
+published once, under the first name the state_dict gives; a receiver whose
+module ties them the same way fills both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - exercised only without torch
+    raise ImportError("tensorhub.torch needs PyTorch (pip install torch)") from e
+
+from ._common import LATEST, to_ms, version_arg
+from ._errors import (
+    Closed,
+    InvalidArgument,
+    LayoutMismatch,
+    ProtocolError,
+    TensorHubError,
+    Timeout,
+    TransportError,
+    Unavailable,
+    error_for,
+)
+from ._sync import ProgressCallback, ProgressHook
+from ._tensors import _BY_NAME, DType, View, to_c, torch_dtype, view_of
+from .client import Client
+from .replica import Replica
+
+__all__ = ["Publisher", "StagedPublisher", "Receiver", "Staging", "Weights", "DigestMismatch", "DIGEST_NAME",
+           "named_tensors", "state_digests"]
+
+DIGEST_NAME = "__tensorhub__.digest"
+"""The tensor a publisher made with digest=True appends to each version."""
+
+_DIGEST_BYTES = 16
+_DIGEST_PERSON = b"tensorhub.v1"
+
+Source = Union[torch.nn.Module, Mapping[str, torch.Tensor]]
+"""A module (its state_dict: parameters and persistent buffers) or a name -> tensor mapping."""
+
+Rename = Callable[[str], Union[str, None]]
+"""Maps a local name to the published one; None leaves the tensor out."""
+
+
+class DigestMismatch(ProtocolError):
+    """The bytes fetched are not the bytes the publisher digested: a holder
+    changed published memory outside the mutability contract, or served
+    something else. The destination holds no verified version."""
+
+    def __init__(self, code: int, message: str, names: tuple[str, ...] = ()) -> None:
+        super().__init__(code, message)
+        self.names = names
+        """The tensors whose bytes differ, in published order."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.message, self.names))
+
+
+# --------------------------------------------------------------------------- #
+# Collecting a module's tensors
+# --------------------------------------------------------------------------- #
+
+
+def _what(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} on {t.device}"
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return type(t) not in _PLAIN and (type(t).__name__ == "DTensor" or hasattr(t, "to_local")
+                                      and hasattr(t, "placements"))
+
+
+def _items(source: Source, buffers: bool) -> list[tuple[str, Any]]:
+    if isinstance(source, torch.nn.Module):
+        items = list(source.state_dict(keep_vars=True).items())
+        if not buffers:
+            params = {n for n, _ in source.named_parameters(remove_duplicate=False)}
+            items = [(n, t) for n, t in items if n in params]
+        return items
+    if isinstance(source, Mapping):
+        return list(source.items())
+    raise InvalidArgument(-1, f"expected a torch.nn.Module or a mapping of name -> tensor, got "
+                          f"{type(source).__module__}.{type(source).__qualname__}")
+
+
+def named_tensors(source: Source, *, buffers: bool = True,
+                  rename: Rename | None = None) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
+    """The tensors a module or mapping publishes, in state_dict order, each
+    storage once.
+
+    Returns:
+        (pairs, aliases): the (name, tensor) pairs, and for each name left out
+        because it shares its storage with an earlier one (tied weights), the
+        name it is published under.
+
+    Raises:
+        InvalidArgument: a value is not a torch.Tensor, is a DTensor, two names
+            collide after `rename`, or two tensors overlap without being the
+            same view of the same memory.
+    """
+    return _check(_items(source, buffers), rename)
+
+
+class _Collector:
+    """named_tensors() of one source, again and again: when the state_dict
+    holds the same tensor objects at the same addresses as last time (the
+    steady state of a training or serving loop), the checks are not redone.
+    `generation` changes whenever the result does."""
+
+    def __init__(self, source: Source, buffers: bool, rename: Rename | None) -> None:
+        self._source, self._buffers, self._rename = source, buffers, rename
+        self._objects: list[Any] = []
+        self._ptrs: list[int] = []
+        self._names: list[str] = []
+        self._result: tuple[list[tuple[str, torch.Tensor]], dict[str, str]] | None = None
+        self.generation = 0
+
+    def collect(self) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
+        items = _items(self._source, self._buffers)
+        names = [n for n, _ in items]
+        objects = [t for _, t in items]
+        try:
+            ptrs = [t.data_ptr() for t in objects]
+        except (AttributeError, TypeError, RuntimeError):
+            ptrs = []  # not all tensors: _check says which
+        if self._result is not None and ptrs and names == self._names and ptrs == self._ptrs and \
+                all(a is b for a, b in zip(objects, self._objects)):
+            return self._result
+        self._result = _check(items, self._rename)
+        self._objects, self._ptrs, self._names = objects, ptrs, names
+        self.generation += 1
+        return self._result
+
+
+def _check(items: list[tuple[str, Any]], rename: Rename | None
+           ) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
+    pairs: list[tuple[str, torch.Tensor]] = []
+    aliases: dict[str, str] = {}
+    names: set[str] = set()
+    first: dict[tuple[Any, ...], str] = {}
+    spans: list[tuple[int, int, int, str]] = []
+    for local_name, t in items:
+        name = local_name
+        if rename is not None:
+            renamed = rename(local_name)
+            if renamed is None:
+                continue
+            name = renamed
+        if not isinstance(t, torch.Tensor):
+            raise InvalidArgument(-1, f"tensor '{local_name}' is a {type(t).__qualname__}, not a torch.Tensor")
+        if _is_dtensor(t):
+            raise InvalidArgument(-1, f"tensor '{local_name}' is a DTensor: publish each rank's local shard "
+                                  "({name: t.to_local()}) as a shard, or full tensors through StagedPublisher")
+        if name in names or name in aliases:
+            raise InvalidArgument(-1, f"two tensors are published as '{name}' (check `rename`)")
+        if name == DIGEST_NAME:
+            raise InvalidArgument(-1, f"the name '{DIGEST_NAME}' is reserved for digests")
+        nbytes = t.nbytes
+        if nbytes:
+            device, ptr = t.get_device(), t.data_ptr()  # get_device(): -1 for CPU memory
+            key = (device, ptr, t.dtype, t.shape, t.stride())
+            if key in first:
+                aliases[name] = first[key]
+                continue
+            first[key] = name
+            spans.append((device, ptr, ptr + nbytes, name))
+        names.add(name)
+        pairs.append((name, t))
+    _refuse_overlaps(spans)
+    return pairs, aliases
+
+
+def _refuse_overlaps(spans: list[tuple[int, int, int, str]]) -> None:
+    spans.sort()
+    for a, b in zip(spans, spans[1:]):
+        if a[0] == b[0] and b[1] < a[2]:
+            raise InvalidArgument(-1, f"tensors '{a[3]}' and '{b[3]}' share memory without being the same tensor "
+                                  "(views into one flat buffer?): tensorhub moves each tensor's own bytes, so "
+                                  "publish the flat buffer, or pass tensors that do not overlap")
+
+
+def _synchronize(tensors: Iterable[torch.Tensor]) -> None:
+    """Waits for the kernels that write or read `tensors` on CUDA devices, so that
+    tensorhub reads finished bytes and writes none that a kernel still reads."""
+    if not torch.cuda.is_initialized():
+        return  # no tensor of this process can be in CUDA memory
+    for device in {t.device for t in tensors if t.is_cuda}:
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------- #
+# Digests
+# --------------------------------------------------------------------------- #
+
+
+def _host_bytes(t: torch.Tensor) -> Any:
+    flat = t.detach().reshape(-1)
+    if flat.device.type != "cpu":
+        flat = flat.cpu()
+    return flat.view(torch.uint8).numpy()
+
+
+def _digest(model: str, version: int, name: str, t: torch.Tensor) -> bytes:
+    h = hashlib.blake2b(digest_size=_DIGEST_BYTES, person=_DIGEST_PERSON)
+    h.update(f"{model}\0{version}\0{name}\0{str(t.dtype).removeprefix('torch.')}\0{list(t.shape)}\0".encode())
+    if t.numel():
+        h.update(_host_bytes(t))
+    return h.digest()
+
+
+def state_digests(model: str, version: int, pairs: Iterable[tuple[str, torch.Tensor]]) -> torch.Tensor:
+    """The DIGEST_NAME tensor for (name, tensor) pairs published as `version` of `model`."""
+    rows = b"".join(_digest(model, version, name, t) for name, t in pairs)
+    return torch.frombuffer(bytearray(rows), dtype=torch.uint8).reshape(-1, _DIGEST_BYTES)
+
+
+def _write_digests(model: str, version: int, pairs: list[tuple[str, torch.Tensor]], out: torch.Tensor) -> None:
+    out.copy_(state_digests(model, version, pairs))
+
+
+def _check_digests(model: str, version: int, pairs: list[tuple[str, torch.Tensor]], got: torch.Tensor,
+                   where: str) -> None:
+    want = state_digests(model, version, pairs)
+    if want.shape != got.shape:
+        raise DigestMismatch(ProtocolError.code, f"{where}: version {version} of '{model}' carries "
+                             f"{got.shape[0]} digests for {len(pairs)} tensors")
+    rows = (want != got.cpu()).any(dim=1).nonzero().flatten().tolist()
+    if rows:
+        bad = tuple(pairs[i][0] for i in rows)
+        shown = ", ".join(f"'{n}'" for n in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise DigestMismatch(ProtocolError.code, f"{where}: version {version} of '{model}' arrived with bytes that "
+                             f"differ from what its publisher digested, in {shown}", bad)
+
+
+# --------------------------------------------------------------------------- #
+# Trainer side
+# --------------------------------------------------------------------------- #
+
+
+def _withdraw(replica: Replica | None) -> None:
+    """Takes a replica out of service before its buffers are overwritten: reads
+    in flight drain (up to the client's mutation_wait), the last copy of a
+    required version is spilled (or waited for, per retention policy), then the
+    replica is released."""
+    if replica is None or replica.released:
+        return
+    try:
+        replica.begin_mutation()
+    except Closed:
+        return  # released meanwhile (its client closed)
+    replica.release()
+
+
+class _PublishedViews:
+    """The views and C array of the last tensors published, reused while
+    the same tensors (same storage, dtype and shape) are published again."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] = ()
+        self._views: list[View] = []
+        self._c: Any = None
+
+    def publish(self, client: Client, model: str, version: int, pairs: list[tuple[str, Any]], shard: int,
+                num_shards: int, chunk_bytes: int) -> Replica:
+        key = tuple((name, t.data_ptr(), t.dtype, t.shape) for name, t in pairs)
+        if key != self._key:
+            self._views = [view_of(name, t, writable=False) for name, t in pairs]
+            self._c = to_c(self._views)
+            self._key = key
+        return client._publish(model, version, self._views, self._c, shard, num_shards, chunk_bytes)
+
+
+class Publisher:
+    """Publishes a module's (or a mapping's) tensors in place, version after version.
+
+    The replica's memory is the parameter storage: publishing copies nothing,
+    and readers read the trainer's parameters. So every in-place change of them
+    must first take the replica out of service: call attach(optimizer) once (a
+    hook does it before each optimizer.step()), or wrap other changes in
+    ``with publisher.mutation():``. Readers in flight then drain, or re-read
+    the version from another holder; the last copy of a version still needed is
+    spilled into library memory first (the client's retention policy).
+
+        publisher = Publisher(client, "policy", model)
+        publisher.attach(optimizer)
+        publisher.publish(0)
+        for step in range(1, n):
+            loss(model).backward()
+            optimizer.step()            # withdraws version step-1 first
+            publisher.publish(step)
+
+    Args:
+        buffers: also publish persistent buffers (the whole state_dict).
+        rename: maps local names to published ones (e.g. strip "module."); None drops a tensor.
+        digest: append DIGEST_NAME so that readers verify every byte (costs one
+            BLAKE2b pass over the parameters per publish, on the CPU).
+        shard, num_shards, chunk_bytes: as Client.publish.
+    """
+
+    def __init__(self, client: Client, model: str, source: Source, *, shard: int = 0, num_shards: int = 1,
+                 chunk_bytes: int = 4 << 20, buffers: bool = True, rename: Rename | None = None,
+                 digest: bool = False) -> None:
+        self._client = client
+        self.model = model
+        self._source = source
+        self._shard, self._num_shards, self._chunk_bytes = shard, num_shards, chunk_bytes
+        self._buffers, self._rename, self._digest = buffers, rename, digest
+        self._digests: torch.Tensor | None = None
+        self._replica: Replica | None = None
+        self._views = _PublishedViews()
+        self._collector = _Collector(source, buffers, rename)
+        self.aliases: dict[str, str] = {}
+        """Names left out because they share storage with a published one, and that one's name."""
+
+    @property
+    def replica(self) -> Replica | None:
+        """The replica serving the last published version (None once withdrawn)."""
+        return None if self._replica is None or self._replica.released else self._replica
+
+    @property
+    def version(self) -> int | None:
+        """The version being served from the module (None when none is)."""
+        r = self.replica
+        return None if r is None else r.version
+
+    def publish(self, version: int) -> Replica:
+        """Declares the module's current tensors to be `version` and serves them.
+
+        Withdraws the previous version first if it is still served from the
+        same memory. Waits for pending CUDA work on the tensors.
+
+        Raises:
+            InvalidArgument (a tensor cannot be published: its name is in the
+            message), Conflict (version not newer), Unavailable, Timeout.
+        """
+        version_arg(version)
+        self.withdraw()
+        pairs, self.aliases = self._collector.collect()
+        if not pairs:
+            raise InvalidArgument(-1, f"nothing to publish as '{self.model}': the module has no tensors")
+        _synchronize(t for _, t in pairs)
+        published: list[tuple[str, Any]] = list(pairs)
+        if self._digest:
+            if self._digests is None or self._digests.shape[0] != len(pairs):
+                self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
+            _write_digests(self.model, version, pairs, self._digests)
+            published.append((DIGEST_NAME, self._digests))
+        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
+                                            self._num_shards, self._chunk_bytes)
+        return self._replica
+
+    def withdraw(self) -> None:
+        """Stops serving the published version from the module so that its
+        tensors may be overwritten. Idempotent.
+
+        Raises:
+            Retained: it is the last copy of a required version and the
+                client's retention policy is "fail"; it is still served.
+        """
+        _withdraw(self._replica)
+        self._replica = None
+
+    @contextmanager
+    def mutation(self) -> Iterator[None]:
+        """``with publisher.mutation(): ...`` around an in-place change of the
+        published tensors. Publish the result with publish(next_version)."""
+        self.withdraw()
+        yield
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> Any:
+        """Withdraws the published version before every optimizer.step().
+        Returns the hook's handle (handle.remove() detaches it)."""
+
+        def before_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+            self.withdraw()
+
+        return optimizer.register_step_pre_hook(before_step)
+
+    def close(self) -> None:
+        """Withdraws the published version. Idempotent."""
+        self.withdraw()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StagedPublisher:
+    """Publishes (name, tensor) pairs by copying them into buffers it owns,
+    for tensors that do not outlive the call (FSDP full_tensor() gathers, a
+    format conversion) or that will change before readers are done.
+
+    The buffers are allocated at the first publish and reused while names,
+    dtypes and shapes stay the same; before they are overwritten, the version
+    they hold is withdrawn as Publisher does.
+
+    Args:
+        device: where the buffers live ("cpu", "cuda:0"); CUDA needs a library
+            built with CUDA.
+        pin_memory: page-locked host buffers (faster copies from a GPU).
+        digest, shard, num_shards, chunk_bytes: as Publisher.
+    """
+
+    def __init__(self, client: Client, model: str, *, device: str | torch.device = "cpu", pin_memory: bool = False,
+                 shard: int = 0, num_shards: int = 1, chunk_bytes: int = 4 << 20, digest: bool = False) -> None:
+        self._client = client
+        self.model = model
+        self._device = torch.device(device)
+        self._pin = pin_memory
+        self._shard, self._num_shards, self._chunk_bytes = shard, num_shards, chunk_bytes
+        self._digest = digest
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._digests: torch.Tensor | None = None
+        self._replica: Replica | None = None
+        self._views = _PublishedViews()
+
+    @property
+    def replica(self) -> Replica | None:
+        return None if self._replica is None or self._replica.released else self._replica
+
+    @property
+    def version(self) -> int | None:
+        r = self.replica
+        return None if r is None else r.version
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers, by published name, in published order."""
+        return dict(self._buffers)
+
+    def publish(self, version: int, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> Replica:
+        """Copies `tensors` into the buffers and publishes them as `version`.
+        `tensors` is consumed once, one pair at a time (a generator that gathers
+        each tensor only when asked is fine).
+
+        Raises:
+            InvalidArgument naming the tensor (not a tensor, a repeated name), and
+            what Client.publish raises. If `tensors` raises, nothing is published.
+        """
+        version_arg(version)
+        _withdraw(self._replica)
+        self._replica = None
+        items: Iterable[Any] = tensors.items() if isinstance(tensors, Mapping) else tensors
+        kept: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            for name, t in items:
+                if not isinstance(name, str) or not isinstance(t, torch.Tensor):
+                    raise InvalidArgument(-1, f"expected (name, torch.Tensor) pairs, got ({name!r}, "
+                                          f"{type(t).__qualname__})")
+                if name in kept:
+                    raise InvalidArgument(-1, f"tensor '{name}' is given twice")
+                if name == DIGEST_NAME:
+                    raise InvalidArgument(-1, f"the name '{DIGEST_NAME}' is reserved for digests")
+                buf = self._buffers.get(name)
+                if buf is None or buf.dtype != t.dtype or buf.shape != t.shape:
+                    buf = torch.empty(t.shape, dtype=t.dtype, device=self._device,
+                                      pin_memory=self._pin and self._device.type == "cpu")
+                buf.copy_(t.detach())
+                kept[name] = buf
+        if not kept:
+            raise InvalidArgument(-1, f"nothing to publish as '{self.model}': no tensors given")
+        self._buffers = kept
+        pairs = list(kept.items())
+        _synchronize(kept.values())
+        published: list[tuple[str, Any]] = list(pairs)
+        if self._digest:
+            if self._digests is None or self._digests.shape[0] != len(pairs):
+                self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
+            _write_digests(self.model, version, pairs, self._digests)
+            published.append((DIGEST_NAME, self._digests))
+        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
+                                            self._num_shards, self._chunk_bytes)
+        return self._replica
+
+    def withdraw(self) -> None:
+        """Stops serving the buffers. Idempotent."""
+        _withdraw(self._replica)
+        self._replica = None
+
+    def close(self) -> None:
+        """Withdraws and drops the buffers."""
+        self.withdraw()
+        self._buffers = {}
+
+    def __enter__(self) -> StagedPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- #
+# Reader side
+# --------------------------------------------------------------------------- #
+
+_TORN_ERRORS = (Unavailable, Timeout, TransportError, Closed)
+"""Errors that may come after bytes were written into the destination."""
+
+
+def _spec(dtype_name: str, shape: Iterable[int]) -> str:
+    return f"{dtype_name}{list(shape)}"
+
+
+@dataclass
+class _Plan:
+    layout: tuple[tuple[str, int, tuple[int, ...]], ...]  # the published (name, dtype id, shape)
+    pairs: list[tuple[str, torch.Tensor]]                # destinations in published order, digest included
+    digest: torch.Tensor | None                          # where DIGEST_NAME lands, if published
+    views: list[View] = field(init=False)                # the pairs as the binding passes them to C,
+    c_tensors: Any = field(init=False)                   # built once: 10-15 us per tensor
+
+    def __post_init__(self) -> None:
+        self.views = [view_of(name, t, writable=True) for name, t in self.pairs]
+        self.c_tensors = to_c(self.views)
+
+
+def _layout(desc: dict[str, Any]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+    return tuple((t["name"], int(t["dtype_id"]), tuple(int(s) for s in t["shape"])) for t in desc["tensors"])
+
+
+def _digest_buffer(layout: tuple[tuple[str, int, tuple[int, ...]], ...]) -> torch.Tensor | None:
+    if not layout or layout[-1][0] != DIGEST_NAME:
+        return None
+    _, dtype_id, shape = layout[-1]
+    return torch.empty(shape, dtype=torch_dtype(DType(dtype_id)))
+
+
+def _torn(e: TensorHubError, what: str) -> TensorHubError:
+    """`e`, saying that the destination may now hold parts of two versions."""
+    out = error_for(e.code, f"{e.message}; {what} may have been partly overwritten and hold no complete "
+                            "version: fetch again before using it")
+    out.__cause__ = e
+    return out
+
+
+class _Fetcher:
+    """The retry loop Receiver and Staging share: fetch a planned destination,
+    re-plan when the version's layout changed, fetch the newest version again
+    when every holder of the one asked for went away, verify digests."""
+
+    def __init__(self, client: Client, model: str, shard: int, verify: bool, serve: bool, what: str) -> None:
+        self._client = client
+        self.model = model
+        self.shard = shard
+        self._verify = verify
+        self._serve = serve
+        self._what = what
+        self._replica: Replica | None = None
+        self._plan: _Plan | None = None  # what the last fetch wrote into
+        self.version: int | None = None
+
+    def release(self) -> None:
+        if self._replica is not None:
+            self._replica.release()  # Retained propagates: it stays served
+            self._replica = None
+
+    def run(self, version: int, timeout: float, plan_for: Callable[[int, bool], _Plan],
+            on_done: Callable[[_Plan], None], progress: ProgressCallback | None = None,
+            progress_interval: float | None = None) -> int:
+        """Fetches `version` (or LATEST) into plan_for(version, fresh)'s
+        destination and returns the version delivered; `fresh` asks for a plan
+        made from a describe() of that version."""
+        version_arg(version)
+        deadline = time.monotonic() + timeout
+        fresh = False
+        layout_retries = 0
+        failed: tuple[int, TensorHubError] | None = None  # the version every holder of left, and how
+        while True:
+            # Resolve once per attempt, then fetch that exact version: the
+            # plan, the fetch and the digests all speak of the same one.
+            target = self._client.resolve(self.model, version)
+            plan = plan_for(target, fresh)
+            if plan is self._plan and self.version == target and self._replica is not None and \
+                    not self._replica.released:
+                # Held and served already: fetching it again would first give
+                # it up, and a reader is never routed to its own copy.
+                return target
+            if failed is not None and target <= failed[0]:
+                # No newer version to fall back on.
+                raise _torn(failed[1], self._what) from failed[1]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                error = Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
+                raise error if failed is None else _torn(error, self._what)
+            _synchronize(t for _, t in plan.pairs)
+            # The destination is about to be overwritten: stop serving it.
+            self.release()
+            self.version = None
+            self._plan = plan
+            try:
+                got, replica = self._fetch(target, plan, remaining, progress, progress_interval)
+            except LayoutMismatch:
+                # Checked before any byte is written: the plan is older than
+                # the version's layout. Describe the version and check again.
+                if fresh and layout_retries >= 2:
+                    raise
+                fresh, layout_retries = True, layout_retries + 1
+                continue
+            except _TORN_ERRORS as e:
+                if isinstance(e, Unavailable) and version == LATEST:
+                    # Every holder of the newest version left mid-read (the
+                    # trainer overwrote it and the rollouts moved on): a newer
+                    # one is usually committed by then. Fetch that, if so.
+                    failed = (target, e)
+                    continue
+                raise _torn(e, self._what) from e
+            self._replica = replica
+            if plan.digest is not None and self._verify:
+                try:
+                    _check_digests(self.model, got, [p for p in plan.pairs if p[0] != DIGEST_NAME], plan.digest,
+                                   self._what)
+                except DigestMismatch:
+                    self.release()
+                    raise
+            on_done(plan)
+            self.version = got
+            return got
+
+    def _fetch(self, version: int, plan: _Plan, remaining: float, progress: ProgressCallback | None,
+               progress_interval: float | None) -> tuple[int, Replica | None]:
+        # Client.fetch_replica / fetch(serve=False), with the plan's views
+        # and C array instead of new ones.
+        hook = ProgressHook(progress, None if progress_interval is None else
+                            to_ms(progress_interval, "progress_interval"))
+        got, replica = self._client._fetch(self.model, version, plan.views, self.shard, remaining,
+                                           serve=self._serve, hook=hook, c_tensors=plan.c_tensors)
+        try:
+            hook.raise_if_failed()
+        except BaseException:
+            if replica is not None:
+                try:
+                    replica.release()
+                except TensorHubError:
+                    pass  # Retained: the client keeps it and frees it on close()
+            raise
+        return got, replica
+
+
+class Receiver:
+    """Fetches versions straight into a module's parameter storage.
+
+    Before the first fetch (and whenever the layout changes) the published
+    names, dtypes and shapes are matched against the module's state_dict by
+    name; any difference raises LayoutMismatch naming the tensors, and nothing
+    is written. Then the bytes land in place (the parameters keep their
+    storage, so CUDA graphs and optimizers that hold them stay valid), and the
+    module serves the version to other readers until the next fetch or close().
+
+    A fetch that fails after bytes started to land (every holder died, the
+    deadline passed) leaves the module holding parts of two versions: the
+    exception says so and `version` becomes None. If that must never happen,
+    pass staging="cpu" (or a device): the version lands in Staging buffers
+    first, is verified, and is then copied into the parameters.
+
+    Args:
+        target: the module (its state_dict) or a name -> tensor mapping to fill.
+        strict: every local tensor must be in the version (like load_state_dict);
+            with strict=False, local tensors the version lacks are left alone.
+            A published tensor the module lacks is always an error.
+        buffers, rename: as Publisher; `rename` maps local names to published ones.
+        verify: check the publisher's digests when the version carries them.
+        serve: serve each fetched version to other readers.
+        staging: None (fetch in place) or a device for Staging buffers.
+    """
+
+    def __init__(self, client: Client, model: str, target: Source, *, shard: int = 0, strict: bool = True,
+                 buffers: bool = True, rename: Rename | None = None, verify: bool = True, serve: bool = True,
+                 staging: str | torch.device | None = None) -> None:
+        self._client = client
+        self.model = model
+        self._target = target
+        self._shard = shard
+        self._strict, self._buffers, self._rename = strict, buffers, rename
+        self._plan: _Plan | None = None
+        self._plan_generation = -1
+        self._collector = _Collector(target, buffers, rename)
+        self._fetcher = _Fetcher(client, model, shard, verify, serve and staging is None,
+                                 f"the {type(target).__name__}'s tensors")
+        self._staging = None if staging is None else Staging(client, model, shard=shard, device=staging,
+                                                             verify=verify, serve=serve)
+        self.version: int | None = None
+        """The version the module holds (None before the first fetch, or after one that failed midway)."""
+
+    def fetch(self, version: int = LATEST, *, timeout: float = 60.0, progress: ProgressCallback | None = None,
+              progress_interval: float | None = None) -> int:
+        """Fetches `version` (default: the newest committed) into the module.
+        `progress` and `progress_interval` are as Client.fetch's.
+
+        Returns:
+            The version now in the module.
+
+        Raises:
+            LayoutMismatch: names, dtypes or shapes differ (the message lists
+                them); nothing was written.
+            InvalidArgument: a local tensor cannot be fetched into (not
+                contiguous, not CPU/CUDA, overlapping); nothing was written.
+            DigestMismatch: the bytes are not the ones the publisher digested.
+            VersionNotFound, NotCommitted; and Unavailable, Timeout,
+            TransportError, which say whether the module was partly overwritten.
+        """
+        if self._staging is not None:
+            return self._fetch_staged(version, timeout, progress, progress_interval)
+        try:
+            return self._fetcher.run(version, timeout, self._plan_for, self._done, progress, progress_interval)
+        finally:
+            # Unchanged when the fetch failed before writing (no such version,
+            # a layout mismatch); None once bytes may have landed.
+            self.version = self._fetcher.version
+
+    def update(self, *, timeout: float = 60.0) -> int:
+        """Waits for a version newer than the one held (any, if none is) and
+        fetches the newest. Returns it."""
+        deadline = time.monotonic() + timeout
+        self._client.wait_for_version(self.model, newer_than=self.version or 0, timeout=timeout)
+        return self.fetch(LATEST, timeout=max(0.001, deadline - time.monotonic()))
+
+    def _local(self) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
+        return self._collector.collect()
+
+    def _plan_for(self, version: int, fresh: bool) -> _Plan:
+        local, aliases = self._local()
+        if self._plan is not None and not fresh and (self._plan_generation == self._collector.generation or
+                                                     _still_valid(self._plan, local, self._strict)):
+            self._plan_generation = self._collector.generation
+            return self._plan
+        desc = self._client.describe(self.model, version, self._shard)
+        self._plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
+        self._plan_generation = self._collector.generation
+        return self._plan
+
+    def _describe(self, desc: dict[str, Any]) -> str:
+        return f"version {desc['version']} of '{self.model}' shard {desc['shard']} into the {type(self._target).__name__}"
+
+    def _done(self, plan: _Plan) -> None:
+        tensors = [t for n, t in plan.pairs if n != DIGEST_NAME]
+        _synchronize(tensors)
+        _bump_versions(tensors)
+
+    def _fetch_staged(self, version: int, timeout: float, progress: ProgressCallback | None,
+                      progress_interval: float | None) -> int:
+        assert self._staging is not None
+        deadline = time.monotonic() + timeout
+        local, aliases = self._local()
+        plan = self._plan
+        if plan is None or not (self._plan_generation == self._collector.generation or
+                                _still_valid(plan, local, self._strict)):
+            # Check the module against the version before fetching: a
+            # mismatch costs no fetch, and leaves the module untouched.
+            desc = self._client.describe(self.model, version, self._shard)
+            plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
+        weights = self._staging.fetch(version, timeout=max(0.001, deadline - time.monotonic()), progress=progress,
+                                      progress_interval=progress_interval)
+        if weights._layout != plan.layout:  # the version fetched has another layout: check it again
+            desc = self._client.describe(self.model, weights.version, self._shard)
+            plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
+        self._plan, self._plan_generation = plan, self._collector.generation
+        dst = [t for n, t in plan.pairs if n != DIGEST_NAME]
+        src = [t for _, t in weights]  # the same names, in the same (published) order
+        _synchronize(dst)
+        with torch.no_grad():
+            if hasattr(torch, "_foreach_copy_"):
+                torch._foreach_copy_(dst, src)
+            else:
+                for d, t in zip(dst, src):
+                    d.copy_(t)
+        self._done(plan)
+        self.version = weights.version
+        return weights.version
+
+    def stop_serving(self) -> None:
+        """Stops serving the module's memory, so that it may be modified."""
+        self._fetcher.release()
+        if self._staging is not None:
+            self._staging.release()
+
+    def close(self) -> None:
+        """Stops serving. Idempotent."""
+        self.stop_serving()
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _still_valid(plan: _Plan, local: list[tuple[str, torch.Tensor]], strict: bool) -> bool:
+    """Whether the module still has the tensors `plan` writes into: same
+    names, same storage (a parameter replaced by .to() or .data = ... is not)."""
+    mine = dict(local)
+    planned = [(n, t) for n, t in plan.pairs if n != DIGEST_NAME]
+    if strict and len(mine) != len(planned):
+        return False
+    return all(n in mine and mine[n].data_ptr() == t.data_ptr() and mine[n].dtype == t.dtype and
+               mine[n].shape == t.shape for n, t in planned)
+
+
+def _bump_versions(tensors: list[torch.Tensor]) -> None:
+    # The bytes changed behind autograd's back: an autograd graph that saved
+    # one of these tensors must fail at backward rather than use new values.
+    bump = getattr(torch.autograd.graph, "increment_version", None)
+    if bump is None:
+        return
+    tracked = [t for t in tensors if not t.is_inference()]
+    try:
+        bump(tracked)
+    except TypeError:  # torch before 2.3 takes one tensor at a time
+        for t in tracked:
+            bump(t)
+
+
+def _match(desc: dict[str, Any], local: list[tuple[str, torch.Tensor]], aliases: dict[str, str], strict: bool,
+           where: str) -> _Plan:
+    """The destination of a described version in `local`, or LayoutMismatch
+    listing every difference (names, dtypes, shapes)."""
+    layout = _layout(desc)
+    mine = dict(local)
+    problems: list[str] = []
+    pairs: list[tuple[str, torch.Tensor]] = []
+    digest = _digest_buffer(layout)
+    published = {name for name, _, _ in layout}
+    for name, dtype_id, shape in layout:
+        if name == DIGEST_NAME:
+            assert digest is not None
+            pairs.append((name, digest))
+            continue
+        dtype = DType(dtype_id)
+        want = _spec(dtype.name.lower(), shape)
+        t = mine.get(name)
+        if t is None:
+            if name in aliases:
+                problems.append(f"'{name}' is published on its own, but the module ties it to '{aliases[name]}'")
+            else:
+                problems.append(f"'{name}' ({want}) is published but the module has no such tensor")
+            continue
+        if _BY_NAME.get(str(t.dtype).removeprefix("torch.")) != dtype or tuple(t.shape) != shape:
+            problems.append(f"'{name}' is published as {want}, the module's is {_what(t)}")
+            continue
+        pairs.append((name, t))
+    if strict:
+        for name, t in local:
+            if name not in published:
+                hint = " (the publisher may tie it to another tensor)" if t.numel() else ""
+                problems.append(f"the module's '{name}' ({_what(t)}) is not in the version{hint}")
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise LayoutMismatch(LayoutMismatch.code, f"{where}: {shown}; nothing was written")
+    # Building the plan checks that every destination can be written in place
+    # (contiguous, CPU or CUDA): InvalidArgument names the one that cannot.
+    return _Plan(layout, pairs, digest)
+
+
+class Weights:
+    """A fetched version as (name, tensor) pairs, in published order: iterate
+    it (as often as needed) or index it by name. The tensors are a Staging's
+    buffers: valid until its next fetch; copy what must outlive that."""
+
+    def __init__(self, version: int, pairs: list[tuple[str, torch.Tensor]],
+                 layout: tuple[tuple[str, int, tuple[int, ...]], ...]) -> None:
+        self.version = version
+        """The version these tensors hold."""
+        self._pairs = pairs
+        self._layout = layout
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter(self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        for n, t in self._pairs:
+            if n == name:
+                return t
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self._pairs]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for _, t in self._pairs)
+
+    def __repr__(self) -> str:
+        return f"<tensorhub.torch.Weights version {self.version}: {len(self._pairs)} tensors, {self.nbytes} bytes>"
+
+
+class Staging:
+    """Buffers a version lands in, complete and verified, before an engine
+    loads it from (name, tensor) pairs:
+
+        staging = Staging(client, "policy", device="cpu")
+        weights = staging.fetch(timeout=60)       # the whole version, checked
+        model.load_weights(weights)               # vLLM / SGLang load path
+
+    The buffers are allocated from the published layout and reused while it
+    stays the same; with serve=True they serve the version to other readers
+    until the next fetch. A failed fetch never reaches the engine: fetch()
+    raises before it returns any pair.
+    """
+
+    def __init__(self, client: Client, model: str, *, shard: int = 0, device: str | torch.device = "cpu",
+                 pin_memory: bool = False, verify: bool = True, serve: bool = True) -> None:
+        self._client = client
+        self.model = model
+        self._shard = shard
+        self._device = torch.device(device)
+        self._pin = pin_memory
+        self._plan: _Plan | None = None
+        self._fetcher = _Fetcher(client, model, shard, verify, serve, f"the staging buffers of '{model}'")
+        self._weights: Weights | None = None
+
+    @property
+    def version(self) -> int | None:
+        """The version the buffers hold (None before a fetch, or after one that failed)."""
+        return self._fetcher.version
+
+    def fetch(self, version: int = LATEST, *, timeout: float = 60.0, progress: ProgressCallback | None = None,
+              progress_interval: float | None = None) -> Weights:
+        """Fetches `version` (default: the newest committed) into the buffers.
+        `progress` and `progress_interval` are as Client.fetch's.
+
+        Raises:
+            DigestMismatch, VersionNotFound, NotCommitted, Unavailable,
+            Timeout, TransportError.
+        """
+        self._weights = None
+        got = self._fetcher.run(version, timeout, self._plan_for, lambda _: None, progress, progress_interval)
+        assert self._plan is not None
+        pairs = [(n, t) for n, t in self._plan.pairs if n != DIGEST_NAME]
+        self._weights = Weights(got, pairs, self._plan.layout)
+        return self._weights
+
+    def _plan_for(self, version: int, fresh: bool) -> _Plan:
+        if self._plan is not None and not fresh:
+            return self._plan
+        desc = self._client.describe(self.model, version, self._shard)
+        layout = _layout(desc)
+        if self._plan is not None and self._plan.layout == layout:
+            return self._plan
+        self.release()  # the old buffers are dropped
+        pairs: list[tuple[str, torch.Tensor]] = []
+        digest = _digest_buffer(layout)
+        for name, dtype_id, shape in layout:
+            if name == DIGEST_NAME:
+                assert digest is not None
+                pairs.append((name, digest))
+                continue
+            pin = self._pin and self._device.type == "cpu"
+            pairs.append((name, torch.empty(shape, dtype=torch_dtype(DType(dtype_id)), device=self._device,
+                                            pin_memory=pin)))
+        self._plan = _Plan(layout, pairs, digest)
+        return self._plan
+
+    def release(self) -> None:
+        """Stops serving the buffers."""
+        self._fetcher.release()
+
+    def close(self) -> None:
+        """Stops serving and drops the buffers."""
+        self.release()
+        self._plan = None
+        self._weights = None
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
