@@ -30,8 +30,15 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     };
     bool one_sided = ucx_one_sided_reads();
     for (const Setting &s : kSettings) {
-        if ((s.one_sided_only && !one_sided) || std::getenv((std::string("UCX_") + s.name).c_str()) != nullptr)
+        std::string var = std::string("UCX_") + s.name;
+        if ((s.one_sided_only && !one_sided) || std::getenv(var.c_str()) != nullptr) continue;
+        if (!one_sided) {
+            // UCX before 1.19 takes transport settings from the environment
+            // only (ucp_config_modify accepts them, then warns on stdout that
+            // they are invalid and ignores them).
+            setenv(var.c_str(), s.value, /*overwrite=*/0);
             continue;
+        }
         if (ucp_config_modify(config, s.name, s.value) != UCS_OK) {
             *refused = s.name;
             return false;

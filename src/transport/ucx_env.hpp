@@ -1,6 +1,8 @@
 // The UCX settings tensorhub relies on, applied to each context it creates
-// (ucp_config_modify, so that nothing leaks into the process environment),
-// each only when the user has not set it in the environment.
+// (ucp_config_modify, so that nothing leaks into the process environment;
+// UCX before 1.19 reads transport settings from the environment only, so
+// there they are set in it), each only when the user has not set it in the
+// environment.
 #pragma once
 
 #include <ucp/api/ucp.h>
