@@ -273,6 +273,19 @@ def _check_digests(model: str, version: int, pairs: list[tuple[str, torch.Tensor
 # --------------------------------------------------------------------------- #
 
 
+def _publish_pairs(pub: Any, version: int, pairs: list[tuple[str, Any]]) -> Any:
+    """Publishes pairs (and their digests, when the publisher keeps them) as
+    one shard of pub's model; what Publisher and StagedPublisher share."""
+    published: list[tuple[str, Any]] = list(pairs)
+    if pub._digest:
+        if pub._digests is None or pub._digests.shape[0] != len(pairs):
+            pub._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
+        _write_digests(pub.model, version, pairs, pub._digests)
+        published.append((DIGEST_NAME, pub._digests))
+    return pub._views.publish(pub._client, pub.model, version, published, pub._shard, pub._num_shards,
+                              pub._chunk_bytes)
+
+
 def _withdraw(replica: Replica | None) -> None:
     """Takes a replica out of service before its buffers are overwritten: reads
     in flight drain (up to the client's mutation_wait), the last copy of a
@@ -375,14 +388,7 @@ class Publisher:
         if not pairs:
             raise InvalidArgument(-1, f"nothing to publish as '{self.model}': the module has no tensors")
         _synchronize(t for _, t in pairs)
-        published: list[tuple[str, Any]] = list(pairs)
-        if self._digest:
-            if self._digests is None or self._digests.shape[0] != len(pairs):
-                self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
-            _write_digests(self.model, version, pairs, self._digests)
-            published.append((DIGEST_NAME, self._digests))
-        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
-                                            self._num_shards, self._chunk_bytes)
+        self._replica = _publish_pairs(self, version, pairs)
         return self._replica
 
     def withdraw(self) -> None:
@@ -499,14 +505,7 @@ class StagedPublisher:
         self._buffers = kept
         pairs = list(kept.items())
         _synchronize(kept.values())
-        published: list[tuple[str, Any]] = list(pairs)
-        if self._digest:
-            if self._digests is None or self._digests.shape[0] != len(pairs):
-                self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
-            _write_digests(self.model, version, pairs, self._digests)
-            published.append((DIGEST_NAME, self._digests))
-        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
-                                            self._num_shards, self._chunk_bytes)
+        self._replica = _publish_pairs(self, version, pairs)
         return self._replica
 
     def withdraw(self) -> None:
