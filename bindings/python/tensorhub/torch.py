@@ -273,17 +273,39 @@ def _check_digests(model: str, version: int, pairs: list[tuple[str, torch.Tensor
 # --------------------------------------------------------------------------- #
 
 
-def _publish_pairs(pub: Any, version: int, pairs: list[tuple[str, Any]]) -> Any:
-    """Publishes pairs (and their digests, when the publisher keeps them) as
-    one shard of pub's model; what Publisher and StagedPublisher share."""
-    published: list[tuple[str, Any]] = list(pairs)
-    if pub._digest:
-        if pub._digests is None or pub._digests.shape[0] != len(pairs):
-            pub._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
-        _write_digests(pub.model, version, pairs, pub._digests)
-        published.append((DIGEST_NAME, pub._digests))
-    return pub._views.publish(pub._client, pub.model, version, published, pub._shard, pub._num_shards,
-                              pub._chunk_bytes)
+class _Publishing:
+    """What Publisher and StagedPublisher share: the replica serving the last
+    version, and publishing (name, tensor) pairs with their digests. The
+    subclass sets model, _client, _shard, _num_shards, _chunk_bytes, _digest."""
+
+    _replica: Replica | None
+    _digests: torch.Tensor | None
+
+    @property
+    def replica(self) -> Replica | None:
+        """The replica serving the last published version (None once withdrawn)."""
+        return None if self._replica is None or self._replica.released else self._replica
+
+    @property
+    def version(self) -> int | None:
+        """The version being served (None when none is)."""
+        r = self.replica
+        return None if r is None else r.version
+
+    def _publish_pairs(self, version: int, pairs: list[tuple[str, Any]]) -> Replica:
+        published: list[tuple[str, Any]] = list(pairs)
+        if self._digest:
+            if self._digests is None or self._digests.shape[0] != len(pairs):
+                self._digests = torch.empty((len(pairs), _DIGEST_BYTES), dtype=torch.uint8)
+            _write_digests(self.model, version, pairs, self._digests)
+            published.append((DIGEST_NAME, self._digests))
+        self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
+                                            self._num_shards, self._chunk_bytes)
+        return self._replica
+
+    def _withdraw(self) -> None:
+        _withdraw(self._replica)
+        self._replica = None
 
 
 def _withdraw(replica: Replica | None) -> None:
@@ -319,7 +341,7 @@ class _PublishedViews:
         return client._publish(model, version, self._views, self._c, shard, num_shards, chunk_bytes)
 
 
-class Publisher:
+class Publisher(_Publishing):
     """Publishes a module's (or a mapping's) tensors in place, version after version.
 
     The replica's memory is the parameter storage: publishing copies nothing,
@@ -361,17 +383,6 @@ class Publisher:
         self.aliases: dict[str, str] = {}
         """Names left out because they share storage with a published one, and that one's name."""
 
-    @property
-    def replica(self) -> Replica | None:
-        """The replica serving the last published version (None once withdrawn)."""
-        return None if self._replica is None or self._replica.released else self._replica
-
-    @property
-    def version(self) -> int | None:
-        """The version being served from the module (None when none is)."""
-        r = self.replica
-        return None if r is None else r.version
-
     def publish(self, version: int) -> Replica:
         """Declares the module's current tensors to be `version` and serves them.
 
@@ -388,8 +399,7 @@ class Publisher:
         if not pairs:
             raise InvalidArgument(-1, f"nothing to publish as '{self.model}': the module has no tensors")
         _synchronize(t for _, t in pairs)
-        self._replica = _publish_pairs(self, version, pairs)
-        return self._replica
+        return self._publish_pairs(version, pairs)
 
     def withdraw(self) -> None:
         """Stops serving the published version from the module so that its
@@ -399,8 +409,7 @@ class Publisher:
             Retained: it is the last copy of a required version and the
                 client's retention policy is "fail"; it is still served.
         """
-        _withdraw(self._replica)
-        self._replica = None
+        self._withdraw()
 
     @contextmanager
     def mutation(self) -> Iterator[None]:
@@ -429,7 +438,7 @@ class Publisher:
         self.close()
 
 
-class StagedPublisher:
+class StagedPublisher(_Publishing):
     """Publishes (name, tensor) pairs by copying them into buffers it owns,
     for tensors that do not outlive the call (FSDP full_tensor() gathers, a
     format conversion) or that will change before readers are done.
@@ -458,15 +467,6 @@ class StagedPublisher:
         self._replica: Replica | None = None
         self._views = _PublishedViews()
 
-    @property
-    def replica(self) -> Replica | None:
-        return None if self._replica is None or self._replica.released else self._replica
-
-    @property
-    def version(self) -> int | None:
-        r = self.replica
-        return None if r is None else r.version
-
     def buffers(self) -> dict[str, torch.Tensor]:
         """The buffers, by published name, in published order."""
         return dict(self._buffers)
@@ -481,8 +481,7 @@ class StagedPublisher:
             what Client.publish raises. If `tensors` raises, nothing is published.
         """
         version_arg(version)
-        _withdraw(self._replica)
-        self._replica = None
+        self._withdraw()
         items: Iterable[Any] = tensors.items() if isinstance(tensors, Mapping) else tensors
         kept: dict[str, torch.Tensor] = {}
         with torch.no_grad():
@@ -505,13 +504,11 @@ class StagedPublisher:
         self._buffers = kept
         pairs = list(kept.items())
         _synchronize(kept.values())
-        self._replica = _publish_pairs(self, version, pairs)
-        return self._replica
+        return self._publish_pairs(version, pairs)
 
     def withdraw(self) -> None:
         """Stops serving the buffers. Idempotent."""
-        _withdraw(self._replica)
-        self._replica = None
+        self._withdraw()
 
     def close(self) -> None:
         """Withdraws and drops the buffers."""
