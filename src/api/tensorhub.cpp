@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "client/client.hpp"
+#include "client/queries.hpp"
 #include "common/error.hpp"
 #include "common/fork_guard.hpp"
 #include "server/server.hpp"
@@ -307,8 +308,8 @@ th_status th_replica_release(th_replica *replica) {
     std::unique_ptr<th_replica> owned(replica);
     th_status st = th::guard([&] {
         th::check_not_forked();
-        th::Client *c = th::replica_client(*owned->impl);
-        if (c != nullptr) c->release(*owned->impl);
+        th::Holdings *h = owned->impl->holder();
+        if (h != nullptr) h->release(*owned->impl);
     });
     // Refused by the retention policy: the replica still serves; the caller
     // keeps the handle.
@@ -361,9 +362,9 @@ th_status th_replica_begin_mutation(th_replica *replica) {
     return th::guard([&] {
         th::check_not_forked();
         if (replica == nullptr) fail(TH_ERR_INVALID_ARG, "replica is NULL");
-        th::Client *c = th::replica_client(*replica->impl);
-        if (c == nullptr) fail(TH_ERR_CLOSED, "the replica's client was destroyed");
-        c->begin_mutation(*replica->impl);
+        th::Holdings *h = replica->impl->holder();
+        if (h == nullptr) fail(TH_ERR_CLOSED, "the replica's client was destroyed");
+        h->begin_mutation(*replica->impl);
     });
 }
 

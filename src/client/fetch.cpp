@@ -1,9 +1,6 @@
 #include "client/fetch.hpp"
 
-#include "client/read_window.hpp"
-
 #include <algorithm>
-
 #include <thread>
 
 #include "common/error.hpp"
@@ -15,55 +12,9 @@ namespace th {
 
 using namespace wire;
 
-namespace {
-// How often a reader re-reads the control word of a source that is still
-// filling while it waits for the next chunk: soon after the source made
-// progress, then less and less often while it makes none. Every read wakes
-// the source's progress thread, and a chain of N readers on few cores pays
-// for N pollers.
-constexpr auto kFollowPollMin = std::chrono::microseconds(200);
-constexpr auto kFollowPollMax = std::chrono::microseconds(3200);
-// How often the server hears how far a serving reader's replica has filled.
-constexpr uint32_t kProgressReportMs = 200;
-}  // namespace
-
-struct Fetch::Source {
-    uint64_t worker = 0;
-    uint64_t replica = 0;
-    PeerRef peer;
-    th::ReplicaDesc desc;
-    bool complete = false;
-    uint32_t end = 0;    // assigned chunks end here (exclusive)
-    uint32_t next = 0;   // next chunk to consider
-    uint32_t avail = 0;  // chunks the source holds, from its control word
-    bool gen_known = false;
-    uint64_t gen = 0;
-    bool ctrl_inflight = false;
-    uint64_t ctrl_issue_seq = 0;
-    Clock::time_point ctrl_at{};
-    std::chrono::microseconds follow_poll = kFollowPollMin;
-    std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
-    uint32_t chunk_inflight = 0;
-    ReadWindow window{1};  // how many of chunk_inflight it may have
-    bool failed = false;
-    bool retired = false;
-    bool report = false;  // its worker failed: exclude it and tell the server
-                          // (false: only this replica changed under us)
-    bool paused_here = false;  // this process was paused: the source is fine
-    std::string why;
-    Clock::time_point last_progress = Clock::now();
-};
-
-void Fetch::Mailbox::post(const Event &e) {
-    {
-        std::lock_guard lk(mu);
-        events.push_back(e);
-    }
-    cv.notify_one();
-}
-
-Fetch::Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, bool serve)
-    : client_(client), req_(req), dst_(std::move(dst)), serve_(serve) {
+Fetch::Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const FetchRequest &req,
+             std::vector<Buffer> dst, bool serve)
+    : session_(session), ucx_(ucx), cfg_(session.config()), req_(req), dst_(std::move(dst)), serve_(serve) {
     if (req_.model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
     if (dst_.empty()) fail(TH_ERR_INVALID_ARG, "no destination buffers given");
     if (req_.tensor && dst_.size() != 1)
@@ -73,17 +24,11 @@ Fetch::Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, b
         if (b.data == nullptr) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' has a null data pointer");
         if (b.spec.nbytes == 0) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' is empty");
     }
-    registrations_at_start_ = client_.registrations_.load();
     if (serve_) {
-        replica_ = std::make_unique<Replica>();
-        replica_->model_ = req_.model;
-        replica_->shard_ = req_.shard;
-        std::vector<Buffer> copy = dst_;
-        client_.prepare_replica(replica_, copy);
-        for (size_t i = 0; i < dst_.size(); ++i)
-            dst_regions_.push_back(replica_->regions_[replica_->desc_.places[i].region]);
+        serving_ = std::make_unique<ServingReplica>(holdings, session_, req_.model, req_.shard, dst_);
+        for (size_t i = 0; i < dst_.size(); ++i) dst_regions_.push_back(serving_->replica().buffer_region(i));
     } else {
-        for (const Buffer &b : dst_) dst_regions_.push_back(client_.ucx().register_memory(b.data, b.spec.nbytes, b.kind));
+        for (const Buffer &b : dst_) dst_regions_.push_back(ucx_.register_memory(b.data, b.spec.nbytes, b.kind));
     }
 }
 
@@ -133,15 +78,11 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
     end_chunk_ = end;
     state_.assign(end - first, Missing);
     needed_ = end - first;
-    if (replica_) {
-        replica_->version_ = version_;
-        replica_->chunk_bytes_ = chunk_bytes;
-        // Re-registration declares it with the version's own shard count.
-        replica_->num_shards_ = num_shards;
-    }
+    // Re-registration declares it with the version's own shard count.
+    if (serving_) serving_->set_version(version_, num_shards, chunk_bytes);
 }
 
-std::vector<Fetch::Piece> Fetch::pieces(uint32_t chunk) const {
+std::vector<Piece> Fetch::pieces(uint32_t chunk) const {
     uint64_t b = std::max(layout_.chunk_begin(chunk), range_begin_);
     uint64_t e = std::min(layout_.chunk_end(chunk), range_end_);
     std::vector<Piece> out;
@@ -179,16 +120,16 @@ void Fetch::plan(const Deadline &deadline) {
     Bytes reply;
     for (;;) {
         try {
-            reply = client_.call(
+            reply = session_.call(
                 [&](Builder &b, const Header &h) {
                     auto model = b.CreateString(req_.model);
                     flatbuffers::Offset<wire::ReplicaDesc> desc;
-                    if (replica_) desc = put_desc(b, replica_->desc_);
+                    if (serving_) desc = put_desc(b, serving_->replica().desc());
                     auto ex = b.CreateVector(exclude_);
                     auto ex_replicas = b.CreateVector(exclude_replicas_);
                     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
                     if (!req_.tensor) specs = put_tensors(b, given);
-                    auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs,
+                    auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, serving_ ? serving_->replica().id() : 0, ex, specs,
                                                 ex_replicas);
                     return wire::finish(b, h, body);
                 },
@@ -200,8 +141,8 @@ void Fetch::plan(const Deadline &deadline) {
             // deadline, rather than report a version that exists as missing.
             bool maybe_back_soon = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED ||
                                    e.code() == TH_ERR_UNAVAILABLE;
-            if (!maybe_back_soon || !client_.rebuilding() || deadline.remaining_ms() < 100) {
-                TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !client_.rebuilding() ? " (not rebuilding)" : "");
+            if (!maybe_back_soon || !session_.rebuilding() || deadline.remaining_ms() < 100) {
+                TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !session_.rebuilding() ? " (not rebuilding)" : "");
                 throw;
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -217,11 +158,10 @@ void Fetch::plan(const Deadline &deadline) {
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
     plans_++;
-    if (replica_ && !reporter_)
-        reporter_ = std::make_unique<ProgressReporter>(client_, replica_->id_, replica_->ctrl_.word, kProgressReportMs);
+    if (serving_) serving_->start_reporting();
     for (const SourceRange *r : *p->ranges()) {
-        auto s = std::make_unique<Source>();
-        s->window = ReadWindow(client_.config().max_inflight);
+        auto s = std::make_unique<FetchSource>();
+        s->window = ReadWindow(cfg_.max_inflight);
         s->worker = r->worker_id();
         s->replica = r->replica_id();
         publisher_[s->replica] = r->publisher();
@@ -233,7 +173,7 @@ void Fetch::plan(const Deadline &deadline) {
         s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
         s->next = first;
         try {
-            s->peer = client_.ucx().peer(s->worker, std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
+            s->peer = ucx_.peer(s->worker, std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
         } catch (const Error &e) {
             s->failed = true;
             s->report = true;
@@ -246,66 +186,22 @@ void Fetch::plan(const Deadline &deadline) {
     if (faults().plan_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().plan_delay_us));
 }
 
-void Fetch::issue_ctrl(Source &s) {
-    s.ctrl_inflight = true;
-    s.ctrl_issue_seq = event_seq_;
-    s.ctrl_at = Clock::now();
-    struct Op {
-        std::shared_ptr<Mailbox> box;
-        Source *source;
-        alignas(16) uint64_t word[2];
-    };
-    auto op = std::make_shared<Op>();
-    op->box = mailbox_;
-    op->source = &s;
-    const RegionDesc &reg = s.desc.regions[s.desc.ctrl_region];
-    client_.ucx().read(s.peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + s.desc.ctrl_offset,
-                       reg.rkey, [op](const char *error) {
-                          Event e{Event::Ctrl, op->source, 0, error, {op->word[0], op->word[1]}};
-                          op->box->post(e);
-                      });
-}
-
-void Fetch::issue_chunk(Source &s, uint32_t chunk) {
+void Fetch::issue_chunk(FetchSource &s, uint32_t chunk) {
     if (faults().chunk_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().chunk_delay_us));
     std::vector<Piece> ps = pieces(chunk);
-    struct Op {
-        std::shared_ptr<Mailbox> box;
-        Source *source;
-        uint32_t chunk;
-        std::atomic<size_t> left;
-        std::atomic<const char *> error{nullptr};
-        Clock::time_point asked = Clock::now();
-    };
-    auto op = std::make_shared<Op>();
-    op->box = mailbox_;
-    op->source = &s;
-    op->chunk = chunk;
-    op->left = ps.size();
     state_[chunk - first_chunk_] = InFlight;
-    s.chunk_inflight++;
     inflight_++;
-    for (const Piece &p : ps) {
-        const PlaceDesc &place = s.desc.places[p.tensor];
-        uint64_t remote = s.desc.regions[place.region].address + place.offset + p.offset;
-        client_.ucx().read(s.peer, Lane::Data, p.local, p.length, p.region, remote, s.desc.regions[place.region].rkey,
-                           [op](const char *error) {
-            if (error != nullptr) op->error = error;
-            if (--op->left == 0)
-                op->box->post(Event{Event::Chunk, op->source, op->chunk, op->error.load(), {},
-                                    std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->asked)});
-        });
-    }
+    s.read_chunk(ucx_, mailbox_, chunk, ps);
 }
 
-void Fetch::issue(Source &s) {
+void Fetch::issue(FetchSource &s) {
     if (s.failed) return;
     if (!s.gen_known) {
-        if (!s.ctrl_inflight) issue_ctrl(s);
+        if (!s.ctrl_inflight) s.read_control_word(ucx_, mailbox_, event_seq_);
         return;
     }
     uint32_t limit = std::min(s.end, s.avail);
-    uint32_t max_inflight = client_.config().max_inflight;
+    uint32_t max_inflight = cfg_.max_inflight;
     while (inflight_ < max_inflight && s.chunk_inflight < s.window.size() && s.next < limit) {
         uint32_t c = s.next++;
         if (state_[c - first_chunk_] == Missing) issue_chunk(s, c);
@@ -319,12 +215,12 @@ void Fetch::issue(Source &s) {
     bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
                                               s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
     bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
-    if (confirm || follow) issue_ctrl(s);
+    if (confirm || follow) s.read_control_word(ucx_, mailbox_, event_seq_);
 }
 
-void Fetch::handle(const Event &e) {
-    Source &s = *e.source;
-    if (e.kind == Event::Chunk) {
+void Fetch::handle(const ReadEvent &e) {
+    FetchSource &s = *e.source;
+    if (e.kind == ReadEvent::Chunk) {
         s.chunk_inflight--;
         inflight_--;
         uint8_t &st = state_[e.chunk - first_chunk_];
@@ -350,28 +246,22 @@ void Fetch::handle(const Event &e) {
         return;
     }
     if (s.failed) return;
-    uint64_t gen = e.ctrl[0], chunks = e.ctrl[1];
-    if (!s.gen_known) {
-        // The word must still be this replica's: a released replica's slot
-        // may already serve the next version from the same buffers.
-        if (gen != s.desc.ctrl_generation) {
-            fail_source(s, gen & 1 ? "its buffers are being modified"
-                                   : str("it was released (generation ", s.desc.ctrl_generation, " -> ", gen, ")"));
-            s.report = false;
-            return;
-        }
-        s.gen = gen;
-        s.gen_known = true;
-    } else if (gen != s.gen) {
-        fail_source(s, str("its buffers changed while being read (generation ", s.gen, " -> ", gen, ")"));
+    std::string changed = s.check_generation(e.ctrl[0]);
+    if (!changed.empty()) {
+        fail_source(s, changed);
         s.report = false;
         return;
     }
-    // The generation held from before these reads until after them: what they
-    // read is the version's bytes. Only reads that had completed when this
-    // read was issued count: the control word has a lane of its own and may
-    // overtake reads still queued at the source, but not those it already
-    // answered.
+    confirm(s);
+    s.saw_fill_level(e.ctrl[1], layout_.num_chunks());
+    advance_served_prefix();
+}
+
+// The generation held from before these reads until after them: what they
+// read is the version's bytes. Only reads that had completed when the control
+// word was read count: it has a lane of its own and may overtake reads still
+// queued at the source, but not those it already answered.
+void Fetch::confirm(FetchSource &s) {
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
         state_[u.first - first_chunk_] = Confirmed;
@@ -383,18 +273,9 @@ void Fetch::handle(const Event &e) {
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
-    uint32_t avail = static_cast<uint32_t>(std::min<uint64_t>(chunks, layout_.num_chunks()));
-    if (avail > s.avail) {
-        s.avail = avail;
-        s.last_progress = Clock::now();
-        s.follow_poll = kFollowPollMin;
-    } else if (s.next >= s.avail) {
-        s.follow_poll = std::min(kFollowPollMax, s.follow_poll * 2);
-    }
-    advance_served_prefix();
 }
 
-void Fetch::fail_source(Source &s, const std::string &why) {
+void Fetch::fail_source(FetchSource &s, const std::string &why) {
     s.failed = true;
     s.paused_here = s.peer && s.peer->dropped_by_pause();
     s.report = !s.paused_here;
@@ -407,7 +288,7 @@ void Fetch::fail_source(Source &s, const std::string &why) {
 // then it is excluded and, if it misbehaved, reported to the server.
 void Fetch::retire_failed_sources() {
     for (auto &sp : sources_) {
-        Source &s = *sp;
+        FetchSource &s = *sp;
         if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight) continue;
         s.retired = true;
         failed_sources_++;
@@ -420,11 +301,11 @@ void Fetch::retire_failed_sources() {
         exclude_.push_back(s.worker);
         {
             try {
-                client_.call(
+                session_.call(
                     [&](Builder &b, const Header &h) {
                         return wire::finish(b, h, CreateSourceFailed(b, s.worker, b.CreateString(s.why)));
                     },
-                    Deadline(client_.config().timeout_ms));
+                    Deadline(cfg_.timeout_ms));
             } catch (const std::exception &e) {
                 TH_LOG(Warn, "could not report failed source ", s.worker, ": ", e.what());
             }
@@ -433,16 +314,15 @@ void Fetch::retire_failed_sources() {
 }
 
 void Fetch::advance_served_prefix() {
-    if (!replica_) return;
+    if (!serving_) return;
     uint32_t before = served_prefix_;
     while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
-    if (served_prefix_ != before) replica_->ctrl_.word->chunks_done.store(served_prefix_, std::memory_order_release);
+    if (served_prefix_ != before) serving_->filled(served_prefix_);
 }
 
 FetchResult Fetch::run() {
-    const ClientConfig &cfg = client_.config();
-    Deadline deadline(req_.timeout_ms != 0 ? req_.timeout_ms : cfg.timeout_ms * 6);
-    auto chunk_timeout = std::chrono::milliseconds(cfg.chunk_timeout_ms);
+    Deadline deadline(req_.timeout_ms != 0 ? req_.timeout_ms : cfg_.timeout_ms * 6);
+    auto chunk_timeout = std::chrono::milliseconds(cfg_.chunk_timeout_ms);
     try {
         plan(deadline);
         while (!done()) {
@@ -451,37 +331,31 @@ FetchResult Fetch::run() {
             auto wait = std::chrono::microseconds(20000);
             for (auto &s : sources_) {
                 issue(*s);
-                if (!s->failed && s->gen_known && s->next >= s->avail && s->next < s->end) wait = std::min(wait, s->follow_poll);
+                if (!s->failed && s->starving()) wait = std::min(wait, s->follow_poll);
             }
-            client_.ucx().wake();
-            std::deque<Event> events;
-            {
-                std::unique_lock lk(mailbox_->mu);
-                mailbox_->cv.wait_for(lk, wait, [&] { return !mailbox_->events.empty(); });
-                events.swap(mailbox_->events);
-            }
-            for (const Event &e : events) handle(e);
+            ucx_.wake();
+            for (const ReadEvent &e : mailbox_->take(wait)) handle(e);
             report_progress(false);
 
             // A source that stops making progress is treated as dead: closing
             // its endpoint completes what is still in flight with an error.
             auto now = Clock::now();
             for (auto &sp : sources_) {
-                Source &s = *sp;
+                FetchSource &s = *sp;
                 if (s.failed) {
                     if (!s.retired && now - s.last_progress > chunk_timeout) {
-                        client_.ucx().close_peer(s.peer, "no completion after failure");
+                        ucx_.close_peer(s.peer, "no completion after failure");
                         s.last_progress = now;
                     }
                     continue;
                 }
                 bool busy = s.chunk_inflight > 0 || s.ctrl_inflight;
-                bool starving = s.gen_known && s.next >= s.avail && s.next < s.end;
+                bool starving = s.starving();
                 auto limit = starving && !busy ? 2 * chunk_timeout : chunk_timeout;
                 if ((busy || starving) && now - s.last_progress > limit) {
                     fail_source(s, str("no progress for ", std::chrono::duration_cast<std::chrono::milliseconds>(limit).count(),
                                        " ms"));
-                    client_.ucx().close_peer(s.peer, "no progress");
+                    ucx_.close_peer(s.peer, "no progress");
                     s.last_progress = now;
                 }
             }
@@ -502,7 +376,7 @@ FetchResult Fetch::run() {
     report_progress(true);
     FetchResult out;
     out.version = version_;
-    out.replica = std::move(replica_);
+    out.replica = std::move(served_);
     out.stats = stats();
     return out;
 }
@@ -537,7 +411,7 @@ SyncStats Fetch::stats() const {
 // Waits until no operation of this fetch is in flight, force-closing sources
 // that do not complete.
 void Fetch::drain() {
-    auto give_up = Clock::now() + std::chrono::milliseconds(client_.config().chunk_timeout_ms) * 2;
+    auto give_up = Clock::now() + std::chrono::milliseconds(cfg_.chunk_timeout_ms) * 2;
     bool closed = false;
     for (;;) {
         bool busy = std::any_of(sources_.begin(), sources_.end(), [](auto &s) { return s->chunk_inflight > 0 || s->ctrl_inflight; });
@@ -548,18 +422,12 @@ void Fetch::drain() {
                 return;
             }
             for (auto &s : sources_)
-                if (s->chunk_inflight > 0 || s->ctrl_inflight) client_.ucx().close_peer(s->peer, "fetch ended");
+                if (s->chunk_inflight > 0 || s->ctrl_inflight) ucx_.close_peer(s->peer, "fetch ended");
             closed = true;
-            give_up = Clock::now() + std::chrono::milliseconds(client_.config().chunk_timeout_ms);
+            give_up = Clock::now() + std::chrono::milliseconds(cfg_.chunk_timeout_ms);
         }
-        std::deque<Event> events;
-        {
-            std::unique_lock lk(mailbox_->mu);
-            mailbox_->cv.wait_for(lk, std::chrono::milliseconds(10), [&] { return !mailbox_->events.empty(); });
-            events.swap(mailbox_->events);
-        }
-        for (const Event &e : events) {
-            if (e.kind == Event::Chunk) {
+        for (const ReadEvent &e : mailbox_->take(std::chrono::milliseconds(10))) {
+            if (e.kind == ReadEvent::Chunk) {
                 e.source->chunk_inflight--;
                 inflight_--;
             } else {
@@ -571,19 +439,15 @@ void Fetch::drain() {
 
 void Fetch::finish(bool ok) {
     finished_ = true;
-    reporter_.reset();  // no Progress after FetchDone
+    if (serving_) serving_->stop_reporting();  // no Progress after FetchDone
     if (!have_layout_) {
-        if (replica_) client_.control_page().release(replica_->ctrl_.word);
-        replica_.reset();
+        if (serving_) serving_->abandon();
         return;
     }
-    uint64_t rid = replica_ ? replica_->id_ : 0;
-    if (ok && replica_) {
-        replica_->complete_ = true;
-        replica_->ctrl_.word->chunks_done.store(layout_.num_chunks(), std::memory_order_release);
-    }
+    uint64_t rid = serving_ ? serving_->replica().id() : 0;
+    if (ok && serving_) serving_->complete(layout_.num_chunks());
     try {
-        client_.call(
+        session_.call(
             [&](Builder &b, const Header &h) {
                 std::vector<flatbuffers::Offset<SourceBytes>> from;
                 for (auto &[src, n] : bytes_from_) from.push_back(CreateSourceBytes(b, src.first, n, src.second));
@@ -592,27 +456,16 @@ void Fetch::finish(bool ok) {
                                             static_cast<uint64_t>(us));
                 return wire::finish(b, h, body);
             },
-            Deadline(client_.config().timeout_ms));
+            Deadline(cfg_.timeout_ms));
     } catch (const std::exception &e) {
         TH_LOG(Warn, "reporting the end of a fetch failed: ", e.what());
     }
-    if (!replica_) return;
+    if (!serving_) return;
     if (!ok) {
-        client_.control_page().release(replica_->ctrl_.word);
-        replica_.reset();
+        serving_->abandon();
         return;
     }
-    client_.remember(replica_.get());
-    // The server was replaced during the fetch and never saw this replica
-    // register: declare it now that it is complete. The bytes are here either
-    // way; a failure only delays serving until the next re-registration.
-    if (client_.registrations_.load() != registrations_at_start_) {
-        try {
-            client_.send_publish(*replica_, Deadline(client_.config().timeout_ms));
-        } catch (const std::exception &e) {
-            TH_LOG(Warn, "declaring the fetched replica to the new server failed: ", e.what());
-        }
-    }
+    served_ = serving_->hold();
 }
 
 }  // namespace th

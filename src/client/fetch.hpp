@@ -1,64 +1,68 @@
-// One fetch: asks the server for a plan, pulls chunks (UCX active-message reads) from
-// the planned source straight into the caller's buffers, follows a source that
-// is still filling through its control word, checks the source's generation
-// after reading (seqlock) and re-plans around sources that fail or stall.
+// One fetch: asks the server for a plan, pulls the chunks from the planned
+// sources straight into the caller's buffers (see fetch_source.hpp for the
+// reads and the seqlock check), re-plans the chunks still missing around
+// sources that fail or stall, and tells the server how it went. A fetch that
+// serves fills a replica others can read from meanwhile (serving_replica.hpp).
 #pragma once
 
 #include <chrono>
-
-#include <condition_variable>
-#include <deque>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
-#include "client/client.hpp"
-#include "client/progress_reporter.hpp"
+#include "client/client_config.hpp"
+#include "client/fetch_source.hpp"
+#include "client/holdings.hpp"
+#include "client/replica.hpp"
+#include "client/server_session.hpp"
+#include "client/serving_replica.hpp"
+#include "client/sync_stats.hpp"
+#include "common/layout.hpp"
 
 namespace th {
 
+struct FetchRequest {
+    std::string model;
+    uint64_t version = UINT64_MAX;
+    uint32_t shard = 0;
+    uint32_t timeout_ms = 0;
+    std::optional<std::string> tensor;  // partial fetch of one tensor
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    // Called on the fetching thread with (bytes done, bytes needed), at most
+    // every progress_interval_ms and once at the end; may be empty.
+    std::function<void(uint64_t, uint64_t)> progress;
+    uint32_t progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
+};
+
+struct FetchResult {
+    uint64_t version = 0;
+    std::unique_ptr<Replica> replica;  // set when the fetch was asked to serve
+    SyncStats stats;
+};
+
 class Fetch {
   public:
-    Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, bool serve);
+    Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const FetchRequest &req, std::vector<Buffer> dst,
+          bool serve);
     ~Fetch();
     FetchResult run();
 
   private:
-    struct Source;
-    struct Event {
-        enum Kind { Chunk, Ctrl } kind;
-        Source *source;
-        uint32_t chunk;
-        const char *error;  // nullptr: the read completed
-        uint64_t ctrl[2];  // the control word read, for Ctrl events
-        std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
-    };
-    // Where completions land. Shared with in-flight operations, so that one
-    // completing after the fetch gave up touches nothing freed.
-    struct Mailbox {
-        std::mutex mu;
-        std::condition_variable cv;
-        std::deque<Event> events;
-        void post(const Event &e);
-    };
-    // A destination piece of one chunk: local memory and the source tensor bytes.
-    struct Piece {
-        void *local;
-        const MemRegion *region;
-        uint32_t tensor;
-        uint64_t offset;
-        uint64_t length;
-    };
     enum ChunkState : uint8_t { Missing, InFlight, Got, Confirmed };
 
     void plan(const Deadline &deadline);
     void apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors);
     std::vector<Piece> pieces(uint32_t chunk) const;
-    void issue(Source &s);
-    void issue_ctrl(Source &s);
-    void issue_chunk(Source &s, uint32_t chunk);
-    void handle(const Event &e);
-    void fail_source(Source &s, const std::string &why);
+    void issue(FetchSource &s);
+    void issue_chunk(FetchSource &s, uint32_t chunk);
+    void handle(const ReadEvent &e);
+    void confirm(FetchSource &s);
+    void fail_source(FetchSource &s, const std::string &why);
     void retire_failed_sources();
     void advance_served_prefix();
     bool done() const { return confirmed_ == needed_; }
@@ -69,12 +73,15 @@ class Fetch {
     SyncStats stats() const;
     [[noreturn]] void fail_fetch(th_status code, const std::string &why);
 
-    Client &client_;
+    ServerSession &session_;
+    UcxWorker &ucx_;
+    const ClientConfig &cfg_;
     FetchRequest req_;
     std::vector<Buffer> dst_;
     std::vector<RegionRef> dst_regions_;  // per dst buffer
     bool serve_;
-    std::unique_ptr<Replica> replica_;
+    std::unique_ptr<ServingReplica> serving_;
+    std::unique_ptr<Replica> served_;  // serving_'s replica once the fetch succeeded
 
     bool have_layout_ = false;
     Layout layout_;
@@ -91,15 +98,12 @@ class Fetch {
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
     uint32_t plans_ = 0, failed_sources_ = 0;
     Clock::time_point progress_at_{};
-    // Tells the server how far our replica has filled (serving fetches only).
-    std::unique_ptr<ProgressReporter> reporter_;
     uint32_t inflight_ = 0;
     uint64_t event_seq_ = 0;
 
-    std::vector<std::unique_ptr<Source>> sources_;
+    std::vector<std::unique_ptr<FetchSource>> sources_;
 
     std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
-    uint64_t registrations_at_start_ = 0;
     bool finished_ = false;
     Clock::time_point started_ = Clock::now();
 };

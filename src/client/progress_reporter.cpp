@@ -1,12 +1,11 @@
 #include "client/progress_reporter.hpp"
 
-#include "client/client.hpp"
 #include "common/log.hpp"
 
 namespace th {
 
-ProgressReporter::ProgressReporter(Client &client, uint64_t replica_id, const ControlWord *word, uint32_t period_ms)
-    : client_(client), replica_id_(replica_id), word_(word), period_ms_(period_ms) {
+ProgressReporter::ProgressReporter(ServerSession &session, uint64_t replica_id, const ControlWord *word, uint32_t period_ms)
+    : session_(session), replica_id_(replica_id), word_(word), period_ms_(period_ms) {
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -29,11 +28,11 @@ void ProgressReporter::loop() {
         try {
             // A short deadline: a late report is worth nothing, the next one
             // carries a newer count anyway.
-            client_.call(
+            session_.call(
                 [&](wire::Builder &b, const wire::Header &h) {
                     return wire::finish(b, h, wire::CreateProgress(b, replica_id_, static_cast<uint32_t>(done)));
                 },
-                Deadline(std::min<uint32_t>(client_.config().timeout_ms, 1000)));
+                Deadline(std::min<uint32_t>(session_.config().timeout_ms, 1000)));
             sent = done;
         } catch (const std::exception &e) {
             TH_LOG(Debug, "progress report for replica ", replica_id_, " failed: ", e.what());

@@ -12,21 +12,20 @@
 #include <thread>
 
 #include "client/control_word.hpp"
+#include "client/server_session.hpp"
 
 namespace th {
 
-class Client;
-
 class ProgressReporter {
   public:
-    ProgressReporter(Client &client, uint64_t replica_id, const ControlWord *word, uint32_t period_ms);
+    ProgressReporter(ServerSession &session, uint64_t replica_id, const ControlWord *word, uint32_t period_ms);
     ~ProgressReporter();  // stops and joins; sends nothing more
     ProgressReporter(const ProgressReporter &) = delete;
     ProgressReporter &operator=(const ProgressReporter &) = delete;
 
   private:
     void loop();
-    Client &client_;
+    ServerSession &session_;
     uint64_t replica_id_;
     const ControlWord *word_;
     uint32_t period_ms_;

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "client/client.hpp"
 #include "common/error.hpp"
 #include "wire/replica_desc.hpp"
+#include "wire/status_json.hpp"
 
 using namespace th;
 using namespace th::wire;

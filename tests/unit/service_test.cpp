@@ -4,9 +4,9 @@
 #include <set>
 #include <regex>
 
-#include "client/client.hpp"
 #include "messages.hpp"
 #include "server/service.hpp"
+#include "wire/status_json.hpp"
 
 using namespace th;
 using namespace th::test;

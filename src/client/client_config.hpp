@@ -1,0 +1,26 @@
+// What a client is created with: th_client_config in C++ terms, shared by the
+// parts of the client (the server session, the replicas it holds, fetches).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/labels.hpp"
+#include "tensorhub/tensorhub.h"
+
+namespace th {
+
+struct ClientConfig {
+    std::string server_url;  // one URL, or an ordered comma-separated list to fail over along
+    std::string worker_name;
+    Labels labels;
+    uint32_t timeout_ms = TH_DEFAULT_TIMEOUT_MS;
+    uint32_t heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;
+    uint32_t chunk_timeout_ms = TH_DEFAULT_CHUNK_TIMEOUT_MS;
+    uint32_t max_inflight = TH_DEFAULT_MAX_INFLIGHT;
+    th_retention retention = TH_DEFAULT_RETENTION;
+    uint32_t mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
+    std::string token;  // cluster token (empty: none)
+};
+
+}  // namespace th

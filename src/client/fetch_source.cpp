@@ -1,0 +1,102 @@
+#include "client/fetch_source.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/error.hpp"
+
+namespace th {
+
+void Mailbox::post(const ReadEvent &e) {
+    {
+        std::lock_guard lk(mu);
+        events.push_back(e);
+    }
+    cv.notify_one();
+}
+
+std::deque<ReadEvent> Mailbox::take(std::chrono::microseconds wait) {
+    std::deque<ReadEvent> out;
+    std::unique_lock lk(mu);
+    cv.wait_for(lk, wait, [&] { return !events.empty(); });
+    out.swap(events);
+    return out;
+}
+
+void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint64_t seq) {
+    ctrl_inflight = true;
+    ctrl_issue_seq = seq;
+    ctrl_at = Clock::now();
+    struct Op {
+        std::shared_ptr<Mailbox> box;
+        FetchSource *source;
+        alignas(16) uint64_t word[2];
+    };
+    auto op = std::make_shared<Op>();
+    op->box = box;
+    op->source = this;
+    const RegionDesc &reg = desc.regions[desc.ctrl_region];
+    ucx.read(peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + desc.ctrl_offset, reg.rkey,
+             [op](const char *error) {
+                 ReadEvent e{ReadEvent::Ctrl, op->source, 0, error, {op->word[0], op->word[1]}};
+                 op->box->post(e);
+             });
+}
+
+void FetchSource::read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t chunk,
+                             const std::vector<Piece> &pieces) {
+    struct Op {
+        std::shared_ptr<Mailbox> box;
+        FetchSource *source;
+        uint32_t chunk;
+        std::atomic<size_t> left;
+        std::atomic<const char *> error{nullptr};
+        Clock::time_point asked = Clock::now();
+    };
+    auto op = std::make_shared<Op>();
+    op->box = box;
+    op->source = this;
+    op->chunk = chunk;
+    op->left = pieces.size();
+    chunk_inflight++;
+    for (const Piece &p : pieces) {
+        const PlaceDesc &place = desc.places[p.tensor];
+        uint64_t remote = desc.regions[place.region].address + place.offset + p.offset;
+        ucx.read(peer, Lane::Data, p.local, p.length, p.region, remote, desc.regions[place.region].rkey,
+                 [op](const char *error) {
+                     if (error != nullptr) op->error = error;
+                     if (--op->left == 0)
+                         op->box->post(ReadEvent{ReadEvent::Chunk, op->source, op->chunk, op->error.load(), {},
+                                                 std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() -
+                                                                                                       op->asked)});
+                 });
+    }
+}
+
+std::string FetchSource::check_generation(uint64_t generation) {
+    if (!gen_known) {
+        // The word must still be this replica's: a released replica's slot
+        // may already serve the next version from the same buffers.
+        if (generation != desc.ctrl_generation)
+            return generation & 1 ? "its buffers are being modified"
+                                  : str("it was released (generation ", desc.ctrl_generation, " -> ", generation, ")");
+        gen = generation;
+        gen_known = true;
+    } else if (generation != gen) {
+        return str("its buffers changed while being read (generation ", gen, " -> ", generation, ")");
+    }
+    return "";
+}
+
+void FetchSource::saw_fill_level(uint64_t chunks, uint32_t num_chunks) {
+    uint32_t held = static_cast<uint32_t>(std::min<uint64_t>(chunks, num_chunks));
+    if (held > avail) {
+        avail = held;
+        last_progress = Clock::now();
+        follow_poll = kFollowPollMin;
+    } else if (next >= avail) {
+        follow_poll = std::min(kFollowPollMax, follow_poll * 2);
+    }
+}
+
+}  // namespace th

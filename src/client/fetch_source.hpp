@@ -1,0 +1,110 @@
+// One source of a fetch: a replica the plan routes a run of chunks to, and
+// the reads the fetch makes of it. The fetch reads the source's control word
+// before its first chunk and again after reading chunks: the generation must
+// not have changed meanwhile (the reader's side of the seqlock, see
+// control_word.hpp), and chunks_done tells how far a source that is still
+// filling has got, so that the fetch follows right behind it. Reads complete
+// on the UCX progress thread; their completions go to the fetch's mailbox and
+// are handled on the fetching thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/read_window.hpp"
+#include "common/deadline.hpp"
+#include "transport/peer.hpp"
+#include "transport/worker.hpp"
+#include "wire/replica_desc.hpp"
+
+namespace th {
+
+// How often a reader re-reads the control word of a source that is still
+// filling while it waits for the next chunk: soon after the source made
+// progress, then less and less often while it makes none. Every read wakes
+// the source's progress thread, and a chain of N readers on few cores pays
+// for N pollers.
+constexpr auto kFollowPollMin = std::chrono::microseconds(200);
+constexpr auto kFollowPollMax = std::chrono::microseconds(3200);
+
+struct FetchSource;
+
+// A read of a source that completed, or failed.
+struct ReadEvent {
+    enum Kind { Chunk, Ctrl } kind;
+    FetchSource *source;
+    uint32_t chunk;
+    const char *error;  // nullptr: the read completed
+    uint64_t ctrl[2];  // the control word read, for Ctrl events
+    std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
+};
+
+// Where completions land. Shared with in-flight operations, so that one
+// completing after the fetch gave up touches nothing freed.
+struct Mailbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<ReadEvent> events;
+    void post(const ReadEvent &e);
+    // What was posted, waiting up to `wait` for something to be.
+    std::deque<ReadEvent> take(std::chrono::microseconds wait);
+};
+
+// A destination piece of one chunk: local memory and the source tensor bytes.
+struct Piece {
+    void *local;
+    const MemRegion *region;
+    uint32_t tensor;
+    uint64_t offset;
+    uint64_t length;
+};
+
+struct FetchSource {
+    uint64_t worker = 0;
+    uint64_t replica = 0;
+    PeerRef peer;
+    th::ReplicaDesc desc;
+    bool complete = false;
+    uint32_t end = 0;    // assigned chunks end here (exclusive)
+    uint32_t next = 0;   // next chunk to consider
+    uint32_t avail = 0;  // chunks the source holds, from its control word
+    bool gen_known = false;
+    uint64_t gen = 0;
+    bool ctrl_inflight = false;
+    uint64_t ctrl_issue_seq = 0;
+    Clock::time_point ctrl_at{};
+    std::chrono::microseconds follow_poll = kFollowPollMin;
+    std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
+    uint32_t chunk_inflight = 0;
+    ReadWindow window{1};  // how many of chunk_inflight it may have
+    bool failed = false;
+    bool retired = false;
+    bool report = false;  // its worker failed: exclude it and tell the server
+                          // (false: only this replica changed under us)
+    bool paused_here = false;  // this process was paused: the source is fine
+    std::string why;
+    Clock::time_point last_progress = Clock::now();
+
+    // Waiting for chunks it does not hold yet.
+    bool starving() const { return gen_known && next >= avail && next < end; }
+    // Reads its control word; seq: the completions handled so far, so that
+    // the answer confirms only chunk reads that had completed before it.
+    void read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint64_t seq);
+    // Reads the pieces of chunk; one event once all of them completed.
+    void read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t chunk, const std::vector<Piece> &pieces);
+    // The seqlock check on a generation its control word returned: "" when
+    // what was read since the previous check is the version's bytes, else why
+    // not (the replica changed under us: the source must be dropped).
+    std::string check_generation(uint64_t generation);
+    // Its control word said it holds `chunks` leading chunks.
+    void saw_fill_level(uint64_t chunks, uint32_t num_chunks);
+};
+
+}  // namespace th

@@ -1,0 +1,300 @@
+#include "client/holdings.hpp"
+
+#include <optional>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/faults.hpp"
+#include "common/log.hpp"
+#include "transport/memory_kind.hpp"
+#include "wire/replica_desc.hpp"
+
+namespace th {
+
+using namespace wire;
+
+Holdings::Holdings(const ClientConfig &cfg, uint64_t worker_id, ServerSession &session, UcxWorker &ucx,
+                   ControlPage &page)
+    : cfg_(cfg), worker_id_(worker_id), session_(session), ucx_(ucx), page_(page) {}
+
+Holdings::~Holdings() {
+    std::lock_guard lk(mu_);
+    owned_.clear();
+}
+
+uint64_t Holdings::new_id() {
+    uint64_t id = next_replica_++ ^ (worker_id_ << 20);
+    return id == 0 ? 1 : id;
+}
+
+std::unique_ptr<Replica> Holdings::prepare(const std::string &model, uint32_t shard, std::vector<Buffer> buffers) {
+    return std::make_unique<Replica>(*this, new_id(), model, shard, std::move(buffers), ucx_, page_);
+}
+
+void Holdings::abandon(std::unique_ptr<Replica> replica) {
+    page_.release(replica->control_word());
+    replica.reset();
+}
+
+void Holdings::remember(Replica *r) {
+    std::lock_guard lk(mu_);
+    held_[r->id()] = r;
+}
+
+void Holdings::forget(Replica *r) {
+    std::lock_guard lk(mu_);
+    held_.erase(r->id());
+}
+
+void Holdings::declare(const Replica &r, const Deadline &deadline, bool recover) {
+    std::vector<TensorSpec> specs = r.specs();
+    Bytes reply = session_.call(
+        [&](Builder &b, const Header &h) {
+            auto body = CreatePublish(b, b.CreateString(r.model()), r.version(), r.shard(), r.num_shards(),
+                                      r.chunk_bytes(), put_tensors(b, specs), put_desc(b, r.desc()), r.id(), r.owned());
+            return finish(b, h, body);
+        },
+        deadline, recover);
+    if (GetEnvelope(reply.data())->body_type() != Body::PublishReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Publish");
+}
+
+std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t version, uint32_t shard,
+                                           uint32_t num_shards, uint64_t chunk_bytes, std::vector<Buffer> buffers,
+                                           SyncStats *stats) {
+    auto started = Clock::now();
+    if (model.empty() || model.size() > 255) fail(TH_ERR_INVALID_ARG, "model name must be 1..255 bytes");
+    if (num_shards == 0 || shard >= num_shards)
+        fail(TH_ERR_INVALID_ARG, "shard ", shard, " is out of range for ", num_shards, " shards");
+    std::vector<TensorSpec> specs;
+    for (const Buffer &b : buffers) {
+        if (b.data == nullptr) fail(TH_ERR_INVALID_ARG, "tensor '", b.spec.name, "' has a null data pointer");
+        specs.push_back(b.spec);
+    }
+    Layout layout(specs, chunk_bytes);  // validates names, sizes, chunk size
+    std::unique_ptr<Replica> r = prepare(model, shard, std::move(buffers));
+    r->set_version(version, num_shards, chunk_bytes);
+    r->control_word()->chunks_done.store(layout.num_chunks());
+    r->mark_complete();
+    try {
+        declare(*r, Deadline(cfg_.timeout_ms));
+    } catch (...) {
+        abandon(std::move(r));
+        throw;
+    }
+    remember(r.get());
+    SyncStats st;
+    st.version = version;
+    st.moved = false;
+    st.bytes = layout.total_bytes();
+    st.chunks = layout.num_chunks();
+    st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    TH_LOG(Info, "published '", model, "' v", version, " shard ", shard, "/", num_shards, ": ", st.bytes, " bytes, ",
+           st.chunks, " chunks in ", st.seconds, " s");
+    if (stats) *stats = st;
+    return r;
+}
+
+void Holdings::release(Replica &r, bool retain) {
+    std::optional<Error> retention_failed;
+    if (retain && !r.mutating() && r.complete()) {
+        try {
+            prepare_to_give_up(r, Deadline(cfg_.timeout_ms));
+        } catch (const Error &e) {
+            if (e.code() == TH_ERR_RETAINED) throw;  // refused: nothing changed, still served
+            // Not listed by the server (it refused the version when this
+            // worker registered again, or lost this worker's lease): no
+            // reader is routed here and nothing requires it from us.
+            // Otherwise the server could not be asked (it is gone or slow):
+            // the caller gives the buffers up all the same, so withdraw
+            // locally, and report.
+            if (e.code() != TH_ERR_NOT_FOUND) retention_failed = e;
+        }
+    }
+    forget(&r);
+    page_.release(r.control_word());  // readers still on it see the generation change
+    // A deadline of its own: a spill before it may have taken any time.
+    try {
+        session_.call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id())); },
+                      Deadline(cfg_.timeout_ms));
+    } catch (const Error &e) {
+        // The server had forgotten it already (it lost this worker's lease,
+        // or refused the replica when this worker registered again): what
+        // release asks for is done.
+        if (e.code() != TH_ERR_NOT_FOUND) throw;
+        TH_LOG(Info, "replica ", r.id(), " was no longer listed by the server: ", e.what());
+    }
+    if (retention_failed) throw *retention_failed;
+}
+
+void Holdings::withdraw_all() {
+    std::vector<Replica *> held;
+    {
+        std::lock_guard lk(mu_);
+        for (auto &[id, r] : held_) held.push_back(r);
+    }
+    for (Replica *r : held) {
+        try {
+            release(*r, /*retain=*/false);  // the process is going away: nothing to spill into
+        } catch (const std::exception &e) {
+            TH_LOG(Info, "releasing replica ", r->id(), " at shutdown: ", e.what());
+        }
+        r->detach();
+    }
+}
+
+uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
+    Deadline calls = deadline;
+    auto ask = [&](Body kind) {
+        Bytes reply = session_.call(
+            [&](Builder &b, const Header &h) {
+                return kind == Body::BeginMutation ? finish(b, h, CreateBeginMutation(b, r.id()))
+                                                   : finish(b, h, CreateCancelMutation(b, r.id()));
+            },
+            calls);
+        return reply;
+    };
+    Bytes reply = ask(Body::BeginMutation);
+    auto state = [&] { return GetEnvelope(reply.data())->body_as_BeginMutationReply(); };
+    if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
+    if (state()->last_copy()) {
+        std::string what = str("replica of model '", r.model(), "' version ", r.version(), " shard ", r.shard(),
+                               " is the last complete copy of a required version");
+        if (cfg_.retention == TH_RETAIN_FAIL) {
+            ask(Body::CancelMutation);
+            fail(TH_ERR_RETAINED, what, " (retention policy: fail)");
+        }
+        // wait: give a filling replica the chance to complete first.
+        Deadline wait = deadline.capped(cfg_.mutation_wait_ms);
+        while (cfg_.retention == TH_RETAIN_WAIT && state()->last_copy() && state()->filling() > 0 && !wait.expired()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            reply = ask(Body::BeginMutation);
+        }
+        if (state()->last_copy()) {
+            TH_LOG(Info, what, ": keeping an owned copy");
+            // The server kept routing readers here while the copy was made;
+            // asking again finds the copy and stops that.
+            spill(r);
+            // The copy is local work as long as the shard is large (seconds
+            // for GBs); the server is owed an answer within a deadline of its own.
+            calls = Deadline(cfg_.timeout_ms);
+            reply = ask(Body::BeginMutation);
+            if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
+        }
+    }
+    return state()->active_reads();
+}
+
+void Holdings::begin_mutation(Replica &r) {
+    if (r.mutating()) fail(TH_ERR_INVALID_ARG, "begin_mutation was already called on this replica");
+    uint32_t active = prepare_to_give_up(r, Deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms));
+    // Let the reads already planned onto it finish; past the wait the seqlock
+    // still protects them (they re-read elsewhere). The wait starts now: a
+    // spill before it may have taken any time.
+    Deadline drain(cfg_.mutation_wait_ms);
+    Deadline deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms);
+    while (active > 0 && !drain.expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        Bytes reply = session_.call(
+            [&](Builder &b, const Header &h) { return finish(b, h, CreateBeginMutation(b, r.id())); }, deadline);
+        active = GetEnvelope(reply.data())->body_as_BeginMutationReply()->active_reads();
+    }
+    if (active > 0) TH_LOG(Info, "replica ", r.id(), ": ", active, " reads still in flight after ", cfg_.mutation_wait_ms,
+                          " ms; they will re-read elsewhere");
+    r.control_word()->generation.fetch_add(1);  // odd: changing
+    r.mark_mutating();
+}
+
+void Holdings::spill(const Replica &r) {
+    uint64_t total = 0;
+    for (const Buffer &b : r.buffers()) total += b.spec.nbytes;
+    Replica::Storage storage(static_cast<uint8_t *>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)));
+    if (!storage) fail(TH_ERR_NO_MEMORY, "cannot allocate ", total, " bytes for an owned copy");
+    std::vector<Buffer> buffers;
+    uint64_t offset = 0;
+    for (const Buffer &b : r.buffers()) {
+        Buffer nb = b;
+        nb.data = storage.get() + offset;
+        nb.kind = TH_MEM_HOST;
+        copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
+        offset += b.spec.nbytes;
+        buffers.push_back(nb);
+    }
+    if (faults().spill_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().spill_delay_us));
+    auto copy = std::make_unique<Replica>(*this, new_id(), r.model(), r.shard(), std::move(buffers), ucx_, page_,
+                                          std::move(storage));
+    copy->set_version(r.version(), r.num_shards(), r.chunk_bytes());
+    copy->control_word()->chunks_done.store(Layout(copy->specs(), copy->chunk_bytes()).num_chunks());
+    copy->mark_complete();
+    declare(*copy, Deadline(cfg_.timeout_ms));
+    remember(copy.get());
+    std::lock_guard lk(mu_);
+    owned_[copy->id()] = std::move(copy);
+}
+
+void Holdings::drop_owned(const std::vector<uint64_t> &ids) {
+    for (uint64_t id : ids) {
+        std::unique_ptr<Replica> r;
+        {
+            std::lock_guard lk(mu_);
+            auto it = owned_.find(id);
+            if (it == owned_.end()) continue;
+            r = std::move(it->second);
+            owned_.erase(it);
+        }
+        // Freed only once the server routes nobody to it and nobody reads it:
+        // a reader planned onto it since the heartbeat may still be reading.
+        bool keep = true;
+        try {
+            Deadline d(cfg_.timeout_ms);
+            Bytes reply = session_.call(
+                [&](Builder &b, const Header &h) { return finish(b, h, CreateBeginMutation(b, r->id())); }, d);
+            const BeginMutationReply *state = GetEnvelope(reply.data())->body_as_BeginMutationReply();
+            keep = state == nullptr || state->active_reads() > 0 || state->last_copy();
+            if (keep)
+                session_.call(
+                    [&](Builder &b, const Header &h) { return finish(b, h, CreateCancelMutation(b, r->id())); }, d);
+        } catch (const std::exception &e) {
+            TH_LOG(Info, "keeping the owned copy ", id, " for now: ", e.what());
+        }
+        if (keep) {
+            std::lock_guard lk(mu_);
+            owned_[id] = std::move(r);  // asked again at a later heartbeat
+            continue;
+        }
+        TH_LOG(Info, "freeing the owned copy of '", r->model(), "' version ", r->version(), " shard ", r->shard(),
+               ": no longer required");
+        r->mark_mutating();
+        try {
+            release(*r, /*retain=*/false);  // withdrawn locally even if the server is not told
+        } catch (const std::exception &e) {
+            TH_LOG(Warn, "releasing an owned copy: ", e.what());
+        }
+        void *base = r->storage();
+        r.reset();
+        ucx_.forget_memory(base);
+    }
+}
+
+// Under mu_ throughout: no replica is released or becomes held half-way
+// through, and re-registrations do not overlap.
+void Holdings::register_again(const std::function<void()> &hello, const Deadline &deadline) {
+    std::lock_guard lk(mu_);
+    hello();
+    // Without recovery: a failure here surfaces to the call that asked for
+    // re-registration, which decides whether to try the next server.
+    for (auto &[id, r] : held_) {
+        if (!r->complete() || r->mutating()) continue;
+        try {
+            declare(*r, deadline, /*recover=*/false);
+        } catch (const Error &e) {
+            // The server moved past this version while it did not know us
+            // and has forgotten it (nobody else held it): it is no longer a
+            // version anyone can fetch. The others must still be declared.
+            if (e.code() != TH_ERR_CONFLICT) throw;
+            TH_LOG(Info, "not declaring '", r->model(), "' version ", r->version(), " shard ", r->shard(),
+                   " again: ", e.what());
+        }
+    }
+}
+
+}  // namespace th

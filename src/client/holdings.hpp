@@ -1,0 +1,77 @@
+// What this worker holds and the life of each replica: publishing, releasing,
+// begin-mutation under the retention policy, owned copies spilled for
+// retention and freed once no longer required, and declaring everything again
+// to a server that forgot this worker.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/client_config.hpp"
+#include "client/control_word.hpp"
+#include "client/replica.hpp"
+#include "client/server_session.hpp"
+#include "client/sync_stats.hpp"
+#include "common/deadline.hpp"
+#include "transport/worker.hpp"
+
+namespace th {
+
+class Holdings : public SessionListener {
+  public:
+    Holdings(const ClientConfig &cfg, uint64_t worker_id, ServerSession &session, UcxWorker &ucx, ControlPage &page);
+    ~Holdings() override;
+
+    // stats (may be null) receives the publish's summary.
+    std::unique_ptr<Replica> publish(const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
+                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr);
+    // Withdraws the replica. With retain, the retention policy applies first
+    // when it is the last complete copy of a required version.
+    void release(Replica &replica, bool retain = true);
+    void begin_mutation(Replica &replica);
+    // At shutdown: withdraws every replica without retention (the process is
+    // going away) and detaches the handles from this client.
+    void withdraw_all();
+
+    // For a fetch that serves what it reads: a replica over buffers, not yet
+    // declared to the server nor held.
+    std::unique_ptr<Replica> prepare(const std::string &model, uint32_t shard, std::vector<Buffer> buffers);
+    // Gives a replica that never became held (its publish or fetch failed)
+    // its control word back.
+    void abandon(std::unique_ptr<Replica> replica);
+    // Sends Publish for r: declares it (again) to the server.
+    void declare(const Replica &r, const Deadline &deadline, bool recover = true);
+    // Held: released at shutdown and declared again on re-registration.
+    void remember(Replica *r);
+
+    // SessionListener
+    void register_again(const std::function<void()> &hello, const Deadline &deadline) override;
+    void drop_owned(const std::vector<uint64_t> &ids) override;
+
+  private:
+    uint64_t new_id();
+    void forget(Replica *r);
+    // Asks the server to stop routing to r and applies the retention policy;
+    // returns the number of reads still planned onto it.
+    uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);
+    void spill(const Replica &r);
+
+    const ClientConfig cfg_;
+    uint64_t worker_id_;
+    ServerSession &session_;
+    UcxWorker &ucx_;
+    ControlPage &page_;
+    std::atomic<uint64_t> next_replica_{1};
+
+    std::mutex mu_;  // serializes re-registration and guards held_ and owned_
+    std::map<uint64_t, Replica *> held_;
+    std::map<uint64_t, std::unique_ptr<Replica>> owned_;  // spilled copies, by id
+};
+
+}  // namespace th

@@ -1,0 +1,86 @@
+#include "client/queries.hpp"
+
+#include "common/error.hpp"
+#include "control/http_get.hpp"
+#include "wire/status_json.hpp"
+
+namespace th {
+
+using namespace wire;
+
+void set_pinned(ServerSession &session, const std::string &model, uint64_t version, bool pinned) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    session.call(
+        [&](Builder &b, const Header &h) { return finish(b, h, CreatePin(b, b.CreateString(model), version, pinned)); },
+        Deadline(session.config().timeout_ms));
+}
+
+uint64_t wait_for_version(ServerSession &session, const std::string &model, uint64_t newer_than, uint32_t timeout_ms) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    Deadline deadline(timeout_ms);
+    // Events say when to look; the query is the truth. A catch-up query also
+    // runs after a gap in the event sequence, and at least once a second in
+    // case events are lost entirely.
+    constexpr uint32_t kCatchUpMs = 1000;
+    for (;;) {
+        try {
+            uint64_t v = resolve(session, model, UINT64_MAX);
+            if (v > newer_than) return v;
+        } catch (const Error &e) {
+            if (e.code() != TH_ERR_NOT_FOUND) throw;
+        }
+        session.wait_for_commit(model, newer_than, deadline.capped(kCatchUpMs));
+        if (deadline.expired())
+            fail(TH_ERR_TIMEOUT, "no version of model '", model, "' newer than ", newer_than, " was committed within ",
+                 timeout_ms, " ms");
+    }
+}
+
+std::string describe_json(ServerSession &session, const std::string &model, uint64_t version, uint32_t shard) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    Bytes reply = session.call(
+        [&](Builder &b, const Header &h) { return finish(b, h, CreateDescribe(b, b.CreateString(model), version, shard)); },
+        Deadline(session.config().timeout_ms));
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::DescribeReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Describe");
+    const DescribeReply *d = env->body_as_DescribeReply();
+    return describe_to_json(model, shard, *d);
+}
+
+uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version) {
+    if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
+    Bytes reply = session.call(
+        [&](Builder &b, const Header &h) { return finish(b, h, CreateResolve(b, b.CreateString(model), version)); },
+        Deadline(session.config().timeout_ms));
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::ResolveReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Resolve");
+    return env->body_as_ResolveReply()->version();
+}
+
+std::string status_json(ServerSession &session) {
+    Bytes reply = session.call([](Builder &b, const Header &h) { return finish(b, h, CreateStatusQuery(b)); },
+                               Deadline(session.config().timeout_ms));
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::StatusReply) fail(TH_ERR_PROTOCOL, "unexpected reply to StatusQuery");
+    return status_to_json(*env->body_as_StatusReply());
+}
+
+std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token) {
+    // The server's HTTP endpoint serves the same document to its live page.
+    if (url.rfind("http://", 0) == 0) {
+        std::string base = url;
+        while (!base.empty() && base.back() == '/') base.pop_back();
+        return http_get(base + "/api/status", timeout_ms);
+    }
+    RpcClient rpc(url, token);
+    Builder b(64);
+    Header h;
+    h.request_id = 1;
+    Bytes reply = rpc.call(wire::finish(b, h, CreateStatusQuery(b)), Deadline(timeout_ms));
+    const Envelope *env = verify(reply.data(), reply.size());
+    if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "status query");
+    if (env->body_type() != Body::StatusReply) fail(TH_ERR_PROTOCOL, "unexpected reply to StatusQuery");
+    return status_to_json(*env->body_as_StatusReply());
+}
+
+}  // namespace th

@@ -1,0 +1,57 @@
+#include "client/replica.hpp"
+
+namespace th {
+
+Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shard, std::vector<Buffer> buffers,
+                 UcxWorker &ucx, ControlPage &page, Storage storage)
+    : holder_(&holder), ucx_(&ucx), id_(id), model_(std::move(model)), shard_(shard), buffers_(std::move(buffers)),
+      storage_(std::move(storage)) {
+    try {
+        for (const Buffer &buf : buffers_) {
+            RegionRef reg = ucx.register_memory(buf.data, buf.spec.nbytes, buf.kind, /*expose=*/true);
+            uint32_t idx = 0;
+            while (idx < regions_.size() && regions_[idx] != reg) ++idx;
+            if (idx == regions_.size()) regions_.push_back(reg);
+            desc_.places.push_back({idx, reinterpret_cast<uintptr_t>(buf.data) - reg->base});
+        }
+        ctrl_ = page.acquire();
+    } catch (...) {
+        // What was registered for it alone is withdrawn, as for a released replica.
+        regions_.clear();
+        ucx.withdraw_unused();
+        throw;
+    }
+    regions_.push_back(page.region());
+    desc_.ctrl_region = static_cast<uint32_t>(regions_.size() - 1);
+    desc_.ctrl_offset = ctrl_.offset;
+    desc_.ctrl_generation = ctrl_.word->generation.load();
+    for (const RegionRef &reg : regions_)
+        desc_.regions.push_back({reg->base, reg->length, reg->rkey, static_cast<uint8_t>(reg->kind)});
+}
+
+// A released replica's registrations are withdrawn unless another replica
+// still uses them (docs/security.md): the rkeys handed out for it stop working.
+Replica::~Replica() {
+    if (holder_ == nullptr) return;  // detached at shutdown
+    regions_.clear();
+    ucx_->withdraw_unused();
+}
+
+std::vector<TensorSpec> Replica::specs() const {
+    std::vector<TensorSpec> out;
+    for (const Buffer &b : buffers_) out.push_back(b.spec);
+    return out;
+}
+
+void Replica::set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes) {
+    version_ = version;
+    num_shards_ = num_shards;
+    chunk_bytes_ = chunk_bytes;
+}
+
+void Replica::detach() {
+    holder_ = nullptr;
+    regions_.clear();
+}
+
+}  // namespace th

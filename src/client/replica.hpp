@@ -1,0 +1,92 @@
+// One shard of one version held in this process's memory: the buffers it is
+// served from (the caller's, or an owned copy), their registrations, the
+// description readers get, and its control word. What happens to it (publish,
+// release, mutation, spill) is the business of the Holdings it belongs to.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/control_word.hpp"
+#include "common/layout.hpp"
+#include "transport/worker.hpp"
+#include "wire/replica_desc.hpp"
+
+namespace th {
+
+// Caller memory holding one tensor of a replica or a fetch destination.
+struct Buffer {
+    TensorSpec spec;
+    void *data = nullptr;
+    th_mem_kind kind = TH_MEM_HOST;
+};
+
+class Holdings;
+
+class Replica {
+  public:
+    struct FreeDeleter {
+        void operator()(uint8_t *p) const { std::free(p); }
+    };
+    // Library memory behind an owned copy (std::aligned_alloc).
+    using Storage = std::unique_ptr<uint8_t, FreeDeleter>;
+
+    // Registers the buffers (cached per buffer: the same buffers published
+    // again register nothing new), takes a control word from page and builds
+    // the description readers get. storage: an owned copy's memory, which
+    // the buffers point into.
+    Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shard, std::vector<Buffer> buffers,
+            UcxWorker &ucx, ControlPage &page, Storage storage = {});
+    ~Replica();
+    Replica(const Replica &) = delete;
+    Replica &operator=(const Replica &) = delete;
+
+    uint64_t id() const { return id_; }
+    const std::string &model() const { return model_; }
+    uint64_t version() const { return version_; }
+    uint32_t shard() const { return shard_; }
+    uint32_t num_shards() const { return num_shards_; }
+    uint64_t chunk_bytes() const { return chunk_bytes_; }
+    const std::vector<Buffer> &buffers() const { return buffers_; }
+    std::vector<TensorSpec> specs() const;
+    const ReplicaDesc &desc() const { return desc_; }
+    // The registration the i-th buffer lies in.
+    const RegionRef &buffer_region(size_t i) const { return regions_[desc_.places[i].region]; }
+    ControlWord *control_word() const { return ctrl_.word; }
+    bool owned() const { return storage_ != nullptr; }  // a copy in library memory, made for retention
+    void *storage() const { return storage_.get(); }
+    bool complete() const { return complete_; }
+    bool mutating() const { return mutating_; }  // begin_mutation succeeded: its buffers may change
+    // The holdings it belongs to, or nullptr once its client is destroyed.
+    Holdings *holder() const { return holder_; }
+
+    // Which version it holds; a fetch learns it from its first plan.
+    void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes);
+    void mark_complete() { complete_ = true; }
+    void mark_mutating() { mutating_ = true; }
+    // At client shutdown: the handle stays valid for th_replica_release, but
+    // it must not keep registrations alive past the UCX context.
+    void detach();
+
+  private:
+    Holdings *holder_;
+    UcxWorker *ucx_;
+    uint64_t id_;
+    std::string model_;
+    uint64_t version_ = 0;
+    uint32_t shard_;
+    uint32_t num_shards_ = 1;
+    uint64_t chunk_bytes_ = 0;
+    std::vector<Buffer> buffers_;
+    std::vector<RegionRef> regions_;  // distinct registrations, in desc order
+    ReplicaDesc desc_;
+    ControlPage::Slot ctrl_{};
+    bool complete_ = false;
+    bool mutating_ = false;
+    Storage storage_;  // owned copies only
+};
+
+}  // namespace th

@@ -1,0 +1,321 @@
+#include "client/server_session.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/faults.hpp"
+#include "common/log.hpp"
+#include "wire/auth.hpp"
+
+namespace th {
+
+using namespace wire;
+
+namespace {
+
+// The server announces its event URL as it bound it ("tcp://0.0.0.0:port" when
+// it listens on all interfaces): dial the host we reach the server at instead.
+std::string reachable_events_url(const std::string &server_url, const std::string &events_url) {
+    if (server_url.rfind("tcp", 0) != 0 || events_url.rfind("tcp", 0) != 0) return events_url;
+    size_t s = server_url.rfind(':'), e = events_url.rfind(':');
+    if (s == std::string::npos || e == std::string::npos) return events_url;
+    return server_url.substr(0, s) + events_url.substr(e);
+}
+
+}  // namespace
+
+ServerSession::ServerSession(const ClientConfig &cfg, uint64_t worker_id) : cfg_(cfg), worker_id_(worker_id) {
+    for (size_t pos = 0; pos <= cfg_.server_url.size();) {
+        size_t comma = std::min(cfg_.server_url.find(',', pos), cfg_.server_url.size());
+        std::string url = cfg_.server_url.substr(pos, comma - pos);
+        if (!url.empty()) servers_.push_back(url);
+        pos = comma + 1;
+    }
+    if (servers_.empty()) fail(TH_ERR_INVALID_ARG, "server_url names no server");
+}
+
+ServerSession::~ServerSession() { stop_heartbeats(); }
+
+void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
+    ucx_ = &ucx;
+    listener_ = &listener;
+    // With several servers, start with the one of the newest epoch: a server
+    // that was paused or cut off and came back is behind the one that took
+    // over. Otherwise the first that answers, each given its share of the time.
+    Deadline deadline(cfg_.timeout_ms);
+    size_t first = servers_.size() > 1 ? newest_server(deadline) : 0;
+    for (size_t i = first;; ++i) {
+        current_ = i % servers_.size();
+        rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
+        try {
+            size_t left = servers_.size() - std::min(i - first, servers_.size() - 1);
+            hello(deadline.capped(std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(left), 1)));
+            break;
+        } catch (const Error &e) {
+            if ((e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT) || deadline.expired()) throw;
+            TH_LOG(Info, "server ", servers_[current_], " did not answer: ", e.what());
+        }
+    }
+    heartbeat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+void ServerSession::stop_heartbeats() {
+    {
+        std::lock_guard lk(hb_mu_);
+        stop_ = true;
+    }
+    hb_cv_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void ServerSession::goodbye() {
+    try {
+        call([](Builder &b, const Header &h) { return wire::finish(b, h, CreateGoodbye(b)); },
+             Deadline(std::min<uint32_t>(cfg_.timeout_ms, 1000)));
+    } catch (const std::exception &e) {
+        TH_LOG(Info, "goodbye to the server failed: ", e.what());
+    }
+}
+
+void ServerSession::disconnect() {
+    events_.reset();
+    rpc_.reset();
+}
+
+size_t ServerSession::newest_server(const Deadline &deadline) {
+    size_t best = 0;
+    uint64_t best_epoch = 0;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+        try {
+            RpcClient rpc(servers_[i], cfg_.token);
+            Builder b(64);
+            Header h;
+            h.request_id = next_request_++;
+            // A fixed share of the whole budget, so that a silent server
+            // cannot leave none for the Hello that follows.
+            uint32_t share = std::max<uint32_t>(cfg_.timeout_ms / static_cast<uint32_t>(servers_.size() + 1), 1);
+            Bytes reply = rpc.call(finish(b, h, CreatePing(b)), deadline.capped(share));
+            const Envelope *env = verify(reply.data(), reply.size());
+            TH_LOG(Debug, "server ", servers_[i], " answers with epoch ", env->epoch());
+            if (env->body_type() == Body::Pong && env->body_as_Pong()->server_epoch() > best_epoch) {
+                best = i;
+                best_epoch = env->body_as_Pong()->server_epoch();
+            }
+        } catch (const Error &e) {
+            TH_LOG(Info, "server ", servers_[i], " did not answer: ", e.what());
+        }
+    }
+    TH_LOG(Info, "starting with server ", servers_[best], " (epoch ", best_epoch, ")");
+    return best;
+}
+
+Header ServerSession::header() {
+    Header h;
+    h.request_id = next_request_++;
+    h.worker_id = worker_id_;
+    h.epoch = max_epoch_.load();
+    return h;
+}
+
+std::shared_ptr<RpcClient> ServerSession::rpc() {
+    std::lock_guard lk(rpc_mu_);
+    return rpc_;
+}
+
+// Moves to the next server of the list and registers there (with everything
+// we hold), unless another thread already moved on from `from`.
+void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why,
+                              const Deadline &deadline) {
+    {
+        std::lock_guard lk(rpc_mu_);
+        if (rpc_ != from) return;
+        current_ = (current_ + 1) % servers_.size();
+        TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", servers_[current_]);
+        rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
+        rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+        // Going round the whole list: give the servers a moment.
+        if (current_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, deadline.remaining_ms())));
+    }
+    reregister(deadline);
+}
+
+Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover) {
+    for (int reregistered = 0;;) {
+        std::shared_ptr<RpcClient> rpc = this->rpc();
+        Bytes reply;
+        try {
+            Builder b(512);
+            // With servers to fail over to, one server may use only half of
+            // the time left, so that the next one still gets a chance.
+            bool can_fail_over = recover && servers_.size() > 1;
+            Deadline attempt = can_fail_over ? deadline.capped(std::max(deadline.remaining_ms() / 2, 1)) : deadline;
+            reply = rpc->call(build(b, header()), attempt);
+        } catch (const Error &e) {
+            // Not answering: the next server of the list, while time is left.
+            // A server that does not answer in time (dead, paused, cut off)
+            // is left for the next; should it come back, epochs fence it.
+            bool next = e.code() == TH_ERR_UNAVAILABLE || e.code() == TH_ERR_TIMEOUT;
+            if (!recover || !next || servers_.size() == 1 || deadline.expired()) throw;
+            try {
+                fail_over(rpc, e.what(), deadline);
+            } catch (const Error &) {
+                if (deadline.expired()) throw;
+            }
+            continue;
+        }
+        const Envelope *env = verify(reply.data(), reply.size());
+        bool stale = env->epoch() < max_epoch_.load() ||
+                     (env->body_type() == Body::ErrorReply && env->body_as_ErrorReply()->stale_server());
+        if (stale) {
+            std::string why = str("stale (epoch ", env->epoch(), ", newest seen ", max_epoch_.load(), ")");
+            if (!recover || (servers_.size() == 1 && reregistered++ >= 2))
+                fail(TH_ERR_UNAVAILABLE, "the server at ", rpc->url(), " is ", why);
+            // With one server (restarted with a clock behind), saying Hello
+            // again makes it take over above the epoch we saw.
+            servers_.size() == 1 ? reregister(deadline) : fail_over(rpc, why, deadline);
+            continue;
+        }
+        if (env->body_type() != Body::ErrorReply) return reply;
+        const ErrorReply *e = env->body_as_ErrorReply();
+        // The server took over moments ago: holders are still re-declaring
+        // what they hold. Ask again while the caller's time lasts.
+        if (e->rebuilding() && recover && deadline.remaining_ms() > 100) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            continue;
+        }
+        if (e->unknown_worker() && recover && reregistered++ < 2) {
+            TH_LOG(Warn, "the server (", rpc->url(), ") does not know this worker; registering again");
+            reregister(deadline);
+            continue;
+        }
+        if (e->unknown_worker())
+            fail(TH_ERR_UNAVAILABLE, "the server does not accept this worker: ", e->message() ? e->message()->str() : "");
+        throw_reply_error(*e, "request");
+    }
+}
+
+void ServerSession::hello(const Deadline &deadline) {
+    Builder b(512);
+    Header h = header();
+    std::vector<uint8_t> address = ucx_->address();
+    auto body = CreateHello(b, worker_id_, b.CreateString(cfg_.worker_name), put_labels(b, cfg_.labels),
+                            b.CreateVector(address));
+    std::shared_ptr<RpcClient> rpc = this->rpc();
+    Bytes reply = rpc->call(finish(b, h, body), deadline);
+    const Envelope *env = verify(reply.data(), reply.size());
+    if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "Hello");
+    if (env->body_type() != Body::HelloReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Hello");
+    const HelloReply *r = env->body_as_HelloReply();
+    uint64_t seen = max_epoch_.load();
+    while (seen < r->server_epoch() && !max_epoch_.compare_exchange_weak(seen, r->server_epoch())) {
+    }
+    registrations_++;
+    {
+        std::lock_guard lk(hello_mu_);
+        hello_address_ = std::move(address);
+    }
+    if (r->lease_ms() > 0) lease_ms_ = r->lease_ms();
+    std::string events = r->events_url() ? r->events_url()->str() : "";
+    if (!events.empty()) {
+        events = reachable_events_url(rpc->url(), events);
+        if (!events_ || events_->url() != events) {
+            events_.reset();
+            events_ = std::make_unique<Subscriber>(events, [this](const uint8_t *d, size_t n) { on_event(d, n); });
+        }
+    }
+}
+
+void ServerSession::on_event(const uint8_t *data, size_t size) {
+    if (faults().drop_events) return;
+    try {
+        const Envelope *env = verify(data, wire::open(data, size, cfg_.token));
+        if (env->body_type() != Body::Event) return;
+        const wire::Event *e = env->body_as_Event();
+        std::lock_guard lk(ev_mu_);
+        if (event_seq_ != 0 && e->seq() != event_seq_ + 1) event_gap_ = true;
+        event_seq_ = e->seq();
+        if (e->kind() == EventKind::Committed && e->model()) {
+            uint64_t &v = latest_seen_[e->model()->str()];
+            v = std::max(v, e->version());
+        }
+    } catch (const Error &e) {
+        TH_LOG(Warn, "ignoring a malformed server event: ", e.what());
+        return;
+    }
+    ev_cv_.notify_all();
+}
+
+void ServerSession::wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until) {
+    std::unique_lock lk(ev_mu_);
+    event_gap_ = false;
+    ev_cv_.wait_until(lk, until.at(), [&] {
+        auto it = latest_seen_.find(model);
+        return event_gap_ || (it != latest_seen_.end() && it->second > newer_than);
+    });
+}
+
+// After a server restart (or after being reported unreachable) the server has
+// forgotten us: introduce ourselves again and re-declare every complete replica,
+// so that the server rebuilds its view from the workers, which hold the truth.
+void ServerSession::reregister(const Deadline &deadline) {
+    // Holders re-declare within a heartbeat plus a call's timeout of noticing;
+    // those that have not by the end of a lease are gone anyway. Set before
+    // the Hello: other threads may reach the new server as soon as it is sent.
+    rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+    listener_->register_again([&] { hello(deadline); }, deadline);
+}
+
+bool ServerSession::registered_address_is_current() {
+    std::vector<uint8_t> now = ucx_->address();
+    std::lock_guard lk(hello_mu_);
+    return hello_address_ == now;
+}
+
+void ServerSession::address_changed() {
+    std::lock_guard lk(hb_mu_);
+    reregister_asked_ = true;
+    hb_cv_.notify_all();
+}
+
+void ServerSession::heartbeat_loop() {
+    std::unique_lock lk(hb_mu_);
+    bool warned = false, retry = false;
+    while (!stop_) {
+        hb_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms), [this] { return stop_ || reregister_asked_; });
+        if (stop_) break;
+        bool again = std::exchange(reregister_asked_, false) || retry;
+        lk.unlock();
+        // A call that found this worker unknown after the pause may have
+        // registered the new address already: a second Hello would only make
+        // the server forget our replicas until they are declared again.
+        if (again && !retry && registered_address_is_current()) again = false;
+        if (again) {
+            try {
+                reregister(Deadline(cfg_.timeout_ms));
+                TH_LOG(Info, "registered again with the new UCX address");
+                retry = false;
+            } catch (const std::exception &e) {
+                TH_LOG(Warn, "registering the new UCX address failed (retried at the next heartbeat): ", e.what());
+                retry = true;
+            }
+        }
+        try {
+            Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
+                               Deadline(cfg_.timeout_ms));
+            const Envelope *env = GetEnvelope(reply.data());
+            if (env->body_type() == Body::HeartbeatReply) {
+                const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
+                if (d != nullptr && d->size() > 0) listener_->drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
+            }
+            if (warned) TH_LOG(Warn, "server ", cfg_.server_url, " answers heartbeats again");
+            warned = false;
+        } catch (const std::exception &e) {
+            if (!warned) TH_LOG(Warn, "heartbeat to ", cfg_.server_url, " failed: ", e.what());
+            warned = true;
+        }
+        lk.lock();
+    }
+}
+
+}  // namespace th

@@ -1,0 +1,123 @@
+// This worker's session with the metadata server: the ordered list of servers
+// and failing over along it (epochs fence a stale one), Hello and registering
+// again, the heartbeat thread, and the events the server publishes. Every
+// request goes through call(), which registers again, fails over or retries
+// as the reply calls for.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client_config.hpp"
+#include "common/deadline.hpp"
+#include "control/rpc.hpp"
+#include "control/subscriber.hpp"
+#include "transport/worker.hpp"
+#include "wire/wire.hpp"
+
+namespace th {
+
+// What the session needs from the replicas this worker holds.
+class SessionListener {
+  public:
+    virtual ~SessionListener() = default;
+    // Registering again: runs hello, then declares every complete replica
+    // again (without recovery), with what is held kept unchanged throughout.
+    virtual void register_again(const std::function<void()> &hello, const Deadline &deadline) = 0;
+    // A heartbeat reply listed owned copies the server no longer requires.
+    virtual void drop_owned(const std::vector<uint64_t> &ids) = 0;
+};
+
+class ServerSession {
+  public:
+    using Build = std::function<wire::Bytes(wire::Builder &, const wire::Header &)>;
+
+    // Reads the server list; connect() makes the first contact.
+    ServerSession(const ClientConfig &cfg, uint64_t worker_id);
+    ~ServerSession();
+
+    // Says Hello to the server of the newest epoch (or the first that
+    // answers) and starts heartbeats. ucx and listener outlive the session's
+    // use of them (until disconnect()).
+    void connect(UcxWorker &ucx, SessionListener &listener);
+    const ClientConfig &config() const { return cfg_; }
+    // Ends heartbeats (and with them re-registration and owned-copy drops).
+    void stop_heartbeats();
+    // Tells the server this worker leaves, then drops the connections.
+    void goodbye();
+    void disconnect();
+
+    // Sends a request built by build(builder, header) and returns the reply
+    // envelope bytes. Error replies become Error exceptions. recover: on
+    // "unknown worker", a stale or an unreachable server, register again or
+    // fail over and retry; off inside re-registration.
+    wire::Bytes call(const Build &build, const Deadline &deadline, bool recover = true);
+
+    // The UCX worker has a new address (after a pause): the heartbeat thread
+    // registers it.
+    void address_changed();
+    // True for a while after this client registered again with a replaced
+    // server: holders are still re-declaring what they hold there, so a
+    // version that looks unknown may just not be back yet.
+    bool rebuilding() const { return Clock::now() < rebuilt_by_.load(); }
+    // Bumped each time this worker (re)registers.
+    uint64_t registrations() const { return registrations_.load(); }
+    // Waits until `until`, or until an event says model has a version newer
+    // than newer_than, or events were missed.
+    void wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until);
+
+  private:
+    wire::Header header();
+    void hello(const Deadline &deadline);
+    void reregister(const Deadline &deadline);
+    void heartbeat_loop();
+    // Whether the last Hello gave the server the UCX address we have now.
+    bool registered_address_is_current();
+    void on_event(const uint8_t *data, size_t size);
+    // The server in use: servers_[current_], reached through rpc_. Swapped
+    // under rpc_mu_ on failover; callers hold their own reference.
+    std::shared_ptr<RpcClient> rpc();
+    // Index of the answering server with the newest epoch (0 if none answers).
+    size_t newest_server(const Deadline &deadline);
+    void fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, const Deadline &deadline);
+
+    const ClientConfig cfg_;
+    uint64_t worker_id_;
+    UcxWorker *ucx_ = nullptr;
+    SessionListener *listener_ = nullptr;
+    std::vector<std::string> servers_;
+    size_t current_ = 0;
+    std::mutex rpc_mu_;
+    std::shared_ptr<RpcClient> rpc_;
+    std::atomic<uint64_t> max_epoch_{0};  // the newest server epoch seen: older servers are stale
+    std::atomic<uint64_t> next_request_{1};
+    std::atomic<uint64_t> registrations_{0};
+    std::mutex hello_mu_;
+    std::vector<uint8_t> hello_address_;  // the UCX address the last Hello gave the server
+    std::atomic<uint32_t> lease_ms_{TH_DEFAULT_LEASE_MS};  // the server's, from HelloReply
+    std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
+
+    // Server events (commits) and what they told us.
+    std::mutex ev_mu_;
+    std::condition_variable ev_cv_;
+    std::map<std::string, uint64_t> latest_seen_;
+    uint64_t event_seq_ = 0;
+    bool event_gap_ = false;
+    std::unique_ptr<Subscriber> events_;
+
+    std::mutex hb_mu_;
+    std::condition_variable hb_cv_;
+    bool stop_ = false;
+    bool reregister_asked_ = false;  // the UCX worker has a new address
+    std::thread heartbeat_;
+};
+
+}  // namespace th
