@@ -49,9 +49,8 @@ type Client struct {
 	ptr     *C.th_client
 	timeout C.uint32_t // the control-call timeout in effect
 
-	// Open replicas, whose handles Close frees once the client is destroyed
-	// (th_client_destroy aborts in UCX if a published buffer is still
-	// registered, although the header says it withdraws them itself).
+	// Open replicas, whose handles Close frees once th_client_destroy has
+	// withdrawn them (the header: they stay valid only to be released).
 	replicasMu sync.Mutex
 	replicas   map[*Replica]struct{}
 }

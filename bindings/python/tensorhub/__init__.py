@@ -17,6 +17,7 @@ This package is a ctypes binding of libtensorhub (include/tensorhub/tensorhub.h)
 
 from ._common import LATEST
 from ._errors import (
+    AuthError,
     Closed,
     Conflict,
     InternalError,
@@ -46,5 +47,5 @@ __all__ = [
     "LATEST", "Client", "Server", "Replica", "server_status", "DType", "MemKind", "Typed", "with_dtype",
     "TensorHubError", "InvalidArgument", "VersionNotFound", "NotCommitted", "LayoutMismatch", "Conflict",
     "Timeout", "Unavailable", "TransportError", "ProtocolError", "OutOfMemory", "Closed", "Unsupported",
-    "InternalError", "Retained", "__version__",
+    "InternalError", "Retained", "AuthError", "__version__",
 ]

@@ -12,10 +12,11 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from ._errors import Closed, InvalidArgument
+from ._lib import TH_LATEST
 
 __all__ = ["Handle", "close_at_exit", "LATEST", "to_ms", "u32", "version_arg", "encode"]
 
-LATEST: int = 2**64 - 1
+LATEST: int = TH_LATEST
 """Pass as a version to mean the newest committed one (TH_LATEST)."""
 
 _U32_MAX = 2**32 - 1
@@ -62,12 +63,11 @@ class Handle:
                 if self._inflight == 0:
                     self._cond.notify_all()
 
-    def close(self, before_destroy: Callable[[int], bool] | None = None) -> bool:
+    def close(self, after_destroy: Callable[[], None] | None = None) -> bool:
         """Destroys the handle after the calls in flight; False if it was already closing.
 
-        `before_destroy(ptr)` runs once no call is in flight and none can start,
-        right before the destroy function; if it returns False, the handle is
-        left undestroyed (leaked) but still counts as closed."""
+        `after_destroy()` runs right after the destroy function, while no
+        call can run; not in a forked child, which destroys nothing."""
         with self._cond:
             if self._state != self._OPEN:
                 return False
@@ -76,8 +76,9 @@ class Handle:
                 self._cond.wait()
         try:
             if os.getpid() == self._pid:
-                if before_destroy is None or before_destroy(self._ptr):
-                    self._destroy(self._ptr)
+                self._destroy(self._ptr)
+                if after_destroy is not None:
+                    after_destroy()
         finally:
             with self._cond:
                 self._state = self._CLOSED

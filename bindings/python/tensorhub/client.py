@@ -6,7 +6,6 @@ import ctypes
 import math
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, Literal, Union
@@ -156,42 +155,22 @@ class Client:
         return not self._handle.is_open
 
     def close(self) -> None:
-        """Withdraws every replica, disconnects and frees the client. Waits for
-        calls in flight on other threads; later calls raise Closed. Idempotent."""
-        self._handle.close(before_destroy=self._release_all)
+        """Withdraws every replica this client still holds, disconnects and
+        frees the client, as th_client_destroy does: the retention policy does
+        not apply (a version only this client held is no longer readable), and
+        the replicas' buffers are the caller's again (Replica.release is then a
+        no-op). Waits for calls in flight on other threads; later calls raise
+        Closed. Idempotent."""
+        self._handle.close(after_destroy=self._free_replicas)
 
-    def _release_all(self, _ptr: int) -> bool:
-        # th_client_destroy with a replica still held aborts the process inside
-        # UCX (its registration cache finds the region in use), so every
-        # replica is released first. That applies the retention policy: the
-        # last copy of a required version is spilled ("spill"), or kept
-        # ("fail"), in which case destroying would abort: the client is then
-        # leaked instead. Releases run concurrently because with the server
-        # gone each one waits for the client timeout.
+    def _free_replicas(self) -> None:
+        # th_client_destroy withdrew them: releasing a handle now only frees it.
         with self._lock:
             replicas = list(self._replicas)
-            self._served.clear()
-        kept: list[Replica] = []
-
-        def release(r: Replica) -> None:
-            if not r._release_at_close():
-                kept.append(r)
-
-        threads = [threading.Thread(target=release, args=(r,), daemon=True) for r in replicas[1:]]
-        for t in threads:
-            t.start()
-        if replicas:
-            release(replicas[0])
-        for t in threads:
-            t.join()
-        with self._lock:
             self._replicas.clear()
-            self._replicas.update(kept)
-        if kept:
-            warnings.warn(f"tensorhub: {self!r} closed without freeing its native client: the retention policy "
-                          f"kept {kept[0]!r}, and destroying a client that still holds a replica aborts the process",
-                          RuntimeWarning, stacklevel=3)
-        return not kept
+            self._served.clear()
+        for r in replicas:
+            r._free_after_close()
 
     def __enter__(self) -> Client:
         return self

@@ -23,7 +23,8 @@ class Replica:
     The replica keeps references to the arrays it is served from, so they stay
     alive until release(); the caller must not modify them before release()
     (or begin_mutation()). Use it as a context manager to release on exit.
-    A replica that is never released is released when its client closes.
+    A replica that is never released is withdrawn when its client closes
+    (without the retention policy: see Client.close).
     """
 
     def __init__(self, client: Client, ptr: int, model: str, shard: int, views: list[View]) -> None:
@@ -71,8 +72,8 @@ class Replica:
                     self._views = []
                     check(status)
             except Closed:
-                # The client is closing: it releases every replica
-                # (_release_at_close), so there is nothing left to do here.
+                # The client is closing: destroying it withdraws every
+                # replica, and it frees their handles (_free_after_close).
                 return
 
     def begin_mutation(self) -> None:
@@ -90,17 +91,14 @@ class Replica:
             with self._client._handle.use():
                 check(lib.th_replica_begin_mutation(self._ptr))
 
-    def _release_at_close(self) -> bool:
-        """Releases the handle while the client closes (no other call runs then).
-        False if the retention policy kept it (Retained). Other failures are
-        dropped: the handle is freed anyway and the client is about to leave."""
+    def _free_after_close(self) -> None:
+        """Frees the handle once its client was destroyed (which withdrew the
+        replica); no other call on it can run then."""
         with self._lock:
             if self._ptr is not None:
-                if lib.th_replica_release(self._ptr) == Retained.code:
-                    return False
+                lib.th_replica_release(self._ptr)
                 self._ptr = None
             self._views = []
-            return True
 
     def _overlaps(self, views: list[View]) -> bool:
         """Whether any of `views` shares memory with this replica's buffers."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pickle
 import time
+import warnings
 
 import numpy as np
 import pytest
 from conftest import connect, empty_like, weights
 
 import tensorhub
+from tensorhub import _errors as errors_module
 from tensorhub._errors import error_for
 
 
@@ -20,6 +22,7 @@ def test_every_code_has_its_class() -> None:
         -4: tensorhub.LayoutMismatch, -5: tensorhub.Conflict, -6: tensorhub.Timeout, -7: tensorhub.Unavailable,
         -8: tensorhub.TransportError, -9: tensorhub.ProtocolError, -10: tensorhub.OutOfMemory,
         -11: tensorhub.Closed, -12: tensorhub.Unsupported, -13: tensorhub.InternalError, -14: tensorhub.Retained,
+        -15: tensorhub.AuthError,
     }
     for code, cls in expected.items():
         e = error_for(code, "what happened")
@@ -181,6 +184,43 @@ def test_retained_when_the_last_copy_cannot_be_given_up(server: tensorhub.Server
         reader.fetch("m", into=empty_like(src))  # a second complete copy lets it go
         replica.release()
         assert replica.released
+
+
+def test_every_exception_is_exported() -> None:
+    classes = {obj for obj in vars(errors_module).values()
+               if isinstance(obj, type) and issubclass(obj, tensorhub.TensorHubError)}
+    for cls in classes:
+        assert getattr(tensorhub, cls.__name__) is cls and cls.__name__ in tensorhub.__all__
+
+
+def holders(client: tensorhub.Client, model: str) -> dict[int, set[int]]:
+    """version -> the workers the server routes readers of `model` to."""
+    return {v["version"]: {r["worker_id"] for s in v["shards"] for r in s["replicas"]}
+            for m in client.status()["models"] if m["name"] == model for v in m["versions"]}
+
+
+def test_close_withdraws_every_replica_without_retention(server: tensorhub.Server, pub: tensorhub.Client,
+                                                         reader: tensorhub.Client) -> None:
+    # Retention "fail" refuses to release the only copy of the newest version;
+    # closing the client withdraws it all the same (th_client_destroy).
+    leaving = connect(server, "leaving", retention="fail")
+    src = weights(9)
+    replica = leaving.publish("m", 1, src)
+    with pytest.raises(tensorhub.Retained):
+        replica.release()
+    pub.publish("n", 1, weights(10))
+    assert leaving.fetch("n", into=empty_like(weights(10))) == 1  # a replica the client keeps serving
+    assert holders(reader, "m")[1] == {leaving.worker_id}
+    assert holders(reader, "n")[1] == {pub.worker_id, leaving.worker_id}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        leaving.close()
+    assert replica.released and replica.tensors() == {}
+    replica.release()  # the handle is gone already: nothing to do
+    assert leaving.worker_id not in holders(reader, "m").get(1, set())
+    assert holders(reader, "n")[1] == {pub.worker_id}
+    with pytest.raises(tensorhub.Unavailable, match="no live holder"):
+        reader.fetch("m", 1, into=empty_like(src), serve=False)
 
 
 def test_closed_client_raises_closed(server: tensorhub.Server) -> None:
