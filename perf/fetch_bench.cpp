@@ -41,7 +41,7 @@
 #include "tensorhub/tensorhub.h"
 
 using namespace th_bench;
-using th_tools::human_bytes;
+using th_support::human_bytes;
 
 namespace {
 
@@ -82,7 +82,7 @@ struct Shard {
             names.push_back("layers." + std::to_string(t) + ".weight");
         }
         for (unsigned t = 0; t < tensors; ++t)
-            views.push_back(th_tools::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffers[t].data(), per));
+            views.push_back(th_support::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffers[t].data(), per));
     }
     void clear() {
         for (auto &b : buffers) b.clear();
@@ -92,11 +92,11 @@ struct Shard {
 // Tensor t of a version holds pattern_seed(version, 0, t); the raw buffer is
 // tensor 0.
 void fill(PageBuffer &b, uint64_t version, unsigned t) {
-    th_tools::fill_pattern(b.data(), b.size(), th_tools::pattern_seed(version, 0, t));
+    th_support::fill_pattern(b.data(), b.size(), th_support::pattern_seed(version, 0, t));
 }
 
 void verify(const PageBuffer &b, uint64_t version, unsigned t) {
-    size_t bad = th_tools::check_pattern(b.data(), b.size(), th_tools::pattern_seed(version, 0, t));
+    size_t bad = th_support::check_pattern(b.data(), b.size(), th_support::pattern_seed(version, 0, t));
     if (bad != b.size()) fail("version ", version, " tensor ", t, ": wrong byte at offset ", bad);
 }
 
@@ -466,7 +466,7 @@ int run_parent(const Options &o) {
     return 0;
 }
 
-Options parse(const th_tools::Args &args) {
+Options parse(const th_support::Args &args) {
     Options o;
     bool smoke = args.has("smoke");
     if (smoke) {
@@ -495,7 +495,7 @@ Options parse(const th_tools::Args &args) {
 
 int main(int argc, char **argv) {
     try {
-        th_tools::Args args(argc, argv, {"help", "smoke"});
+        th_support::Args args(argc, argv, {"help", "smoke"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096] "
                         "[--inflight 8] [--tensors 4] [--lanes tcp,sm] [--smoke]\n");

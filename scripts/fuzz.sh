@@ -17,4 +17,4 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTH_FUZZ
 cmake --build build-fuzz -j "${TH_JOBS:-$(nproc)}" --target "th_fuzz_$target"
 mkdir -p "build-fuzz/corpus-$target"
 cp -n tests/fuzz/corpus/"$target"/* "build-fuzz/corpus-$target/" 2>/dev/null || true
-exec "build-fuzz/tests/th_fuzz_$target" -max_total_time="$seconds" -max_len=65536 "build-fuzz/corpus-$target"
+exec "build-fuzz/tests/fuzz/th_fuzz_$target" -max_total_time="$seconds" -max_len=65536 "build-fuzz/corpus-$target"

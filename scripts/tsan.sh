@@ -23,7 +23,7 @@ fi
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DTH_SANITIZE=thread -DTH_WITH_CUDA=OFF >/dev/null
 if [ "${1:-}" = --check ]; then
-    grep -q 'fsanitize=thread' "$build/CMakeCache.txt" 2>/dev/null || grep -rq 'fsanitize=thread' "$build/CMakeFiles" ||
+    grep -q 'fsanitize=thread' "$build/CMakeCache.txt" 2>/dev/null || grep -rq --include=flags.make 'fsanitize=thread' "$build" ||
         { echo "tsan.sh: $build is not configured with ThreadSanitizer" >&2; exit 1; }
     echo "1 passed, 0 failed"
     exit 0
@@ -36,5 +36,5 @@ cmake --build "$build" -j "${TH_JOBS:-$(nproc)}" --target th_unit_tests th_integ
 cd "$build"
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no UCX_MEM_EVENTS=no \
     TSAN_OPTIONS="halt_on_error=1 history_size=7 suppressions=$supp"
-./tests/th_unit_tests
-./tests/th_integration_tests
+./tests/unit/th_unit_tests
+./tests/integration/th_integration_tests

@@ -37,7 +37,7 @@ void bcast(uint8_t *p, uint64_t n) {
 }
 
 int run(int argc, char **argv) {
-    th_tools::Args args(argc, argv);
+    th_support::Args args(argc, argv);
     Payload payload = payload_option(args);
     std::vector<double> offsets;
     for (const auto &s : th_bench::split(args.get("offsets", "0"), ',')) offsets.push_back(std::stod(s));

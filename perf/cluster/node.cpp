@@ -68,7 +68,7 @@ struct Shard {
         buffer.clear();
         for (unsigned t = 0; t < p.tensors; ++t) names.push_back("layers." + std::to_string(t) + ".weight");
         for (unsigned t = 0; t < p.tensors; ++t)
-            views.push_back(th_tools::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffer.data() + t * p.piece(), p.piece()));
+            views.push_back(th_support::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffer.data() + t * p.piece(), p.piece()));
     }
 };
 
@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
     setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
     setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
     try {
-        th_tools::Args args(argc, argv, {"keep"});
+        th_support::Args args(argc, argv, {"keep"});
         auto bad = args.unknown({"role", "bytes", "tensors", "chunk-kb", "inflight", "ready-offset", "server", "model",
                                  "labels", "info", "mutation-wait-ms", "keep"});
         if (!bad.empty()) fail("unknown option --", bad[0]);

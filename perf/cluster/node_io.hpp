@@ -76,7 +76,7 @@ void serve_until_quit(Check check) {
     }
 }
 
-// The bytes every system moves: S bytes of th_tools' pattern for (version 1,
+// The bytes every system moves: S bytes of th_support' pattern for (version 1,
 // shard 0, tensor i), split into `tensors` equal pieces (the tensorhub shard's
 // tensors; the other systems move the pieces back to back).
 struct Payload {
@@ -86,18 +86,18 @@ struct Payload {
     uint64_t piece() const { return bytes / tensors; }
     void fill(uint8_t *p) const {
         for (unsigned t = 0; t < tensors; ++t)
-            th_tools::fill_pattern(p + t * piece(), piece(), th_tools::pattern_seed(kVersion, 0, t));
+            th_support::fill_pattern(p + t * piece(), piece(), th_support::pattern_seed(kVersion, 0, t));
     }
     bool check(const uint8_t *p) const {
         for (unsigned t = 0; t < tensors; ++t)
-            if (th_tools::check_pattern(p + t * piece(), piece(), th_tools::pattern_seed(kVersion, 0, t)) != piece())
+            if (th_support::check_pattern(p + t * piece(), piece(), th_support::pattern_seed(kVersion, 0, t)) != piece())
                 return false;
         return true;
     }
 };
 
 // --bytes S --tensors T, checked; --ready-offset SECONDS.
-inline Payload payload_option(const th_tools::Args &args) {
+inline Payload payload_option(const th_support::Args &args) {
     Payload p{args.get_u64("bytes", 0), static_cast<unsigned>(args.get_u64("tensors", 4))};
     if (p.tensors == 0 || p.bytes == 0 || p.bytes % (4ull * p.tensors))
         throw std::runtime_error("--bytes must be a positive multiple of 4 x --tensors");

@@ -101,7 +101,7 @@ int run_pull(const Options &o) {
 
 int main(int argc, char **argv) {
     try {
-        th_tools::Args args(argc, argv);
+        th_support::Args args(argc, argv);
         auto bad = args.unknown({"role", "host", "port", "bytes", "tensors", "chunk-mb", "key", "ready-offset"});
         if (!bad.empty()) fail("unknown option --", bad[0]);
         Options o;

@@ -1,6 +1,7 @@
 // The control requests a simulated worker sends, encoded exactly as the client
-// library encodes them (src/client/client.cpp, src/client/fetch.cpp), and the
-// check that a reply is the non-error answer the request calls for.
+// library encodes them (src/client/: server_session.cpp, holdings.cpp,
+// queries.cpp, fetch.cpp, progress_reporter.cpp), and the check that a reply
+// is the non-error answer the request calls for.
 #pragma once
 
 #include <cstdint>

@@ -354,7 +354,7 @@ int run_parent(const Options &o) {
     return 0;
 }
 
-Options parse(const th_tools::Args &args) {
+Options parse(const th_support::Args &args) {
     Options o;
     if (args.has("smoke")) {
         o.smoke = true;
@@ -399,7 +399,7 @@ Options parse(const th_tools::Args &args) {
 
 int main(int argc, char **argv) {
     try {
-        th_tools::Args args(argc, argv, {"help", "smoke", "markdown"});
+        th_support::Args args(argc, argv, {"help", "smoke", "markdown"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-server-load [--workers 1000,10000] [--threads 8] [--seconds 1.5] [--reps 9] "
                         "[--mix 1,1,1,0] [--tensors 16] [--labels racks|none] [--server-cpus LIST] [--client-cpus LIST] [--markdown] [--smoke]\n");

@@ -135,7 +135,7 @@ Sim::Sim(const Setup &s, Method m) : s_(s), m_(m) {
     chunk_ = double(m == Method::Collective ? s.collective_segment : s.chunk_bytes);
     nchunks_ = static_cast<uint32_t>(std::ceil(total_ / chunk_));
     // A tensorhub reader that serves confirms each chunk as it arrives (one
-    // control-word read, on an endpoint of its own, fetch.cpp), so chunks
+    // control-word read, on an endpoint of its own, fetch_source.cpp), so chunks
     // become visible to followers one by one, as a store value or a
     // broadcast segment does; the read itself is the delay of notify().
     batch_ = 1;

@@ -34,7 +34,7 @@ Workload workload_of(const std::string &name) {
     throw std::runtime_error("unknown workload '" + name + "'");
 }
 
-Setup setup_of(const th_tools::Args &a) {
+Setup setup_of(const th_support::Args &a) {
     Setup s;
     s.workload = workload_of(a.get("workload", "standalone"));
     s.readers = static_cast<uint32_t>(a.get_u64("readers", s.readers));
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     // expected here; the results say what happened.
     setenv("TENSORHUB_LOG_LEVEL", "error", 0);
     try {
-        th_tools::Args a(argc, argv, {"smoke", "quick", "help", "list-parts"});
+        th_support::Args a(argc, argv, {"smoke", "quick", "help", "list-parts"});
         auto bad = a.unknown({"smoke", "quick", "help", "list-parts", "parts", "validate", "json", "report", "workload", "method", "readers",
                               "holders", "size-mb", "chunk-kb", "host-gbit", "wan-gbit", "stagger-s", "hosts-per-rack",
                               "rack-oversub", "preempt", "train-step-s", "heartbeat-ms", "seed"});

@@ -28,8 +28,8 @@
 extern char **environ;
 
 using Clock = std::chrono::steady_clock;
-using th_tools::Args;
-using th_tools::human_bytes;
+using th_support::Args;
+using th_support::human_bytes;
 
 namespace {
 
@@ -54,7 +54,7 @@ void check(th_status st, const char *what) {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One shard's buffers: `tensors` float32 tensors of equal size.
-struct ShardBuffers : th_tools::HostShard {
+struct ShardBuffers : th_support::HostShard {
     explicit ShardBuffers(const Options &o)
         : HostShard(o.tensors, o.shard_bytes / o.tensors, TH_DTYPE_FLOAT32, "layers.", ".weight") {}
 };

@@ -18,7 +18,7 @@
 #include "tensorhub/tensorhub.h"
 
 using nlohmann::json;
-using th_tools::human_bytes;
+using th_support::human_bytes;
 
 namespace {
 
@@ -155,7 +155,7 @@ void diff(const json &before, const json &after, const std::function<void(const 
         if (!nb.count(id)) emit({{"event", "worker_left"}, {"worker_id", id}, {"name", name}});
 }
 
-int run(const th_tools::Args &args) {
+int run(const th_support::Args &args) {
     const auto &pos = args.positional();
     const std::string &cmd = pos[0];
     std::string format = args.has("json") ? "json" : args.get("format", "human");
@@ -244,7 +244,7 @@ int run(const th_tools::Args &args) {
 
 int main(int argc, char **argv) {
     try {
-        th_tools::Args args(argc, argv, {"json", "help"});
+        th_support::Args args(argc, argv, {"json", "help"});
         if (args.has("help")) {
             std::fputs(kUsage, stdout);
             return kOk;

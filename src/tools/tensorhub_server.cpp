@@ -34,7 +34,7 @@ static const std::string kUsage =
 
 int main(int argc, char **argv) {
     try {
-        th_tools::Args args(argc, argv, {"help", "standby"});
+        th_support::Args args(argc, argv, {"help", "standby"});
         if (args.has("help")) {
             std::fputs(kUsage.c_str(), stdout);
             return 0;

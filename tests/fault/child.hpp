@@ -1,7 +1,7 @@
-// A child process of the fault driver: tests/integration/proc.hpp's Proc (stdout
+// A child process of the fault driver: support/process.hpp's Process (stdout
 // read line by line, SIGKILLed when the handle goes away) plus what fault runs
 // need on top of it: stderr captured in a log file per process, a liveness
-// check that does not reap (so Proc still can), and a registry of running
+// check that does not reap (so Process still can), and a registry of running
 // pids so that a driver stopped by a signal leaves no process behind.
 #pragma once
 
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "proc.hpp"
+#include "process.hpp"
 
 namespace th_fault {
 
@@ -64,7 +64,7 @@ class Child {
     Child(std::string name, const std::string &binary, const std::vector<std::string> &args,
           const std::vector<std::string> &env, std::string log)
         : name_(std::move(name)), log_(std::move(log)) {
-        proc_ = std::make_unique<Proc>(logged_command(binary, args, env, log_));
+        proc_ = std::make_unique<th_support::Process>(logged_command(binary, args, env, log_));
         remember_child(proc_->pid());
     }
     ~Child() {
@@ -93,7 +93,7 @@ class Child {
     }
 
     // nullopt while it runs, else how it ended ("exit 1", "signal 9").
-    // WNOWAIT leaves the zombie for Proc to reap.
+    // WNOWAIT leaves the zombie for Process to reap.
     std::optional<std::string> ended() const {
         siginfo_t info{};
         if (waitid(P_PID, static_cast<id_t>(proc_->pid()), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0)
@@ -146,7 +146,7 @@ class Child {
     }
 
     std::string name_, log_;
-    std::unique_ptr<Proc> proc_;
+    std::unique_ptr<th_support::Process> proc_;
     bool killed_ = false;
 };
 

@@ -58,7 +58,7 @@ std::vector<KindInfo> parse_kinds(const std::string &list) {
 }
 
 Options parse_options(int argc, char **argv) {
-    th_tools::Args args(argc, argv, {"long", "keep-logs", "help"});
+    th_support::Args args(argc, argv, {"long", "keep-logs", "help"});
     if (args.has("help")) {
         std::fputs(kUsage, stdout);
         std::exit(0);

@@ -20,15 +20,15 @@ TEST(Cluster, ReadersFetchLatestFromPublisherAndFromEachOther) {
     std::string url = th_server_url(server);
     const std::string shard_kb = std::to_string(64 * 1024);
 
-    Proc pub({TH_TEST_WORKER, "publish", "--server", url, "--name", "publisher", "--model", "policy", "--version", "3",
+    Process pub({TH_TEST_WORKER, "publish", "--server", url, "--name", "publisher", "--model", "policy", "--version", "3",
               "--shards", "2", "--shard-kb", shard_kb, "--tensors", "5", "--chunk-kb", "1024"});
     std::string ready = pub.line();
     ASSERT_EQ(ready.rfind("ready", 0), 0u) << ready;
     uint64_t publisher = field(ready, "worker");
 
-    std::vector<std::unique_ptr<Proc>> readers;
+    std::vector<std::unique_ptr<Process>> readers;
     for (int i = 0; i < 3; ++i)
-        readers.push_back(std::make_unique<Proc>(std::vector<std::string>{
+        readers.push_back(std::make_unique<Process>(std::vector<std::string>{
             TH_TEST_WORKER, "fetch", "--server", url, "--name", "reader" + std::to_string(i), "--model", "policy",
             "--shards", "0,1", "--shard-kb", shard_kb, "--tensors", "5"}));
     for (auto &r : readers) {
@@ -83,14 +83,14 @@ std::map<uint64_t, std::string> worker_dcs(const nlohmann::json &s) {
 TEST(Cluster, ReadersStartedTogetherFormChainsInsteadOfHittingThePublisher) {
     ServerGuard srv;
     const std::string kb = std::to_string(32 * 1024);
-    Proc pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "p", "--version", "1",
+    Process pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "p", "--version", "1",
                      "--shard-kb", kb, "--tensors", "4", "--chunk-kb", "256"}));
     std::string ready = pub.line();
     ASSERT_EQ(ready.rfind("ready", 0), 0u) << ready;
     uint64_t publisher = field(ready, "worker");
-    std::vector<std::unique_ptr<Proc>> readers;
+    std::vector<std::unique_ptr<Process>> readers;
     for (int i = 0; i < 6; ++i)
-        readers.push_back(std::make_unique<Proc>(worker({"fetch", "--server", srv.url, "--name", "r" + std::to_string(i),
+        readers.push_back(std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "r" + std::to_string(i),
                                                          "--model", "p", "--shard-kb", kb, "--tensors", "4"})));
     for (auto &r : readers) {
         std::string l = r->line(120000);
@@ -123,14 +123,14 @@ TEST(Cluster, ReadersStartedTogetherFormChainsInsteadOfHittingThePublisher) {
 TEST(Cluster, OnlyOneReaderPerShardCrossesToTheOtherDatacenter) {
     ServerGuard srv;
     const std::string kb = std::to_string(8 * 1024);
-    Proc pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--labels", "dc=east,rack=e1,host=p",
+    Process pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--labels", "dc=east,rack=e1,host=p",
                      "--model", "x", "--version", "1", "--shards", "2", "--shard-kb", kb, "--chunk-kb", "256"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
-    std::vector<std::unique_ptr<Proc>> readers;
+    std::vector<std::unique_ptr<Process>> readers;
     for (int i = 0; i < 5; ++i) {
         std::string dc = i < 2 ? "east" : "west";
         std::string name = dc + std::to_string(i);
-        readers.push_back(std::make_unique<Proc>(
+        readers.push_back(std::make_unique<Process>(
             worker({"fetch", "--server", srv.url, "--name", name, "--labels", "dc=" + dc + ",rack=" + dc + "1,host=" + name,
                     "--model", "x", "--shards", "0,1", "--shard-kb", kb})));
     }
@@ -153,11 +153,11 @@ TEST(Cluster, ReadersNeverAssembleShardsOfTwoVersions) {
     ServerGuard srv;
     // 4 shards published one by one with delays, version after version, while
     // readers resolve LATEST once per round and fetch all 4 shards of it.
-    Proc pub(worker({"publish-loop", "--server", srv.url, "--name", "trainer", "--model", "tp", "--shards", "4",
+    Process pub(worker({"publish-loop", "--server", srv.url, "--name", "trainer", "--model", "tp", "--shards", "4",
                      "--versions", "40", "--delay-ms", "15", "--shard-kb", "512", "--tensors", "3", "--timeout-ms", "5000"}));
-    std::vector<std::unique_ptr<Proc>> readers;
+    std::vector<std::unique_ptr<Process>> readers;
     for (int i = 0; i < 2; ++i)
-        readers.push_back(std::make_unique<Proc>(worker({"fetch-loop", "--server", srv.url, "--name", "rollout" + std::to_string(i),
+        readers.push_back(std::make_unique<Process>(worker({"fetch-loop", "--server", srv.url, "--name", "rollout" + std::to_string(i),
                                                          "--model", "tp", "--shards", "4", "--shard-kb", "512", "--tensors",
                                                          "3", "--for-ms", "2500"})));
     for (auto &r : readers) {
@@ -176,18 +176,18 @@ namespace {
 // worker id and leaves the slow reader mid-read.
 struct FailoverSetup {
     ServerGuard srv;
-    std::unique_ptr<Proc> pub, r1, slow;
+    std::unique_ptr<Process> pub, r1, slow;
     uint64_t r1_id = 0;
     FailoverSetup() {
-        pub = std::make_unique<Proc>(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "f",
+        pub = std::make_unique<Process>(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "f",
                                              "--shard-kb", "16384", "--tensors", "4", "--chunk-kb", "64"}));
         EXPECT_EQ(pub->line().rfind("ready", 0), 0u);
-        r1 = std::make_unique<Proc>(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "f", "--shard-kb",
+        r1 = std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "f", "--shard-kb",
                                             "16384", "--tensors", "4", "--heartbeat-ms", "200"}));
         std::string l = r1->line();
         EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
         r1_id = field(l, "worker");
-        slow = std::make_unique<Proc>(worker({"fetch", "--server", srv.url, "--name", "slow", "--model", "f", "--shard-kb",
+        slow = std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "slow", "--model", "f", "--shard-kb",
                                               "16384", "--tensors", "4", "--no-serve", "--chunk-timeout-ms", "1000"},
                                              {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
         // Wait until it reads from r1.
@@ -223,7 +223,7 @@ TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
     EXPECT_TRUE(eventually(f.srv.url, r1_holds, 10000)) << server_status(f.srv.url).dump(1);
     // And it serves again: with the publisher gone, r1 is the only holder.
     kill(f.pub->pid(), SIGKILL);
-    Proc again(worker({"fetch", "--server", f.srv.url, "--name", "again", "--model", "f", "--shard-kb", "16384",
+    Process again(worker({"fetch", "--server", f.srv.url, "--name", "again", "--model", "f", "--shard-kb", "16384",
                        "--tensors", "4", "--no-serve"}));
     std::string l2 = again.line(30000);
     EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
@@ -232,9 +232,9 @@ TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
 
 TEST(Failover, AHolderPausedPastItsChunkTimeoutRestartsAndServesAgain) {
     ServerGuard srv;
-    Proc pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "h", "--shard-kb", "4096"}));
+    Process pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "h", "--shard-kb", "4096"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
-    Proc r1(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "h", "--shard-kb", "4096",
+    Process r1(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "h", "--shard-kb", "4096",
                     "--chunk-timeout-ms", "1000", "--heartbeat-ms", "200"}));
     std::string l = r1.line();
     ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
@@ -248,7 +248,7 @@ TEST(Failover, AHolderPausedPastItsChunkTimeoutRestartsAndServesAgain) {
     // With the publisher gone r1 is the only holder: a new reader must reach
     // it at its new address.
     kill(pub.pid(), SIGKILL);
-    Proc again(worker({"fetch", "--server", srv.url, "--name", "again", "--model", "h", "--shard-kb", "4096",
+    Process again(worker({"fetch", "--server", srv.url, "--name", "again", "--model", "h", "--shard-kb", "4096",
                        "--no-serve", "--chunk-timeout-ms", "1000"}));
     std::string l2 = again.line(30000);
     EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
@@ -258,9 +258,9 @@ TEST(Failover, AHolderPausedPastItsChunkTimeoutRestartsAndServesAgain) {
 TEST(Failover, AHolderResumedPastItsLeaseRegistersOnceAndItsReplicaStaysListed) {
     th_server *server = start_server(nullptr, /*http=*/true, /*lease_ms=*/1000);
     std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
-    Proc pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "q", "--shard-kb", "1024"}));
+    Process pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "q", "--shard-kb", "1024"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
-    Proc r1(worker({"fetch", "--server", url, "--name", "r1", "--model", "q", "--shard-kb", "1024",
+    Process r1(worker({"fetch", "--server", url, "--name", "r1", "--model", "q", "--shard-kb", "1024",
                     "--chunk-timeout-ms", "500", "--heartbeat-ms", "100"}));
     std::string l = r1.line();
     ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
@@ -294,7 +294,7 @@ TEST(Failover, AHolderResumedPastItsLeaseRegistersOnceAndItsReplicaStaysListed) 
     EXPECT_EQ(hellos("again"), 0) << http_get(metrics);
     // It serves from its new address.
     kill(pub.pid(), SIGKILL);
-    Proc after(worker({"fetch", "--server", url, "--name", "after", "--model", "q", "--shard-kb", "1024", "--no-serve"}));
+    Process after(worker({"fetch", "--server", url, "--name", "after", "--model", "q", "--shard-kb", "1024", "--no-serve"}));
     std::string l2 = after.line(30000);
     EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
     EXPECT_EQ(r1.stop(), 0);
@@ -306,7 +306,7 @@ TEST(Failover, AHolderBackFromALostLeaseDeclaresWhatTheServerStillWants) {
     std::string url = th_server_url(server);
     // It holds versions 1 and 2. Past its lease the server drops it and
     // forgets version 1 (no holder left, not the latest).
-    Proc pub(worker({"publish-loop", "--server", url, "--name", "publisher", "--model", "o", "--shard-kb", "256",
+    Process pub(worker({"publish-loop", "--server", url, "--name", "publisher", "--model", "o", "--shard-kb", "256",
                      "--versions", "2", "--delay-ms", "0", "--heartbeat-ms", "100"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
     kill(pub.pid(), SIGSTOP);
@@ -316,7 +316,7 @@ TEST(Failover, AHolderBackFromALostLeaseDeclaresWhatTheServerStillWants) {
     // latest, and forgotten), which must not keep version 2 undeclared.
     bool listed = eventually(url, [](const nlohmann::json &s) { return holds_complete(s, "o", 2); }, 5000);
     EXPECT_TRUE(listed) << server_status(url).dump(1);
-    Proc r(worker({"fetch", "--server", url, "--name", "r", "--model", "o", "--shard-kb", "256", "--no-serve"}));
+    Process r(worker({"fetch", "--server", url, "--name", "r", "--model", "o", "--shard-kb", "256", "--no-serve"}));
     std::string l = r.line(30000);
     EXPECT_NE(l.find("version=2"), std::string::npos) << l;
     EXPECT_EQ(pub.stop(), 0);
@@ -326,11 +326,11 @@ TEST(Failover, AHolderBackFromALostLeaseDeclaresWhatTheServerStillWants) {
 TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
     th_server *server = start_server(nullptr, /*http=*/true);
     std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
-    Proc pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "p", "--shard-kb", "16384",
+    Process pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "p", "--shard-kb", "16384",
                      "--tensors", "4", "--chunk-kb", "64"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
     // 256 chunks at 10 ms each: the fetch takes seconds.
-    Proc slow(worker({"fetch", "--server", url, "--name", "slow", "--model", "p", "--shard-kb", "16384", "--tensors", "4",
+    Process slow(worker({"fetch", "--server", url, "--name", "slow", "--model", "p", "--shard-kb", "16384", "--tensors", "4",
                       "--no-serve", "--chunk-timeout-ms", "1000", "--heartbeat-ms", "200"},
                      {"TENSORHUB_FAULT_CHUNK_DELAY_US=10000"}));
     EXPECT_TRUE(eventually(url, [&](const nlohmann::json &s) {
@@ -357,7 +357,7 @@ namespace {
 
 // A tensorhub-server process; url() once it listens.
 struct ServerProc {
-    Proc proc;
+    Process proc;
     std::string url;
     explicit ServerProc(bool standby = false)
         : proc(standby ? std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000",
@@ -380,12 +380,12 @@ TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
         args.insert(args.end(), fast.begin(), fast.end());
         return worker(args);
     };
-    Proc pub(with({"publish", "--server", both, "--name", "trainer", "--model", "ha", "--shard-kb", "2048"}));
+    Process pub(with({"publish", "--server", both, "--name", "trainer", "--model", "ha", "--shard-kb", "2048"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
     auto fetch_ok = [&](const std::string &name) {
         // Retries while the trainer has not yet registered with the new server.
         for (int i = 0; i < 40; ++i) {
-            Proc r(with({"fetch", "--server", both, "--name", name, "--model", "ha", "--shard-kb", "2048", "--no-serve", "--exit"}));
+            Process r(with({"fetch", "--server", both, "--name", name, "--model", "ha", "--shard-kb", "2048", "--no-serve", "--exit"}));
             std::string l = r.line(30000);
             if (l.rfind("ok", 0) == 0) return true;
             std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -443,12 +443,12 @@ TEST(Failover, ANewReaderReachingTheStandbyFirstWaitsForTheHolders) {
     ASSERT_GT(primary.epoch(), standby.epoch());
     const std::string both = primary.url + "," + standby.url;
     // The trainer notices the dead server only after its 1.5 s timeout.
-    Proc pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "sb", "--shard-kb", "1024",
+    Process pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "sb", "--shard-kb", "1024",
                      "--heartbeat-ms", "300", "--timeout-ms", "1500"}));
     ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
     const uint64_t before = standby.epoch();
     kill(primary.proc.pid(), SIGKILL);
-    Proc r(worker({"fetch", "--server", standby.url, "--name", "newcomer", "--model", "sb", "--shard-kb", "1024",
+    Process r(worker({"fetch", "--server", standby.url, "--name", "newcomer", "--model", "sb", "--shard-kb", "1024",
                    "--no-serve", "--exit", "--timeout-ms", "10000"}));
     std::string l = r.line(30000);
     EXPECT_EQ(l.rfind("ok", 0), 0u) << l;

@@ -155,7 +155,7 @@ TEST_F(Errors, ALastHolderThatLeavesMakesTheVersionUnavailableAtOnce) {
 
 TEST_F(Errors, RegistrationIsReusedAcrossVersions) {
     // Publishing v2 from the same buffers works and readers get v2's bytes.
-    th_tools::fill_pattern(src.data[0].data(), src.data[0].size(), 12345);
+    th_support::fill_pattern(src.data[0].data(), src.data[0].size(), 12345);
     th_replica *r2 = nullptr;
     ASSERT_EQ(publish(pub, "m", 2, 0, 1, src, &r2), TH_OK) << th_last_error();
     th_replica_release(rep);

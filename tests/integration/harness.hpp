@@ -19,16 +19,17 @@
 #include <vector>
 
 #include "host_shard.hpp"
-#include "proc.hpp"
+#include "process.hpp"
 #include "tensorhub/tensorhub.h"
 
 namespace th_test {
 
 using Clock = std::chrono::steady_clock;
+using th_support::Process;
 
 // Buffers of one shard: n bfloat16 tensors "w0".."w{n-1}" of `bytes` each,
 // holding the pattern of (version, shard) when a version is given.
-struct Shard : th_tools::HostShard {
+struct Shard : th_support::HostShard {
     Shard(int n, uint64_t bytes, uint64_t version = 0, uint32_t shard = 0) : HostShard(n, bytes, TH_DTYPE_BFLOAT16) {
         if (version) fill(version, shard);
     }

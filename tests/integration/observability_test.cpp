@@ -143,7 +143,7 @@ TEST(Observability, AServingReaderReportsItsFillWhileFetching) {
     th_replica *pr = nullptr;
     ASSERT_EQ(publish(pub, "m", 1, 0, 1, w, &pr), TH_OK);  // 32 chunks of 64 KiB
     // 32 chunks at 50 ms each: about 1.6 s of fetching to watch.
-    Proc slow(worker({"fetch", "--server", url, "--name", "slow", "--model", "m", "--shard-kb", "2048", "--tensors", "2"},
+    Process slow(worker({"fetch", "--server", url, "--name", "slow", "--model", "m", "--shard-kb", "2048", "--tensors", "2"},
                      {"TENSORHUB_FAULT_CHUNK_DELAY_US=50000"}));
     bool partial = eventually(url, [](const nlohmann::json &s) {
         nlohmann::json v = version_status(s, "m", 1);

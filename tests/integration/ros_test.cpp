@@ -121,7 +121,7 @@ TEST_F(Ros, ReaderSlowedOnPurposeNeverReturnsMixedBytesWhenItsSourceMutates) {
     Shard w(4, 4 << 20, 1);
     th_replica *r1 = nullptr;
     ASSERT_EQ(publish(trainer, "slow", 1, 0, 1, w, &r1), TH_OK);
-    Proc reader(worker({"fetch", "--server", url, "--name", "slowpoke", "--model", "slow", "--shard-kb", "16384",
+    Process reader(worker({"fetch", "--server", url, "--name", "slowpoke", "--model", "slow", "--shard-kb", "16384",
                         "--tensors", "4", "--no-serve"},
                        {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
     ASSERT_TRUE(eventually(url, [&](const nlohmann::json &s) {
@@ -164,7 +164,7 @@ TEST_F(Ros, WaitForVersionWakesOnCommitAndCatchesUpWithoutEvents) {
         return std::make_pair(st, v);
     });
     // A second waiter that ignores every event still sees the commit.
-    Proc deaf(worker({"wait", "--server", url, "--model", "m", "--newer-than", "1", "--wait-ms", "10000"},
+    Process deaf(worker({"wait", "--server", url, "--model", "m", "--newer-than", "1", "--wait-ms", "10000"},
                      {"TENSORHUB_FAULT_DROP_EVENTS=1"}));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ASSERT_EQ(publish(trainer, "m", 2, 0, 1, w, &r2), TH_OK);
@@ -211,7 +211,7 @@ TEST_F(Ros, AReleasedReplicaWhoseSlotServesTheNextVersionIsNotReadAsTheOld) {
     Shard w(2, 1 << 20, 1);
     th_replica *r1 = nullptr, *r2 = nullptr;
     ASSERT_EQ(publish(trainer, "reuse", 1, 0, 1, w, &r1), TH_OK);
-    Proc reader(worker({"fetch", "--server", url, "--name", "late", "--model", "reuse", "--version", "1", "--shard-kb",
+    Process reader(worker({"fetch", "--server", url, "--name", "late", "--model", "reuse", "--version", "1", "--shard-kb",
                         "2048", "--tensors", "2", "--no-serve"},
                        {"TENSORHUB_FAULT_PLAN_DELAY_US=800000"}));
     ASSERT_TRUE(eventually(url, [&](const nlohmann::json &s) {
@@ -231,13 +231,13 @@ TEST_F(Ros, ASpillThatOutlastsTheControlTimeoutStillCompletesTheMutation) {
     // Spilling a large shard is local work that can take longer than the
     // client's timeout_ms (seconds for GBs); the calls to the server after it
     // are owed a deadline of their own, not what the copy left of one.
-    Proc trainer(worker({"publish", "--server", url, "--name", "trainer", "--model", "big", "--timeout-ms", "1000",
+    Process trainer(worker({"publish", "--server", url, "--name", "trainer", "--model", "big", "--timeout-ms", "1000",
                          "--mutation-wait-ms", "200", "--mutate"},
                         {"TENSORHUB_FAULT_SPILL_DELAY_US=2500000"}));
     std::string l = trainer.line(30000);
     ASSERT_EQ(l.rfind("ready", 0), 0u) << l;
     EXPECT_EQ(owned("big", 1), 1);
-    Proc reader(worker({"fetch", "--server", url, "--name", "reader", "--model", "big", "--version", "1", "--no-serve"}));
+    Process reader(worker({"fetch", "--server", url, "--name", "reader", "--model", "big", "--version", "1", "--no-serve"}));
     l = reader.line(30000);
     EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // version 1's bytes (checked by the worker), from the owned copy
 }

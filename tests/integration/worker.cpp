@@ -50,7 +50,7 @@ void check(th_status st, const std::string &what) {
 }
 
 // A shard as the tests lay it out: bfloat16 tensors "w0".."w{n-1}".
-struct Shard : th_tools::HostShard {
+struct Shard : th_support::HostShard {
     Shard(uint64_t bytes, int tensors) : HostShard(tensors, bytes / tensors, TH_DTYPE_BFLOAT16) {}
 };
 
@@ -86,7 +86,7 @@ std::vector<uint32_t> parse_list(const std::string &s) {
 int main(int argc, char **argv) {
     std::signal(SIGTERM, on_term);
     std::signal(SIGINT, on_term);
-    th_tools::Args args(argc, argv, {"no-serve", "exit", "mutate"});
+    th_support::Args args(argc, argv, {"no-serve", "exit", "mutate"});
     if (args.positional().empty()) die("usage");
     std::string role = args.positional()[0];
     std::string url = args.get("server"), name = args.get("name", role), model = args.get("model", "m");

@@ -10,7 +10,7 @@
 #include "pattern.hpp"
 #include "tensorhub/tensorhub.h"
 
-namespace th_tools {
+namespace th_support {
 
 // A 1-D view of nbytes of host memory (nbytes a multiple of the dtype size).
 inline th_tensor host_tensor(const char *name, th_dtype dtype, void *data, uint64_t nbytes) {
@@ -66,4 +66,4 @@ struct HostShard {
     }
 };
 
-}  // namespace th_tools
+}  // namespace th_support

@@ -1,9 +1,10 @@
 #include "args.hpp"
 
 #include <cstdio>
+#include <map>
 #include <stdexcept>
 
-namespace th_tools {
+namespace th_support {
 
 Args::Args(int argc, char **argv, const std::set<std::string> &flags) {
     for (int i = 1; i < argc; ++i) {
@@ -30,22 +31,29 @@ std::string Args::get(const std::string &name, const std::string &fallback) cons
     return it == options_.end() ? fallback : it->second;
 }
 
-uint64_t Args::get_u64(const std::string &name, uint64_t fallback) const {
-    auto it = options_.find(name);
-    if (it == options_.end()) return fallback;
+namespace {
+
+// parse(text, &used) as std::stoull and std::stod take it; the whole value must be the number.
+template <typename T, typename Parse>
+T number(const std::map<std::string, std::string> &options, const std::string &name, T fallback, Parse parse) {
+    auto it = options.find(name);
+    if (it == options.end()) return fallback;
     size_t used = 0;
-    uint64_t v = std::stoull(it->second, &used);
+    T v = parse(it->second, &used);
     if (used != it->second.size()) throw std::runtime_error("option --" + name + " expects a number");
     return v;
 }
 
+}  // namespace
+
+uint64_t Args::get_u64(const std::string &name, uint64_t fallback) const {
+    return number<uint64_t>(options_, name, fallback,
+                            [](const std::string &t, size_t *used) { return std::stoull(t, used); });
+}
+
 double Args::get_double(const std::string &name, double fallback) const {
-    auto it = options_.find(name);
-    if (it == options_.end()) return fallback;
-    size_t used = 0;
-    double v = std::stod(it->second, &used);
-    if (used != it->second.size()) throw std::runtime_error("option --" + name + " expects a number");
-    return v;
+    return number<double>(options_, name, fallback,
+                          [](const std::string &t, size_t *used) { return std::stod(t, used); });
 }
 
 std::vector<std::string> Args::unknown(const std::set<std::string> &known) const {
@@ -67,4 +75,4 @@ std::string human_bytes(double bytes) {
     return buf;
 }
 
-}  // namespace th_tools
+}  // namespace th_support

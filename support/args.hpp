@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace th_tools {
+namespace th_support {
 
 class Args {
   public:
@@ -32,4 +32,4 @@ class Args {
 // Human-readable byte count: "128.0 MiB".
 std::string human_bytes(double bytes);
 
-}  // namespace th_tools
+}  // namespace th_support

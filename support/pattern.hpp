@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace th_tools {
+namespace th_support {
 
 inline uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -55,4 +55,4 @@ inline size_t check_pattern(const void *src, size_t n, uint64_t seed, size_t off
     return n;
 }
 
-}  // namespace th_tools
+}  // namespace th_support
