@@ -47,6 +47,13 @@ inline th_server *start_server(const char *url = nullptr, bool http = false, uin
     return s;
 }
 
+// An embedded server for one test.
+struct ServerGuard {
+    th_server *server = start_server();
+    std::string url = th_server_url(server);
+    ~ServerGuard() { th_server_destroy(server); }
+};
+
 inline th_client *connect(const std::string &url, const char *name, uint32_t timeout_ms = 5000,
                           th_retention retention = TH_RETAIN_SPILL, const char *labels = nullptr) {
     th_client_config cc;

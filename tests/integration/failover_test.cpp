@@ -1,0 +1,303 @@
+// Failures of holders, readers and servers with real processes: a source
+// killed or paused mid-transfer, holders back from a pause or a lost lease,
+// and a server that dies while a standby takes over (epochs fence the old).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.hpp"
+
+using namespace th_test;
+
+namespace {
+
+// A publisher and a second complete holder (r1), then a slowed reader that
+// starts on r1 (it served nothing yet, the publisher did). Returns r1's
+// worker id and leaves the slow reader mid-read.
+struct FailoverSetup {
+    ServerGuard srv;
+    std::unique_ptr<Process> pub, r1, slow;
+    uint64_t r1_id = 0;
+    FailoverSetup() {
+        pub = std::make_unique<Process>(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "f",
+                                             "--shard-kb", "16384", "--tensors", "4", "--chunk-kb", "64"}));
+        EXPECT_EQ(pub->line().rfind("ready", 0), 0u);
+        r1 = std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "f", "--shard-kb",
+                                            "16384", "--tensors", "4", "--heartbeat-ms", "200"}));
+        std::string l = r1->line();
+        EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+        r1_id = field(l, "worker");
+        slow = std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "slow", "--model", "f", "--shard-kb",
+                                              "16384", "--tensors", "4", "--no-serve", "--chunk-timeout-ms", "1000"},
+                                             {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
+        // Wait until it reads from r1.
+        EXPECT_TRUE(eventually(srv.url, [&](const nlohmann::json &s) {
+            for (const auto &w : s["workers"])
+                if (w["worker_id"].get<uint64_t>() == r1_id && w["active_reads"].get<int>() > 0) return true;
+            return false;
+        }));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+};
+
+}  // namespace
+
+TEST(Failover, SourceKilledMidTransferTheReaderFinishesFromAnotherReplica) {
+    FailoverSetup f;
+    auto t0 = Clock::now();
+    kill(f.r1->pid(), SIGKILL);
+    std::string l = f.slow->line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // every byte checked by the worker
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(20));
+}
+
+TEST(Failover, PausedSourceIsTreatedAsDeadAndRejoinsOnlyByRegisteringAgain) {
+    FailoverSetup f;
+    kill(f.r1->pid(), SIGSTOP);
+    std::string l = f.slow->line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+    // Reported unreachable: not routed to while paused.
+    auto r1_holds = [&](const nlohmann::json &s) { return holds_complete(s, "f", 1, f.r1_id); };
+    kill(f.r1->pid(), SIGCONT);
+    // Back: its next heartbeat is refused, it registers again with its replica.
+    EXPECT_TRUE(eventually(f.srv.url, r1_holds, 10000)) << server_status(f.srv.url).dump(1);
+    // And it serves again: with the publisher gone, r1 is the only holder.
+    kill(f.pub->pid(), SIGKILL);
+    Process again(worker({"fetch", "--server", f.srv.url, "--name", "again", "--model", "f", "--shard-kb", "16384",
+                       "--tensors", "4", "--no-serve"}));
+    std::string l2 = again.line(30000);
+    EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+    EXPECT_EQ(f.r1->stop(), 0) << "the resumed holder did not keep running";
+}
+
+TEST(Failover, AHolderPausedPastItsChunkTimeoutRestartsAndServesAgain) {
+    ServerGuard srv;
+    Process pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "h", "--shard-kb", "4096"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    Process r1(worker({"fetch", "--server", srv.url, "--name", "r1", "--model", "h", "--shard-kb", "4096",
+                    "--chunk-timeout-ms", "1000", "--heartbeat-ms", "200"}));
+    std::string l = r1.line();
+    ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
+    // Paused past its chunk timeout: on resuming it sets its UCX worker aside,
+    // starts a new one and registers the new address with its replica (within
+    // milliseconds: its progress thread sees the gap at once).
+    kill(r1.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    kill(r1.pid(), SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    // With the publisher gone r1 is the only holder: a new reader must reach
+    // it at its new address.
+    kill(pub.pid(), SIGKILL);
+    Process again(worker({"fetch", "--server", srv.url, "--name", "again", "--model", "h", "--shard-kb", "4096",
+                       "--no-serve", "--chunk-timeout-ms", "1000"}));
+    std::string l2 = again.line(30000);
+    EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+    EXPECT_EQ(r1.stop(), 0) << "the resumed holder did not keep running";
+}
+
+TEST(Failover, AHolderResumedPastItsLeaseRegistersOnceAndItsReplicaStaysListed) {
+    th_server *server = start_server(nullptr, /*http=*/true, /*lease_ms=*/1000);
+    std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
+    Process pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "q", "--shard-kb", "1024"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    Process r1(worker({"fetch", "--server", url, "--name", "r1", "--model", "q", "--shard-kb", "1024",
+                    "--chunk-timeout-ms", "500", "--heartbeat-ms", "100"}));
+    std::string l = r1.line();
+    ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
+    uint64_t r1_id = std::stoull(l.substr(l.find("worker=") + 7));
+    auto r1_listed = [&] { return holds_complete(server_status(url), "q", 1, r1_id); };
+    auto hellos = [&](const char *kind) {
+        std::string text = http_get(metrics), key = std::string("tensorhub_registrations_total{kind=\"") + kind + "\"} ";
+        size_t at = text.find(key);
+        return at == std::string::npos ? -1 : std::stoi(text.substr(at + key.size()));
+    };
+    int new_before = hellos("new");
+    // Paused past its lease (the server drops it) and its chunk timeout (its
+    // UCX worker is set aside). On resuming, its heartbeat finds it unknown
+    // and its progress thread restarts UCX: it must say Hello once, with the
+    // new address, and its replica must not vanish again once listed (a
+    // second Hello would make the server forget it until re-declared).
+    kill(r1.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+    ASSERT_FALSE(r1_listed()) << "the server still lists the paused holder past its lease";
+    kill(r1.pid(), SIGCONT);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    bool listed = false;
+    while (std::chrono::steady_clock::now() < until) {
+        bool now = r1_listed();
+        EXPECT_FALSE(listed && !now) << "r1's replica was listed, then gone again";
+        listed = listed || now;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(listed) << "r1 did not declare its replica again: " << server_status(url).dump(1);
+    EXPECT_EQ(hellos("new") - new_before, 1) << http_get(metrics);
+    EXPECT_EQ(hellos("again"), 0) << http_get(metrics);
+    // It serves from its new address.
+    kill(pub.pid(), SIGKILL);
+    Process after(worker({"fetch", "--server", url, "--name", "after", "--model", "q", "--shard-kb", "1024", "--no-serve"}));
+    std::string l2 = after.line(30000);
+    EXPECT_EQ(l2.rfind("ok", 0), 0u) << l2;
+    EXPECT_EQ(r1.stop(), 0);
+    th_server_destroy(server);
+}
+
+TEST(Failover, AHolderBackFromALostLeaseDeclaresWhatTheServerStillWants) {
+    th_server *server = start_server(nullptr, /*http=*/false, /*lease_ms=*/1000);
+    std::string url = th_server_url(server);
+    // It holds versions 1 and 2. Past its lease the server drops it and
+    // forgets version 1 (no holder left, not the latest).
+    Process pub(worker({"publish-loop", "--server", url, "--name", "publisher", "--model", "o", "--shard-kb", "256",
+                     "--versions", "2", "--delay-ms", "0", "--heartbeat-ms", "100"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    kill(pub.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+    kill(pub.pid(), SIGCONT);
+    // Back, it declares both again: version 1 is refused (older than the
+    // latest, and forgotten), which must not keep version 2 undeclared.
+    bool listed = eventually(url, [](const nlohmann::json &s) { return holds_complete(s, "o", 2); }, 5000);
+    EXPECT_TRUE(listed) << server_status(url).dump(1);
+    Process r(worker({"fetch", "--server", url, "--name", "r", "--model", "o", "--shard-kb", "256", "--no-serve"}));
+    std::string l = r.line(30000);
+    EXPECT_NE(l.find("version=2"), std::string::npos) << l;
+    EXPECT_EQ(pub.stop(), 0);
+    th_server_destroy(server);
+}
+
+TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
+    th_server *server = start_server(nullptr, /*http=*/true);
+    std::string url = th_server_url(server), metrics = th_server_metrics_url(server);
+    Process pub(worker({"publish", "--server", url, "--name", "publisher", "--model", "p", "--shard-kb", "16384",
+                     "--tensors", "4", "--chunk-kb", "64"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    // 256 chunks at 10 ms each: the fetch takes seconds.
+    Process slow(worker({"fetch", "--server", url, "--name", "slow", "--model", "p", "--shard-kb", "16384", "--tensors", "4",
+                      "--no-serve", "--chunk-timeout-ms", "1000", "--heartbeat-ms", "200"},
+                     {"TENSORHUB_FAULT_CHUNK_DELAY_US=10000"}));
+    EXPECT_TRUE(eventually(url, [&](const nlohmann::json &s) {
+        for (const auto &w : s["workers"])
+            if (w["name"] == "publisher" && w["active_reads"].get<int>() > 0) return true;
+        return false;
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(slow.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past its chunk timeout
+    kill(slow.pid(), SIGCONT);
+    // Its GETs were dropped with the paused UCX worker; it reads the rest
+    // again and checks every byte.
+    std::string l = slow.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+    // The publisher did nothing wrong: it was never reported.
+    std::string text = http_get(metrics);
+    EXPECT_NE(text.find("tensorhub_failures_total{kind=\"source_failed\"} 0"), std::string::npos) << text;
+    EXPECT_EQ(pub.stop(), 0);
+    th_server_destroy(server);
+}
+
+namespace {
+
+// A tensorhub-server process; url() once it listens.
+struct ServerProc {
+    Process proc;
+    std::string url;
+    explicit ServerProc(bool standby = false)
+        : proc(standby ? std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000",
+                                                  "--standby"}
+                       : std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"}) {
+        std::string l = proc.line(10000);
+        EXPECT_EQ(l.rfind("listening on ", 0), 0u) << l;
+        url = l.substr(13);
+    }
+    uint64_t epoch() { return server_status(url)["server_epoch"].get<uint64_t>(); }
+};
+
+}  // namespace
+
+TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
+    ServerProc a, b;
+    const std::string both = a.url + "," + b.url;
+    const std::vector<std::string> fast = {"--heartbeat-ms", "200", "--timeout-ms", "1500"};
+    auto with = [&](std::vector<std::string> args) {
+        args.insert(args.end(), fast.begin(), fast.end());
+        return worker(args);
+    };
+    Process pub(with({"publish", "--server", both, "--name", "trainer", "--model", "ha", "--shard-kb", "2048"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    auto fetch_ok = [&](const std::string &name) {
+        // Retries while the trainer has not yet registered with the new server.
+        for (int i = 0; i < 40; ++i) {
+            Process r(with({"fetch", "--server", both, "--name", name, "--model", "ha", "--shard-kb", "2048", "--no-serve", "--exit"}));
+            std::string l = r.line(30000);
+            if (l.rfind("ok", 0) == 0) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
+        return false;
+    };
+    ASSERT_TRUE(fetch_ok("before"));
+
+    // Clients start on the server with the newest epoch: `used` below.
+    ServerProc &used = a.epoch() > b.epoch() ? a : b, &other = &used == &a ? b : a;
+    auto registered = [](ServerProc &srv, const std::string &name) {
+        nlohmann::json s = server_status(srv.url);
+        for (const auto &w : s["workers"])
+            if (w["name"] == name) return true;
+        return false;
+    };
+    ASSERT_TRUE(registered(used, "trainer"));
+
+    // It pauses: the trainer's heartbeat times out, it moves to the other
+    // server and declares its replica there, which takes over above the
+    // paused server's epoch.
+    uint64_t paused_epoch = used.epoch();
+    kill(used.proc.pid(), SIGSTOP);
+    EXPECT_TRUE(fetch_ok("during"));
+    EXPECT_GT(other.epoch(), paused_epoch);
+    // It comes back stale: new clients pick the newer server, the trainer
+    // stays there, and the stale one forgets the trainer when its lease ends.
+    kill(used.proc.pid(), SIGCONT);
+    EXPECT_TRUE(fetch_ok("after-resume"));
+    EXPECT_TRUE(registered(other, "trainer"));
+    EXPECT_TRUE(eventually(used.url, [](const nlohmann::json &s) {
+        for (const auto &w : s["workers"])
+            if (w["name"] == "trainer") return false;
+        return true;
+    }));
+
+    // The new leader dies for good: everyone goes round the list to the
+    // server that was stale, which takes over above the dead one's epoch.
+    uint64_t leader_epoch = other.epoch();
+    kill(other.proc.pid(), SIGKILL);
+    EXPECT_TRUE(fetch_ok("after-leader-died"));
+    EXPECT_GT(used.epoch(), leader_epoch);
+    EXPECT_TRUE(registered(used, "trainer"));
+    EXPECT_EQ(pub.stop(), 0);
+}
+
+// A reader that starts while the server is dead and reaches the standby
+// before any holder has failed over to it: the standby cannot tell "unknown"
+// from "not re-declared yet", so the reader asks again until the trainer has
+// re-registered there, instead of being told the model does not exist.
+TEST(Failover, ANewReaderReachingTheStandbyFirstWaitsForTheHolders) {
+    ServerProc standby(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary;
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    const std::string both = primary.url + "," + standby.url;
+    // The trainer notices the dead server only after its 1.5 s timeout.
+    Process pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "sb", "--shard-kb", "1024",
+                     "--heartbeat-ms", "300", "--timeout-ms", "1500"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    const uint64_t before = standby.epoch();
+    kill(primary.proc.pid(), SIGKILL);
+    Process r(worker({"fetch", "--server", standby.url, "--name", "newcomer", "--model", "sb", "--shard-kb", "1024",
+                   "--no-serve", "--exit", "--timeout-ms", "10000"}));
+    std::string l = r.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
+    EXPECT_GT(standby.epoch(), before);  // it took over when the trainer came
+    EXPECT_EQ(pub.stop(), 0);
+}
