@@ -13,6 +13,7 @@ func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
 	wantClient := ClientConfig{
 		Timeout: DefaultTimeout, Heartbeat: DefaultHeartbeat, ChunkTimeout: DefaultChunkTimeout,
 		MaxInflight: DefaultMaxInflight, Retention: DefaultRetention, MutationWait: DefaultMutationWait,
+		SpillPoolBytes: DefaultSpillPoolBytes,
 	}
 	if client != wantClient {
 		t.Errorf("client defaults: library %+v, constants %+v", client, wantClient)

@@ -215,6 +215,7 @@ typedef enum th_retention {
 #define TH_DEFAULT_MAX_INFLIGHT 8
 #define TH_DEFAULT_RETENTION TH_RETAIN_SPILL
 #define TH_DEFAULT_MUTATION_WAIT_MS 5000
+#define TH_DEFAULT_SPILL_POOL_BYTES 0 /* no limit */
 
 typedef struct th_client_config {
     size_t struct_size;
@@ -233,6 +234,14 @@ typedef struct th_client_config {
                                   on the replica to drain. Default TH_DEFAULT_MUTATION_WAIT_MS. */
     const char *token;       /* cluster token (see th_server_config.token); NULL:
                                 $TENSORHUB_TOKEN if set. Copied; never logged. */
+    uint64_t spill_pool_bytes; /* host memory the library may hold for owned copies
+                                  (TH_RETAIN_SPILL, TH_RETAIN_WAIT), 0: no limit.
+                                  Each publish prepares, on a thread of the
+                                  library, a faulted-in and registered buffer of
+                                  the replica's size that the next spill copies
+                                  into; buffers are reused across versions. A spill
+                                  that does not fit fails with TH_ERR_NO_MEMORY.
+                                  Default TH_DEFAULT_SPILL_POOL_BYTES. */
 } th_client_config;
 
 /* Fills cfg (pass sizeof *cfg as size) with defaults. Must be called before

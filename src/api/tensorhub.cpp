@@ -231,6 +231,7 @@ void th_client_config_init(th_client_config *cfg, size_t size) {
         c.max_inflight = TH_DEFAULT_MAX_INFLIGHT;
         c.retention = TH_DEFAULT_RETENTION;
         c.mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
+        c.spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;
     });
 }
 
@@ -255,6 +256,7 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         cc.retention = static_cast<th_retention>(retention);
         cc.mutation_wait_ms = c.mutation_wait_ms;
         cc.token = th::wire::cluster_token(c.token);
+        cc.spill_pool_bytes = c.spill_pool_bytes;
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
         th::note_threads_started();

@@ -76,6 +76,7 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
                                                          hb_cv_.notify_all();
                                                      }});
     ctrl_ = std::make_unique<ControlPage>(*ucx_);
+    spill_pool_ = std::make_unique<SpillPool>(*ucx_, cfg_.spill_pool_bytes);
     // With several servers, start with the one of the newest epoch: a server
     // that was paused or cut off and came back is behind the one that took
     // over. Otherwise the first that answers, each given its share of the time.
@@ -130,6 +131,7 @@ Client::~Client() {
         std::lock_guard lk(reg_mu_);
         owned_.clear();
     }
+    spill_pool_.reset();
     events_.reset();
     rpc_.reset();
     ctrl_.reset();
@@ -354,13 +356,7 @@ void Client::heartbeat_loop() {
             }
         }
         try {
-            Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
-                               Deadline(cfg_.timeout_ms));
-            const Envelope *env = GetEnvelope(reply.data());
-            if (env->body_type() == Body::HeartbeatReply) {
-                const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
-                if (d != nullptr && d->size() > 0) drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
-            }
+            beat();
             if (warned) TH_LOG(Warn, "server ", cfg_.server_url, " answers heartbeats again");
             warned = false;
         } catch (const std::exception &e) {
@@ -369,6 +365,16 @@ void Client::heartbeat_loop() {
         }
         lk.lock();
     }
+}
+
+// A heartbeat; its reply names the owned copies no longer required.
+void Client::beat() {
+    Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
+                       Deadline(cfg_.timeout_ms));
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::HeartbeatReply) return;
+    const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
+    if (d != nullptr && d->size() > 0) drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
 }
 
 void Client::remember(Replica *r) {
@@ -446,6 +452,9 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
         throw;
     }
     remember(r.get());
+    // Memory for the owned copy a mutation of it may need, made ready now,
+    // on the pool's thread, rather than when the trainer waits for it.
+    if (cfg_.retention != TH_RETAIN_FAIL) spill_pool_->prepare(layout.total_bytes());
     SyncStats st;
     st.version = version;
     st.moved = false;
@@ -562,13 +571,26 @@ void Client::spill(const Replica &r) {
     copy->num_shards_ = r.num_shards_;
     copy->chunk_bytes_ = r.chunk_bytes_;
     copy->owned_ = true;
-    copy->storage_.reset(static_cast<uint8_t *>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)));
-    if (!copy->storage_) fail(TH_ERR_NO_MEMORY, "cannot allocate ", total, " bytes for an owned copy");
+    // Copies of versions no longer required give their memory back first:
+    // the previous version's copy is usually what this one reuses.
+    bool have_owned;
+    {
+        std::lock_guard lk(reg_mu_);
+        have_owned = !owned_.empty();
+    }
+    if (have_owned) {
+        try {
+            beat();
+        } catch (const Error &e) {
+            TH_LOG(Info, "could not ask which owned copies may go before spilling: ", e.what());
+        }
+    }
+    copy->storage_ = spill_pool_->acquire(total);
     std::vector<Buffer> buffers;
     uint64_t offset = 0;
     for (const Buffer &b : r.buffers_) {
         Buffer nb = b;
-        nb.data = copy->storage_.get() + offset;
+        nb.data = copy->storage_.data() + offset;
         nb.kind = TH_MEM_HOST;
         copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
         offset += b.spec.nbytes;
@@ -623,9 +645,7 @@ void Client::drop_owned(const std::vector<uint64_t> &ids) {
         } catch (const std::exception &e) {
             TH_LOG(Warn, "releasing an owned copy: ", e.what());
         }
-        void *base = r->storage_.get();
-        r.reset();
-        ucx_->forget_memory(base);
+        r.reset();  // its memory goes back to the spill pool
     }
 }
 

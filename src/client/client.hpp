@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/control_word.hpp"
+#include "client/spill_pool.hpp"
 #include "client/sync_stats.hpp"
 #include "common/deadline.hpp"
 #include "common/labels.hpp"
@@ -40,6 +41,7 @@ struct ClientConfig {
     th_retention retention = TH_DEFAULT_RETENTION;
     uint32_t mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
     std::string token;  // cluster token (empty: none)
+    uint64_t spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;  // 0: no limit
 };
 
 // Caller memory holding one tensor of a replica or a fetch destination.
@@ -70,16 +72,15 @@ class Replica {
     uint32_t num_shards_ = 1;
     uint64_t chunk_bytes_ = 0;
     std::vector<Buffer> buffers_;
+    // Owned copies only: the spill pool's memory the buffers point into.
+    // Declared before regions_ so that it goes back to the pool after them.
+    SpillPool::Lease storage_;
     std::vector<RegionRef> regions_;  // distinct registrations, in desc order
     ReplicaDesc desc_;
     ControlPage::Slot ctrl_{};
     bool complete_ = false;
     bool mutating_ = false;  // begin_mutation succeeded: its buffers may change
     bool owned_ = false;     // a copy in library memory, made for retention
-    struct FreeDeleter {
-        void operator()(uint8_t *p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t, FreeDeleter> storage_;  // owned copies only
 };
 
 struct FetchRequest {
@@ -133,6 +134,8 @@ class Client {
     wire::Bytes call(Build &&build, const Deadline &deadline);
 
     UcxWorker &ucx() { return *ucx_; }
+    // What the memory for owned copies holds now.
+    SpillPool::Usage spill_usage() const { return spill_pool_->usage(); }
 
     // True for a while after this client registered again with a replaced
     // server: holders are still re-declaring what they hold there, so a
@@ -149,6 +152,7 @@ class Client {
     void hello(const Deadline &deadline);
     void reregister(const Deadline &deadline);
     void heartbeat_loop();
+    void beat();
     // Whether the last Hello gave the server the UCX address we have now.
     bool registered_address_is_current();
     void on_event(const uint8_t *data, size_t size);
@@ -168,6 +172,7 @@ class Client {
     uint64_t worker_id_;
     std::unique_ptr<UcxWorker> ucx_;
     std::unique_ptr<ControlPage> ctrl_;
+    std::unique_ptr<SpillPool> spill_pool_;  // memory for owned copies
     // The server in use: servers_[current_], reached through rpc_. Swapped
     // under rpc_mu_ on failover; callers hold their own reference.
     std::shared_ptr<RpcClient> rpc();

@@ -132,6 +132,7 @@ class ClientConfig(Structure):
         ("retention", c_enum),
         ("mutation_wait_ms", c_uint32),
         ("token", c_char_p),
+        ("spill_pool_bytes", c_uint64),
     ]
 
 

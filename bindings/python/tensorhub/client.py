@@ -13,7 +13,7 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
-from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, version_arg
+from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, u64, version_arg
 from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
 from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
 from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
@@ -74,6 +74,10 @@ class Client:
             another copy, or "fail" with Retained.
         mutation_wait: how long begin_mutation waits for reads in flight, in seconds.
         token: the cluster token, if the server has one (default $TENSORHUB_TOKEN).
+        spill_pool: bytes of host memory the library may hold for owned copies
+            ("spill"/"wait" retention); 0 means no limit. Each publish prepares
+            a buffer of the replica's size in the background, reused across
+            versions; a spill that does not fit raises OutOfMemory.
 
         Settings left at None take the library's defaults (TH_DEFAULT_* in
         tensorhub.h, read back from th_client_config_init).
@@ -85,7 +89,8 @@ class Client:
     def __init__(self, server: str | Server, name: str | None = None, labels: Labels = None,
                  timeout: float | None = None, heartbeat: float | None = None, chunk_timeout: float | None = None,
                  max_inflight: int | None = None, retention: Retention | None = None,
-                 mutation_wait: float | None = None, token: str | None = None) -> None:
+                 mutation_wait: float | None = None, token: str | None = None,
+                 spill_pool: int | None = None) -> None:
         url = server.url if isinstance(server, Server) else server
         if retention is not None and retention not in _RETENTION:
             raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
@@ -108,6 +113,8 @@ class Client:
             cfg.mutation_wait_ms = to_ms(mutation_wait, "mutation_wait")
         if token is not None:
             cfg.token = encode(token, "token")
+        if spill_pool is not None:
+            cfg.spill_pool_bytes = u64(spill_pool, "spill_pool")
         out = ctypes.c_void_p()
         check(lib.th_client_create(ctypes.byref(out), ctypes.byref(cfg)))
         self._handle = Handle(out.value or 0, lib.th_client_destroy, "client")
