@@ -6,7 +6,10 @@
 //   --role trainer   publishes S bytes at T0, then at once begins to mutate
 //                    its buffers (th_replica_begin_mutation; the retention
 //                    policy spills the version into an owned copy that keeps
-//                    serving) and overwrites them. Reports its stall.
+//                    serving) and overwrites them. Reports its stall. Before
+//                    T0 it goes through the same steps for two earlier
+//                    versions, as a training loop has by then: the memory
+//                    for owned copies is what a running trainer has.
 //   --role reader    at T0 + --ready-offset waits for the version, fetches it
 //                    and serves it on (pipelined replication).
 // trainer-direct baseline (plain UCX, what a point-to-point setup does):
@@ -97,17 +100,33 @@ std::string host_name() {
 int run_trainer(const Options &o) {
     ClientPtr client = connect(o, "trainer");
     Shard shard(o.payload);
+    auto publish = [&](uint64_t version) {
+        th_publish_config pc;
+        th_publish_config_init(&pc, sizeof pc);
+        pc.model = o.model.c_str();
+        pc.version = version;
+        pc.chunk_bytes = o.chunk_bytes;
+        th_replica *replica = nullptr;
+        check(th_publish(client.get(), &pc, shard.views.data(), shard.views.size(), &replica), "publishing");
+        return replica;
+    };
+    // Earlier steps of the loop: publish, mutate, publish the next version,
+    // release the previous handle. Readers wait for the timed version.
+    th_replica *previous = nullptr;
+    for (uint64_t v = 1; v < Payload::kVersion; ++v) {
+        std::memset(shard.buffer.data(), static_cast<int>(v), shard.buffer.size());
+        th_replica *r = publish(v);
+        if (previous) check(th_replica_release(previous), "releasing an earlier version");
+        if (!o.keep) check(th_replica_begin_mutation(r), "beginning the mutation of an earlier version");
+        previous = r;
+    }
     o.payload.fill(shard.buffer.data());
     double t0 = wait_for_start();
     sleep_until(t0);
-    th_publish_config pc;
-    th_publish_config_init(&pc, sizeof pc);
-    pc.model = o.model.c_str();
-    pc.version = Payload::kVersion;
-    pc.chunk_bytes = o.chunk_bytes;
-    th_replica *replica = nullptr;
-    check(th_publish(client.get(), &pc, shard.views.data(), shard.views.size(), &replica), "publishing");
+    double start = wall_now();
+    th_replica *replica = publish(Payload::kVersion);
     double published = wall_now();
+    if (previous) check(th_replica_release(previous), "releasing the previous version");
     double free_at = published;
     if (!o.keep) {
         check(th_replica_begin_mutation(replica), "beginning the mutation");
@@ -115,7 +134,7 @@ int run_trainer(const Options &o) {
         // The optimizer step: the buffers no longer hold the version.
         std::memset(shard.buffer.data(), 0xA5, shard.buffer.size());
     }
-    emit(str("{\"role\":\"trainer\",\"published\":", fixed(published), ",\"stall_s\":", fixed(free_at - published),
+    emit(str("{\"role\":\"trainer\",\"published\":", fixed(published), ",\"stall_s\":", fixed(free_at - start),
              ",\"free\":", fixed(free_at), "}"));
     serve_until_quit([] { return true; });
     check(th_replica_release(replica), "releasing");
@@ -130,7 +149,8 @@ int run_reader(const Options &o) {
     double ready = wall_now();
     uint32_t limit = deadline_ms(o.payload.bytes);
     uint64_t version = 0;
-    check(th_wait_for_version(client.get(), o.model.c_str(), 0, limit, &version), "waiting for the version");
+    check(th_wait_for_version(client.get(), o.model.c_str(), Payload::kVersion - 1, limit, &version),
+          "waiting for the version");
     th_fetch_config fc;
     th_fetch_config_init(&fc, sizeof fc);
     fc.model = o.model.c_str();

@@ -530,7 +530,19 @@ uint32_t Client::prepare_to_give_up(Replica &r, const Deadline &deadline) {
             TH_LOG(Info, what, ": keeping an owned copy");
             // The server kept routing readers here while the copy was made;
             // asking again finds the copy and stops that.
-            spill(r);
+            try {
+                spill(r);
+            } catch (...) {
+                // Nothing changed: it keeps serving. The spill's error is
+                // what the caller needs to hear, not this call's.
+                calls = Deadline(cfg_.timeout_ms);
+                try {
+                    ask(Body::CancelMutation);
+                } catch (const std::exception &e) {
+                    TH_LOG(Warn, "replica ", r.id_, " may stay unrouted: ", e.what());
+                }
+                throw;
+            }
             // The copy is local work as long as the shard is large (seconds
             // for GBs); the server is owed an answer within a deadline of its own.
             calls = Deadline(cfg_.timeout_ms);
