@@ -22,6 +22,8 @@ const (
 	DefaultSpillPoolBytes      uint64        = C.TH_DEFAULT_SPILL_POOL_BYTES
 	DefaultNumShards           uint32        = C.TH_DEFAULT_NUM_SHARDS
 	DefaultChunkBytes          uint64        = C.TH_DEFAULT_CHUNK_BYTES
+	DefaultChecksums           bool          = C.TH_DEFAULT_CHECKSUMS != 0
+	DefaultVerify              Verify        = C.TH_DEFAULT_VERIFY
 )
 
 // libraryDefaults reads back what the loaded library's th_*_config_init
@@ -47,7 +49,8 @@ func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig) {
 			MutationWait:   ms(c.mutation_wait_ms),
 			SpillPoolBytes: uint64(c.spill_pool_bytes),
 		}, PublishConfig{
-			NumShards:  uint32(p.num_shards),
-			ChunkBytes: uint64(p.chunk_bytes),
+			NumShards:   uint32(p.num_shards),
+			ChunkBytes:  uint64(p.chunk_bytes),
+			NoChecksums: p.checksums == 0,
 		}
 }

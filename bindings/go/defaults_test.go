@@ -18,7 +18,7 @@ func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
 	if client != wantClient {
 		t.Errorf("client defaults: library %+v, constants %+v", client, wantClient)
 	}
-	wantPublish := PublishConfig{NumShards: DefaultNumShards, ChunkBytes: DefaultChunkBytes}
+	wantPublish := PublishConfig{NumShards: DefaultNumShards, ChunkBytes: DefaultChunkBytes, NoChecksums: !DefaultChecksums}
 	if publish != wantPublish {
 		t.Errorf("publish defaults: library %+v, constants %+v", publish, wantPublish)
 	}

@@ -289,6 +289,9 @@ typedef struct th_sync_stats {
     uint32_t chunks;             /* chunks fetched (publish: chunks declared) */
     uint64_t bytes_from_publisher; /* of bytes, read from a publisher's replica */
     uint64_t bytes_from_replicas;  /* of bytes, read from readers' replicas or spilled copies */
+    uint32_t checksum_mismatches;  /* chunks that did not match the version's checksums:
+                                      read again from another source, whose worker
+                                      was reported (see th_fetch_config.verify) */
 } th_sync_stats;
 
 /* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */
@@ -299,6 +302,7 @@ TH_API void th_sync_stats_init(th_sync_stats *stats, size_t size);
 
 #define TH_DEFAULT_NUM_SHARDS 1
 #define TH_DEFAULT_CHUNK_BYTES 4194304 /* 4 MiB */
+#define TH_DEFAULT_CHECKSUMS 1
 
 typedef struct th_publish_config {
     size_t struct_size;
@@ -310,6 +314,11 @@ typedef struct th_publish_config {
                              across shards */
     th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
                              Default NULL. */
+    uint32_t checksums;   /* nonzero: compute a checksum (XXH3-64) of every chunk and
+                             declare them with the version, for readers to check
+                             (th_fetch_config.verify). One pass over the bytes at
+                             publish (CUDA memory is staged through host memory).
+                             Default TH_DEFAULT_CHECKSUMS. */
 } th_publish_config;
 
 TH_API void th_publish_config_init(th_publish_config *cfg, size_t size);
@@ -361,7 +370,16 @@ TH_API th_status th_unpin(th_client *client, const char *model, uint64_t version
 /* Fetch                                                                      */
 /* ------------------------------------------------------------------------- */
 
+/* Which chunks a fetch checks against the checksums their publisher declared
+ * (versions published without checksums are not checked). */
+typedef enum th_verify {
+    TH_VERIFY_OFF = 0,
+    TH_VERIFY_SAMPLE = 1, /* about one chunk in eight, drawn anew by every fetch */
+    TH_VERIFY_ALL = 2
+} th_verify;
+
 #define TH_DEFAULT_PROGRESS_INTERVAL_MS 100
+#define TH_DEFAULT_VERIFY TH_VERIFY_SAMPLE
 
 typedef struct th_fetch_config {
     size_t struct_size;
@@ -385,6 +403,12 @@ typedef struct th_fetch_config {
     void *progress_user_data;      /* passed to progress as user_data */
     uint32_t progress_interval_ms; /* Default TH_DEFAULT_PROGRESS_INTERVAL_MS; 0: whenever
                                       bytes may have arrived. */
+    th_verify verify;     /* which chunks are checked against the checksums their
+                             publisher declared; a chunk that does not match is read
+                             again from another source and its worker reported
+                             (counted in th_sync_stats.checksum_mismatches). Chunks a
+                             partial fetch holds only in part are not checked.
+                             Default TH_DEFAULT_VERIFY. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);

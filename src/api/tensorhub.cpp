@@ -80,6 +80,7 @@ void write_stats(th_sync_stats *out, const th::SyncStats &st) {
     full.chunks = st.chunks;
     full.bytes_from_publisher = st.bytes_from_publisher;
     full.bytes_from_replicas = st.bytes_from_replicas;
+    full.checksum_mismatches = st.checksum_mismatches;
     std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
 }
 
@@ -280,6 +281,7 @@ void th_publish_config_init(th_publish_config *cfg, size_t size) {
     init_config(cfg, size, [](th_publish_config &c) {
         c.num_shards = TH_DEFAULT_NUM_SHARDS;
         c.chunk_bytes = TH_DEFAULT_CHUNK_BYTES;
+        c.checksums = TH_DEFAULT_CHECKSUMS;
     });
 }
 
@@ -295,7 +297,8 @@ th_status th_publish(th_client *client, const th_publish_config *cfg, const th_t
         check_stats(c.stats);
         auto r = std::make_unique<th_replica>();
         th::SyncStats st;
-        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n), &st);
+        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n), &st,
+                                        c.checksums != 0);
         *out = r.release();
         write_stats(c.stats, st);
     });
@@ -322,6 +325,7 @@ void th_fetch_config_init(th_fetch_config *cfg, size_t size) {
     init_config(cfg, size, [](th_fetch_config &c) {
         c.version = TH_LATEST;
         c.progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
+        c.verify = TH_DEFAULT_VERIFY;
     });
 }
 
@@ -342,6 +346,10 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
         if (c.tensor) req.tensor = std::string(c.tensor);
         req.offset = c.offset;
         req.length = c.length;
+        uint32_t verify = 0;
+        std::memcpy(&verify, &c.verify, sizeof verify);
+        if (verify > TH_VERIFY_ALL) fail(TH_ERR_INVALID_ARG, "unknown verify mode ", verify);
+        req.verify = static_cast<th_verify>(verify);
         if (c.progress) {
             auto progress = c.progress;
             void *user_data = c.progress_user_data;

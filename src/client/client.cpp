@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "client/checksum.hpp"
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
@@ -416,7 +417,8 @@ void Client::send_publish(const Replica &r, const Deadline &deadline, bool recov
     Bytes reply = call_raw(
         [&](Builder &b, const Header &h) {
             auto body = CreatePublish(b, b.CreateString(r.model_), r.version_, r.shard_, r.num_shards_, r.chunk_bytes_,
-                                      put_tensors(b, specs), put_desc(b, r.desc_), r.id_, r.owned_);
+                                      put_tensors(b, specs), put_desc(b, r.desc_), r.id_, r.owned_,
+                                      r.checksums_.empty() ? 0 : b.CreateVector(r.checksums_));
             return finish(b, h, body);
         },
         deadline, recover);
@@ -425,7 +427,7 @@ void Client::send_publish(const Replica &r, const Deadline &deadline, bool recov
 
 std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t version, uint32_t shard,
                                          uint32_t num_shards, uint64_t chunk_bytes, std::vector<Buffer> buffers,
-                                         SyncStats *stats) {
+                                         SyncStats *stats, bool checksums) {
     auto started = Clock::now();
     if (model.empty() || model.size() > 255) fail(TH_ERR_INVALID_ARG, "model name must be 1..255 bytes");
     if (num_shards == 0 || shard >= num_shards)
@@ -443,6 +445,15 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
     r->num_shards_ = num_shards;
     r->chunk_bytes_ = chunk_bytes;
     prepare_replica(r, buffers);
+    if (checksums) {
+        std::vector<std::vector<ChunkPiece>> chunks(layout.num_chunks());
+        for (uint32_t c = 0; c < layout.num_chunks(); ++c)
+            for (const Segment &s : layout.segments(layout.chunk_begin(c), layout.chunk_end(c))) {
+                const Buffer &b = r->buffers_[s.tensor];
+                chunks[c].push_back({static_cast<const uint8_t *>(b.data) + s.offset, s.length, b.kind});
+            }
+        for (const auto &pieces : chunks) r->checksums_.push_back(checksum(pieces));
+    }
     r->ctrl_.word->chunks_done.store(layout.num_chunks());
     r->complete_ = true;
     try {
@@ -583,6 +594,7 @@ void Client::spill(const Replica &r) {
     copy->num_shards_ = r.num_shards_;
     copy->chunk_bytes_ = r.chunk_bytes_;
     copy->owned_ = true;
+    copy->checksums_ = r.checksums_;
     // Copies of versions no longer required give their memory back first:
     // the previous version's copy is usually what this one reuses.
     bool have_owned;

@@ -77,6 +77,7 @@ class Replica {
     SpillPool::Lease storage_;
     std::vector<RegionRef> regions_;  // distinct registrations, in desc order
     ReplicaDesc desc_;
+    std::vector<uint64_t> checksums_;  // of the version's chunks, declared with it; may be empty
     ControlPage::Slot ctrl_{};
     bool complete_ = false;
     bool mutating_ = false;  // begin_mutation succeeded: its buffers may change
@@ -95,6 +96,7 @@ struct FetchRequest {
     // every progress_interval_ms and once at the end; may be empty.
     std::function<void(uint64_t, uint64_t)> progress;
     uint32_t progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
+    th_verify verify = TH_DEFAULT_VERIFY;  // which chunks are checked against the version's checksums
 };
 
 struct FetchResult {
@@ -111,9 +113,11 @@ class Client {
     uint64_t worker_id() const { return worker_id_; }
     const ClientConfig &config() const { return cfg_; }
 
-    // stats (may be null) receives the publish's summary.
+    // stats (may be null) receives the publish's summary. With checksums,
+    // every chunk's checksum is computed and declared with the version.
     std::unique_ptr<Replica> publish(const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
-                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr);
+                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr,
+                                     bool checksums = TH_DEFAULT_CHECKSUMS != 0);
     FetchResult fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve);
     uint64_t resolve(const std::string &model, uint64_t version);
     // Withdraws the replica. With retain, the retention policy applies first

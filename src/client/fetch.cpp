@@ -3,6 +3,7 @@
 #include "client/read_window.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <thread>
 
@@ -74,6 +75,9 @@ Fetch::Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, b
         if (b.spec.nbytes == 0) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' is empty");
     }
     registrations_at_start_ = client_.registrations_.load();
+    if (req_.verify != TH_VERIFY_OFF && req_.verify != TH_VERIFY_SAMPLE && req_.verify != TH_VERIFY_ALL)
+        fail(TH_ERR_INVALID_ARG, "unknown verify mode ", static_cast<int>(req_.verify));
+    verify_ = VerifyPolicy(req_.verify);
     if (serve_) {
         replica_ = std::make_unique<Replica>();
         replica_->model_ = req_.model;
@@ -213,6 +217,12 @@ void Fetch::plan(const Deadline &deadline) {
     if (!have_layout_) {
         if (p->num_shards() == 0 || req_.shard >= p->num_shards()) fail(TH_ERR_PROTOCOL, "plan with a bad shard count");
         apply_layout(p->version(), p->chunk_bytes(), p->num_shards(), get_tensors(p->tensors()));
+        // The first plan asks for every chunk: its checksums cover the shard.
+        if (const auto *sums = aligned(p->checksums(), "checksum list"); sums && sums->size() > 0) {
+            if (sums->size() != layout_.num_chunks()) fail(TH_ERR_PROTOCOL, "plan with a bad checksum count");
+            checksums_.assign(sums->begin(), sums->end());
+            if (replica_) replica_->checksums_ = checksums_;
+        }
     }
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
@@ -371,9 +381,16 @@ void Fetch::handle(const Event &e) {
     // read is the version's bytes. Only reads that had completed when this
     // read was issued count: the control word has a lane of its own and may
     // overtake reads still queued at the source, but not those it already
-    // answered.
+    // answered. A chunk that does not match the version's checksum is read
+    // again elsewhere, and its source reported.
+    std::optional<uint32_t> corrupt;
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
+        if (!matches_checksum(u.first)) {
+            state_[u.first - first_chunk_] = Missing;
+            corrupt = u.first;
+            return true;
+        }
         state_[u.first - first_chunk_] = Confirmed;
         confirmed_++;
         uint64_t n = 0;
@@ -383,6 +400,14 @@ void Fetch::handle(const Event &e) {
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
+    if (corrupt) {
+        mismatches_++;
+        fail_source(s, str("chunk ", *corrupt, " does not match the version's checksum"));
+        TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", *corrupt, " from worker ",
+               s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
+        advance_served_prefix();
+        return;
+    }
     uint32_t avail = static_cast<uint32_t>(std::min<uint64_t>(chunks, layout_.num_chunks()));
     if (avail > s.avail) {
         s.avail = avail;
@@ -430,6 +455,15 @@ void Fetch::retire_failed_sources() {
             }
         }
     }
+}
+
+bool Fetch::matches_checksum(uint32_t chunk) {
+    if (checksums_.empty() || !verify_.check(chunk)) return true;
+    // A partial fetch holds only part of its first and last chunks.
+    if (layout_.chunk_begin(chunk) < range_begin_ || layout_.chunk_end(chunk) > range_end_) return true;
+    std::vector<ChunkPiece> got;
+    for (const Piece &p : pieces(chunk)) got.push_back({p.local, p.length, p.region->kind});
+    return checksum(got) == checksums_[chunk];
 }
 
 void Fetch::advance_served_prefix() {
@@ -523,6 +557,7 @@ SyncStats Fetch::stats() const {
     st.replans = plans_ > 0 ? plans_ - 1 : 0;
     st.failed_sources = failed_sources_;
     st.chunks = needed_;
+    st.checksum_mismatches = mismatches_;
     std::vector<uint64_t> workers;
     for (const auto &[src, n] : bytes_from_) {
         if (n == 0) continue;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "client/checksum.hpp"
 #include "client/client.hpp"
 #include "client/progress_reporter.hpp"
 
@@ -61,6 +62,9 @@ class Fetch {
     void fail_source(Source &s, const std::string &why);
     void retire_failed_sources();
     void advance_served_prefix();
+    // Whether a read chunk holds the version's bytes, as far as the verify
+    // policy checks it.
+    bool matches_checksum(uint32_t chunk);
     bool done() const { return confirmed_ == needed_; }
     void drain();
     void finish(bool ok);
@@ -90,6 +94,9 @@ class Fetch {
     std::map<uint64_t, bool> publisher_;  // source replica -> is a publisher's
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
     uint32_t plans_ = 0, failed_sources_ = 0;
+    std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none
+    VerifyPolicy verify_{TH_DEFAULT_VERIFY};
+    uint32_t mismatches_ = 0;
     Clock::time_point progress_at_{};
     // Tells the server how far our replica has filled (serving fetches only).
     std::unique_ptr<ProgressReporter> reporter_;

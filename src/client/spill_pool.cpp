@@ -113,6 +113,14 @@ SpillPool::Lease SpillPool::acquire(uint64_t n) {
             }
         }
         if (!room_for(want)) {
+            // A slab being made or registered anew may be one to free: wait
+            // for it rather than refuse.
+            bool settling = making_ != 0 || !to_make_.empty() ||
+                            std::any_of(slabs_.begin(), slabs_.end(), [](auto &s) { return !s->lent && !s->region; });
+            if (settling) {
+                cv_.wait(lk);
+                continue;
+            }
             uint64_t lent = 0;
             for (auto &s : slabs_) lent += s->lent ? s->bytes : 0;
             fail(TH_ERR_NO_MEMORY, "the spill pool's cap of ", mib(cap_), " leaves no room for an owned copy of ",

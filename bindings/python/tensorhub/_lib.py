@@ -151,6 +151,7 @@ class SyncStats(Structure):
         ("chunks", c_uint32),
         ("bytes_from_publisher", c_uint64),
         ("bytes_from_replicas", c_uint64),
+        ("checksum_mismatches", c_uint32),
     ]
 
 
@@ -169,6 +170,7 @@ class PublishConfig(Structure):
         ("num_shards", c_uint32),
         ("chunk_bytes", c_uint64),
         ("stats", POINTER(SyncStats)),
+        ("checksums", c_uint32),
     ]
 
 
@@ -188,6 +190,7 @@ class FetchConfig(Structure):
         ("progress", ProgressFn),
         ("progress_user_data", c_void_p),
         ("progress_interval_ms", c_uint32),
+        ("verify", c_enum),
     ]
 
 

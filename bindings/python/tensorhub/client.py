@@ -27,6 +27,16 @@ Labels = Union[Mapping[str, str], str, None]
 Retention = Literal["spill", "wait", "fail"]
 
 _RETENTION = {"spill": 0, "wait": 1, "fail": 2}
+Verify = Literal["off", "sample", "all"]
+_VERIFY = {"off": 0, "sample": 1, "all": 2}
+
+
+def _verify(verify: Verify | None) -> int | None:
+    if verify is None:
+        return None
+    if verify not in _VERIFY:
+        raise InvalidArgument(-1, f"verify must be one of {sorted(_VERIFY)}, got {verify!r}")
+    return _VERIFY[verify]
 
 # wait_for_version(timeout=None) waits in slices of this many seconds: every C
 # call needs a deadline, and between slices Python can deliver KeyboardInterrupt.
@@ -234,7 +244,7 @@ class Client:
     # ------------------------------------------------------------------ #
 
     def publish(self, model: str, version: int, tensors: Tensors, shard: int = 0, num_shards: int | None = None,
-                chunk_bytes: int | None = None) -> Replica:
+                chunk_bytes: int | None = None, checksums: bool | None = None) -> Replica:
         """Declares that this process holds `version` of `model` (one shard) in
         `tensors` and serves it from there. Nothing is copied.
 
@@ -249,15 +259,18 @@ class Client:
             num_shards: None: TH_DEFAULT_NUM_SHARDS (one).
             chunk_bytes: transfer unit; must agree across shards. None:
                 TH_DEFAULT_CHUNK_BYTES.
+            checksums: compute a checksum of every chunk for readers to
+                check (one pass over the bytes). None: TH_DEFAULT_CHECKSUMS (on).
 
         Raises:
-            InvalidArgument, Conflict, Unavailable, Timeout.
+            InvalidArgument, Conflict (another publisher declared other
+            bytes for this shard of the version), Unavailable, Timeout.
         """
         views = views_of(tensors, writable=False)
-        return self._publish(model, version, views, to_c(views), shard, num_shards, chunk_bytes)
+        return self._publish(model, version, views, to_c(views), shard, num_shards, chunk_bytes, checksums)
 
     def _publish(self, model: str, version: int, views: list[View], c_tensors: Any, shard: int, num_shards: int,
-                 chunk_bytes: int) -> Replica:
+                 chunk_bytes: int, checksums: bool | None = None) -> Replica:
         # c_tensors: to_c(views), which a caller publishing the same buffers
         # again may keep and pass back (it is 1-2 us per tensor to build).
         cfg = new_config(PublishConfig, lib.th_publish_config_init)
@@ -268,6 +281,8 @@ class Client:
             cfg.num_shards = u32(num_shards, "num_shards")
         if chunk_bytes is not None:
             cfg.chunk_bytes = version_arg(chunk_bytes, "chunk_bytes")
+        if checksums is not None:
+            cfg.checksums = 1 if checksums else 0
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         out = ctypes.c_void_p()
@@ -283,7 +298,8 @@ class Client:
 
     def _fetch(self, model: str, version: int, views: list[View], shard: int, timeout: float | None,
                serve: bool, tensor: str | None = None, offset: int = 0,
-               hook: ProgressHook | None = None, c_tensors: Any = None) -> tuple[int, Replica | None]:
+               hook: ProgressHook | None = None, c_tensors: Any = None,
+               verify: Verify | None = None) -> tuple[int, Replica | None]:
         # The caller raises what the progress callback raised (hook.raise_if_failed)
         # once its own bookkeeping is done. c_tensors: to_c(views), if the
         # caller keeps it across fetches into the same buffers.
@@ -297,6 +313,8 @@ class Client:
             cfg.tensor = encode(tensor, "name")
             cfg.offset = version_arg(offset, "offset")
             cfg.length = views[0].nbytes
+        if (mode := _verify(verify)) is not None:
+            cfg.verify = mode
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         if hook is not None:
@@ -316,7 +334,8 @@ class Client:
 
     def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
               timeout: float | None = None, serve: bool = True,
-              progress: ProgressCallback | None = None, progress_interval: float | None = None) -> int:
+              progress: ProgressCallback | None = None, progress_interval: float | None = None,
+              verify: Verify | None = None) -> int:
         """Fetches a shard of `version` (default: the newest committed) into
         the caller's tensors, reading directly from processes that hold it.
 
@@ -330,6 +349,11 @@ class Client:
                 callback is not called again).
             progress_interval: the least time between two progress calls, in
                 seconds (None: 0.1; 0: whenever bytes may have arrived).
+            verify: which chunks are checked against their publisher's
+                checksums: "off", "sample" (about one in eight) or "all".
+                A chunk that does not match is read again from another holder
+                (last_sync_stats()["checksum_mismatches"]). None: the library's
+                default (TH_DEFAULT_VERIFY, "sample").
             serve: keep serving the fetched version from `into` afterwards. The
                 client then holds the replica for (model, shard) and releases
                 the previous one only after this fetch succeeded, so a reader can
@@ -348,7 +372,7 @@ class Client:
         views = views_of(into, writable=True)
         hook = _progress_hook(progress, progress_interval)
         if not serve:
-            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook)[0]
+            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook, verify=verify)[0]
             hook.raise_if_failed()
             return got
         key = (model, shard)
@@ -357,7 +381,7 @@ class Client:
         for old in served:
             if old._overlaps(views):
                 old.release()  # Retained propagates: those bytes must not be overwritten
-        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook)
+        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook, verify=verify)
         assert replica is not None
         with self._lock:
             older = self._served.get(key, [])
@@ -377,7 +401,7 @@ class Client:
 
     def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
                       timeout: float | None = None, progress: ProgressCallback | None = None,
-                      progress_interval: float | None = None) -> tuple[int, Replica]:
+                      progress_interval: float | None = None, verify: Verify | None = None) -> tuple[int, Replica]:
         """Like fetch(serve=True), but the caller owns the resulting Replica
         and releases it (or uses it as a context manager).
 
@@ -385,7 +409,8 @@ class Client:
             (version delivered, the replica serving it from `into`).
         """
         hook = _progress_hook(progress, progress_interval)
-        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook)
+        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook,
+                                   verify=verify)
         assert replica is not None
         try:
             hook.raise_if_failed()

@@ -35,6 +35,8 @@ DEFAULTS = {
     "TH_DEFAULT_CHUNK_BYTES": ("publish", "chunk_bytes", (tensorhub.Client.publish, "chunk_bytes")),
     # Fetch progress is reported through a callback; its interval is the library's.
     "TH_DEFAULT_PROGRESS_INTERVAL_MS": ("fetch", "progress_interval_ms", None),
+    "TH_DEFAULT_CHECKSUMS": ("publish", "checksums", (tensorhub.Client.publish, "checksums")),
+    "TH_DEFAULT_VERIFY": ("fetch", "verify", (tensorhub.Client.fetch, "verify")),
 }
 
 CONFIGS = {

@@ -26,6 +26,29 @@ pub struct FetchRequest<'s> {
     pub tensor: Option<&'s str>,
     pub offset: u64,
     pub length: u64,
+    /// Which chunks are checked against their publisher's checksums; a chunk
+    /// that does not match is read again elsewhere. `None`: the library's
+    /// default (`TH_DEFAULT_VERIFY`, a sample).
+    pub verify: Option<Verify>,
+}
+
+/// Which chunks a fetch checks against the checksums their publisher declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    Off,
+    /// About one chunk in eight, drawn anew by every fetch.
+    Sample,
+    All,
+}
+
+impl Verify {
+    fn raw(self) -> sys::th_verify {
+        match self {
+            Verify::Off => sys::TH_VERIFY_OFF,
+            Verify::Sample => sys::TH_VERIFY_SAMPLE,
+            Verify::All => sys::TH_VERIFY_ALL,
+        }
+    }
 }
 
 impl<'s> FetchRequest<'s> {
@@ -81,6 +104,9 @@ impl Client {
         raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
         raw.offset = request.offset;
         raw.length = request.length;
+        if let Some(verify) = request.verify {
+            raw.verify = verify.raw();
+        }
         let mut stats = raw_stats();
         raw.stats = &mut stats;
 

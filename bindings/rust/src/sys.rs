@@ -52,6 +52,11 @@ pub const TH_RETAIN_SPILL: th_retention = 0;
 pub const TH_RETAIN_WAIT: th_retention = 1;
 pub const TH_RETAIN_FAIL: th_retention = 2;
 
+pub type th_verify = i32;
+pub const TH_VERIFY_OFF: th_verify = 0;
+pub const TH_VERIFY_SAMPLE: th_verify = 1;
+pub const TH_VERIFY_ALL: th_verify = 2;
+
 pub const TH_VERSION_MAJOR: u32 = 0;
 pub const TH_VERSION_MINOR: u32 = 1;
 pub const TH_VERSION_PATCH: u32 = 0;
@@ -73,7 +78,9 @@ pub const TH_DEFAULT_MUTATION_WAIT_MS: u32 = 5000;
 pub const TH_DEFAULT_SPILL_POOL_BYTES: u64 = 0;
 pub const TH_DEFAULT_NUM_SHARDS: u32 = 1;
 pub const TH_DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
+pub const TH_DEFAULT_CHECKSUMS: u32 = 1;
 pub const TH_DEFAULT_PROGRESS_INTERVAL_MS: u32 = 100;
+pub const TH_DEFAULT_VERIFY: th_verify = TH_VERIFY_SAMPLE;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +134,7 @@ pub struct th_publish_config {
     pub num_shards: u32,
     pub chunk_bytes: u64,
     pub stats: *mut th_sync_stats,
+    pub checksums: u32,
 }
 
 #[repr(C)]
@@ -143,6 +151,7 @@ pub struct th_sync_stats {
     pub chunks: u32,
     pub bytes_from_publisher: u64,
     pub bytes_from_replicas: u64,
+    pub checksum_mismatches: u32,
 }
 
 /// th_fetch_config.progress: called with (bytes_done, bytes_total, user_data).
@@ -164,6 +173,7 @@ pub struct th_fetch_config {
     pub progress: th_progress_fn,
     pub progress_user_data: *mut std::ffi::c_void,
     pub progress_interval_ms: u32,
+    pub verify: th_verify,
 }
 
 /// Opaque handles: only ever used behind pointers.

@@ -30,4 +30,5 @@ fn configs_start_from_the_headers_defaults() {
     let publish = PublishConfig::new("m", 1);
     assert_eq!(publish.num_shards, TH_DEFAULT_NUM_SHARDS);
     assert_eq!(publish.chunk_bytes, TH_DEFAULT_CHUNK_BYTES);
+    assert_eq!(publish.checksums, TH_DEFAULT_CHECKSUMS != 0);
 }
