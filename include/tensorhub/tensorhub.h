@@ -429,6 +429,51 @@ TH_API th_status th_fetch(th_client *client, const th_fetch_config *cfg,
                           const th_tensor *dst, size_t n, uint64_t *out_version,
                           th_replica **out_replica);
 
+/* One strided piece of a published tensor and where it lands, for
+ * th_fetch_ranges. It names `rows` runs of `row_bytes` bytes each: run i
+ * starts at byte offset + i * src_stride of the tensor and lands at
+ * dst + i * dst_stride. A contiguous byte range is rows = 1. Column block
+ * [c0, c1) of a row-major [R, C] tensor of e-byte elements (what a
+ * tensor-parallel rank of another degree needs): offset = c0 * e,
+ * row_bytes = (c1 - c0) * e, rows = R, src_stride = C * e, and dst_stride =
+ * row_bytes to pack the rows, or the row pitch of a wider destination to land
+ * them inside it (gathering columns from several shards into one tensor).
+ * Dimension d of any shape is the same with "rows" = the product of the
+ * dimensions before d. This struct is frozen: its layout never changes (a
+ * future version would add a new type). */
+typedef struct th_range {
+    const char *tensor;   /* name of a tensor of the shard; copied */
+    uint64_t offset;      /* byte offset of run 0 inside the tensor */
+    uint64_t row_bytes;   /* bytes per run, >= 1 */
+    uint64_t rows;        /* number of runs, >= 1 */
+    uint64_t src_stride;  /* bytes from one run's start to the next one's in the
+                             tensor, >= row_bytes; ignored when rows == 1 */
+    void *dst;            /* where run 0 lands; only referenced during the call */
+    uint64_t dst_stride;  /* bytes between runs in dst; 0: row_bytes (packed).
+                             Otherwise >= row_bytes */
+    uint64_t dst_bytes;   /* bytes writable at dst: at least
+                             (rows - 1) * dst_stride + row_bytes */
+    th_mem_kind mem_kind; /* where dst lives */
+    int32_t device;       /* CUDA device ordinal; ignored for host */
+} th_range;
+
+/* Fetches only the given ranges of one shard of a committed version, in ONE
+ * fetch: one plan, then reads of just the ranges' bytes (a chunk that no range
+ * touches is not read; inside a touched chunk only the ranges' runs are), each
+ * landing at its range's destination. cfg says which model, version, shard,
+ * deadline, stats (bytes counts the ranges' bytes only) and progress;
+ * cfg->tensor must be NULL (its offset and length are ignored). Ranges may
+ * name different tensors, or the same one several times. Destinations must
+ * not overlap each other; they cannot serve others (no replica is made).
+ * *out_version (may be NULL) receives the version delivered.
+ * Errors name the range and tensor: TH_ERR_NOT_FOUND (no such tensor in the
+ * shard), TH_ERR_INVALID_ARG (rows or bytes outside the tensor, a destination
+ * smaller than its runs span, a zero row count or length, a stride shorter
+ * than a run), and those of th_fetch. On failure the destination content is
+ * unspecified. Thread-safe like th_fetch. */
+TH_API th_status th_fetch_ranges(th_client *client, const th_fetch_config *cfg, const th_range *ranges,
+                                 size_t n, uint64_t *out_version);
+
 /* Resolves version (a number or TH_LATEST) of model to a committed version.
  * Errors: TH_ERR_NOT_FOUND (no such model or no committed version),
  * TH_ERR_NOT_COMMITTED (that version exists but is incomplete). */

@@ -367,6 +367,54 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
     });
 }
 
+th_status th_fetch_ranges(th_client *client, const th_fetch_config *cfg, const th_range *ranges, size_t n,
+                          uint64_t *out_version) {
+    return th::guard([&] {
+        th::check_not_forked();
+        if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
+        th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
+        if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        if (c.tensor != nullptr)
+            fail(TH_ERR_INVALID_ARG, "th_fetch_ranges takes the tensors from its ranges: th_fetch_config.tensor must be NULL");
+        if (ranges == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "no ranges given");
+        check_stats(c.stats);
+        th::FetchRequest req;
+        req.model = c.model;
+        req.version = c.version;
+        req.shard = c.shard;
+        req.timeout_ms = c.timeout_ms;
+        std::vector<th::Buffer> dst;
+        dst.reserve(n);
+        req.ranges.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+            const th_range &r = ranges[i];
+            if (r.tensor == nullptr) fail(TH_ERR_INVALID_ARG, "range ", i, " has no tensor name");
+            uint32_t kind = 0;
+            std::memcpy(&kind, &r.mem_kind, sizeof kind);
+            if (kind != TH_MEM_HOST && kind != TH_MEM_CUDA)
+                fail(TH_ERR_INVALID_ARG, "range ", i, " of tensor '", r.tensor, "' has unknown memory kind ", kind);
+            th::RangeRequest q{r.tensor, r.offset, r.row_bytes, r.rows, r.src_stride, r.dst_stride};
+            th::check_range(q, r.dst_bytes, i);
+            th::Buffer b;
+            b.spec.name = r.tensor;
+            b.spec.nbytes = th::dst_span(q);  // only what the runs cover is registered
+            b.data = r.dst;
+            b.kind = static_cast<th_mem_kind>(kind);
+            dst.push_back(std::move(b));
+            req.ranges.push_back(std::move(q));
+        }
+        if (c.progress) {
+            auto progress = c.progress;
+            void *user_data = c.progress_user_data;
+            req.progress = [progress, user_data](uint64_t done, uint64_t total) { progress(done, total, user_data); };
+            req.progress_interval_ms = c.progress_interval_ms;
+        }
+        th::FetchResult res = client->impl->fetch(req, std::move(dst), false);
+        if (out_version) *out_version = res.version;
+        write_stats(c.stats, res.stats);
+    });
+}
+
 th_status th_replica_begin_mutation(th_replica *replica) {
     return th::guard([&] {
         th::check_not_forked();

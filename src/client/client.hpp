@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/control_word.hpp"
+#include "client/range_selection.hpp"
 #include "client/spill_pool.hpp"
 #include "client/sync_stats.hpp"
 #include "common/deadline.hpp"
@@ -92,6 +93,9 @@ struct FetchRequest {
     std::optional<std::string> tensor;  // partial fetch of one tensor
     uint64_t offset = 0;
     uint64_t length = 0;
+    // th_fetch_ranges: these ranges of the shard, the destination of ranges[i]
+    // being dst[i]. Empty: the whole shard, or the single tensor above.
+    std::vector<RangeRequest> ranges;
     // Called on the fetching thread with (bytes done, bytes needed), at most
     // every progress_interval_ms and once at the end; may be empty.
     std::function<void(uint64_t, uint64_t)> progress;

@@ -70,6 +70,8 @@ Fetch::Fetch(Client &client, const FetchRequest &req, std::vector<Buffer> dst, b
     if (req_.tensor && dst_.size() != 1)
         fail(TH_ERR_INVALID_ARG, "a single-tensor fetch takes exactly one destination buffer");
     if (req_.tensor && serve_) fail(TH_ERR_INVALID_ARG, "only whole-shard fetches can serve others");
+    if (!req_.ranges.empty() && (req_.tensor || serve_ || dst_.size() != req_.ranges.size()))
+        fail(TH_ERR_INTERNAL, "a ranged fetch needs one destination per range, no single tensor and no serving");
     for (const Buffer &b : dst_) {
         if (b.data == nullptr) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' has a null data pointer");
         if (b.spec.nbytes == 0) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' is empty");
@@ -112,7 +114,9 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
     layout_ = Layout(std::move(tensors), chunk_bytes);
     version_ = version;
     have_layout_ = true;
-    if (req_.tensor) {
+    if (!req_.ranges.empty()) {
+        apply_selection();
+    } else if (req_.tensor) {
         int64_t t = layout_.find(*req_.tensor);
         if (t < 0) fail_fetch(TH_ERR_NOT_FOUND, str("the shard has no tensor named '", *req_.tensor, "'"));
         uint64_t size = layout_.tensors()[t].nbytes;
@@ -132,11 +136,14 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
         range_begin_ = 0;
         range_end_ = layout_.total_bytes();
     }
-    auto [first, end] = layout_.chunks_covering(range_begin_, range_end_);
-    first_chunk_ = first;
-    end_chunk_ = end;
-    state_.assign(end - first, Missing);
-    needed_ = end - first;
+    if (req_.ranges.empty()) {
+        auto [first, end] = layout_.chunks_covering(range_begin_, range_end_);
+        first_chunk_ = first;
+        end_chunk_ = end;
+        state_.assign(end - first, Missing);
+        needed_ = end - first;
+        bytes_wanted_ = range_end_ - range_begin_;
+    }
     if (replica_) {
         replica_->version_ = version_;
         replica_->chunk_bytes_ = chunk_bytes;
@@ -145,7 +152,32 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
     }
 }
 
+void Fetch::apply_selection() {
+    try {
+        selection_ = RangeSelection(layout_, req_.ranges);
+    } catch (const Error &e) {
+        fail_fetch(e.code(), e.what());
+    }
+    const std::vector<uint32_t> &chunks = selection_.chunks();
+    // Chunks between the touched ones start out as done: never planned or read.
+    first_chunk_ = chunks.front();
+    end_chunk_ = chunks.back() + 1;
+    state_.assign(end_chunk_ - first_chunk_, Confirmed);
+    for (uint32_t c : chunks) state_[c - first_chunk_] = Missing;
+    needed_ = static_cast<uint32_t>(chunks.size());
+    range_begin_ = layout_.chunk_begin(first_chunk_);
+    range_end_ = layout_.chunk_end(end_chunk_ - 1);
+    bytes_wanted_ = selection_.bytes();
+}
+
 std::vector<Fetch::Piece> Fetch::pieces(uint32_t chunk) const {
+    if (!req_.ranges.empty()) {
+        std::vector<Piece> out;
+        for (const RangePiece &r : selection_.pieces(chunk))
+            out.push_back(Piece{static_cast<uint8_t *>(dst_[r.range].data) + r.dst_offset, dst_regions_[r.range].get(),
+                                r.tensor, r.offset, r.length});
+        return out;
+    }
     uint64_t b = std::max(layout_.chunk_begin(chunk), range_begin_);
     uint64_t e = std::min(layout_.chunk_end(chunk), range_end_);
     std::vector<Piece> out;
@@ -177,7 +209,7 @@ void Fetch::plan(const Deadline &deadline) {
         count = hi - lo;
     }
     std::vector<TensorSpec> given;
-    if (!req_.tensor)
+    if (!partial())
         for (const Buffer &b : dst_) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
     Bytes reply;
@@ -191,7 +223,7 @@ void Fetch::plan(const Deadline &deadline) {
                     auto ex = b.CreateVector(exclude_);
                     auto ex_replicas = b.CreateVector(exclude_replicas_);
                     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
-                    if (!req_.tensor) specs = put_tensors(b, given);
+                    if (!partial()) specs = put_tensors(b, given);
                     auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, replica_ ? replica_->id_ : 0, ex, specs,
                                                 ex_replicas);
                     return wire::finish(b, h, body);
@@ -546,7 +578,7 @@ void Fetch::report_progress(bool final) {
     auto now = Clock::now();
     if (!final && now - progress_at_ < std::chrono::milliseconds(req_.progress_interval_ms)) return;
     progress_at_ = now;
-    req_.progress(bytes_done_, range_end_ - range_begin_);
+    req_.progress(bytes_done_, bytes_wanted_);
 }
 
 SyncStats Fetch::stats() const {

@@ -66,6 +66,10 @@ class Fetch {
     // policy checks it.
     bool matches_checksum(uint32_t chunk);
     bool done() const { return confirmed_ == needed_; }
+    // Not a whole shard: one tensor's range, or th_fetch_ranges' ranges.
+    bool partial() const { return req_.tensor.has_value() || !req_.ranges.empty(); }
+    // Marks the chunks a selection touches as needed, the others as not.
+    void apply_selection();
     void drain();
     void finish(bool ok);
     // Calls req_.progress if it is due (or, with final, unconditionally).
@@ -84,6 +88,8 @@ class Fetch {
     Layout layout_;
     uint64_t version_ = 0;
     uint64_t range_begin_ = 0, range_end_ = 0;  // flat bytes wanted
+    uint64_t bytes_wanted_ = 0;                 // of them, the ones asked for
+    RangeSelection selection_;                  // th_fetch_ranges only
     uint32_t first_chunk_ = 0, end_chunk_ = 0;  // chunks covering them
     std::vector<uint8_t> state_;                 // per chunk in [first_chunk_, end_chunk_)
     uint32_t needed_ = 0, confirmed_ = 0;

@@ -16,6 +16,7 @@ import numpy as np
 from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, u64, version_arg
 from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
 from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
+from ._ranges import Range, to_c_ranges
 from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
 from ._tensors import DType, Tensors, TensorLike, View, numpy_dtype, to_c, torch_dtype, view_of, views_of, with_dtype
 from .replica import Replica
@@ -447,6 +448,44 @@ class Client:
         if view.nbytes == 0:
             raise InvalidArgument(-1, f"the destination for tensor '{name}' is empty")
         return self._fetch(model, version, [view], shard, timeout, serve=False, tensor=name, offset=offset)[0]
+
+    def fetch_ranges(self, model: str, ranges: Range | list[Range], version: int = LATEST, *, shard: int = 0,
+                     timeout: float | None = None, progress: ProgressCallback | None = None,
+                     progress_interval: float | None = None) -> int:
+        """Fetches only the given parts of a shard's tensors, in one fetch:
+        one plan, then reads of just those bytes, each landing in its range's
+        destination (th_fetch_ranges). A column block of a row-major tensor is
+        one Range (Range.block), not one fetch per row. The destinations do
+        not serve others. last_sync_stats["bytes"] counts the ranges' bytes.
+
+        Returns:
+            The version delivered.
+
+        Raises:
+            VersionNotFound (also: no such tensor in the shard), InvalidArgument
+            (rows outside the tensor, a destination smaller than its runs span;
+            the message names the range and tensor), and what fetch raises.
+        """
+        c_ranges, views = to_c_ranges(ranges)
+        cfg = new_config(FetchConfig, lib.th_fetch_config_init)
+        cfg.model = encode(model, "model")
+        cfg.version = version_arg(version)
+        cfg.shard = u32(shard, "shard")
+        cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
+        stats = new_stats()
+        cfg.stats = stats_pointer(stats)
+        hook = _progress_hook(progress, progress_interval)
+        if progress is not None:
+            cfg.progress = hook.c_function
+            if hook.interval_ms is not None:
+                cfg.progress_interval_ms = hook.interval_ms
+        got = ctypes.c_uint64()
+        with self._handle.use() as ptr:
+            check(lib.th_fetch_ranges(ptr, ctypes.byref(cfg), c_ranges, len(views), ctypes.byref(got)))
+        del views  # kept the destinations alive through the call
+        self._last.stats = stats_dict("fetch", model, shard, stats)
+        hook.raise_if_failed()
+        return int(got.value)
 
     def describe(self, model: str, version: int = LATEST, shard: int = 0) -> dict[str, Any]:
         """Describes a shard of a committed version, so that buffers can be

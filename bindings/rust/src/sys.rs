@@ -176,6 +176,22 @@ pub struct th_fetch_config {
     pub verify: th_verify,
 }
 
+/// A strided part of a published tensor and where it lands (frozen layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct th_range {
+    pub tensor: *const c_char,
+    pub offset: u64,
+    pub row_bytes: u64,
+    pub rows: u64,
+    pub src_stride: u64,
+    pub dst: *mut std::ffi::c_void,
+    pub dst_stride: u64,
+    pub dst_bytes: u64,
+    pub mem_kind: th_mem_kind,
+    pub device: i32,
+}
+
 /// Opaque handles: only ever used behind pointers.
 #[repr(C)]
 pub struct th_server {
@@ -234,6 +250,13 @@ extern "C" {
         n: usize,
         out_version: *mut u64,
         out_replica: *mut *mut th_replica,
+    ) -> th_status;
+    pub fn th_fetch_ranges(
+        client: *mut th_client,
+        cfg: *const th_fetch_config,
+        ranges: *const th_range,
+        n: usize,
+        out_version: *mut u64,
     ) -> th_status;
     pub fn th_resolve(client: *mut th_client, model: *const c_char, version: u64, out_version: *mut u64) -> th_status;
     pub fn th_wait_for_version(

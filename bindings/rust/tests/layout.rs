@@ -42,6 +42,7 @@ fn sys_declarations_match_the_header() {
     let (body, rust) = probe! {
         structs {
             th_tensor { name, dtype, ndim, shape, data, nbytes, mem_kind, device }
+            th_range { tensor, offset, row_bytes, rows, src_stride, dst, dst_stride, dst_bytes, mem_kind, device }
             th_server_config { struct_size, listen_url, lease_ms, max_readers_per_source, token, metrics_url, standby }
             th_client_config { struct_size, server_url, worker_name, labels, timeout_ms, heartbeat_ms,
                                chunk_timeout_ms, max_inflight, retention, mutation_wait_ms, token, spill_pool_bytes }
