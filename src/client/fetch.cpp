@@ -491,10 +491,16 @@ void Fetch::retire_failed_sources() {
 
 bool Fetch::matches_checksum(uint32_t chunk) {
     if (checksums_.empty() || !verify_.check(chunk)) return true;
-    // A partial fetch holds only part of its first and last chunks.
-    if (layout_.chunk_begin(chunk) < range_begin_ || layout_.chunk_end(chunk) > range_end_) return true;
+    // Only a chunk held whole can be checked: a partial or ranged fetch may
+    // hold part of it.
     std::vector<ChunkPiece> got;
-    for (const Piece &p : pieces(chunk)) got.push_back({p.local, p.length, p.region->kind});
+    uint64_t at = layout_.chunk_begin(chunk);
+    for (const Piece &p : pieces(chunk)) {
+        if (layout_.tensor_offset(p.tensor) + p.offset != at) return true;
+        at += p.length;
+        got.push_back({p.local, p.length, p.region->kind});
+    }
+    if (at != layout_.chunk_end(chunk)) return true;
     return checksum(got) == checksums_[chunk];
 }
 

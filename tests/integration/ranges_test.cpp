@@ -87,6 +87,9 @@ class Ranges : public ::testing::Test {
         fc.model = "tp";
         fc.shard = shard;
         fc.stats = stats;
+        // Whole chunks are checked against the publisher's checksums; the
+        // parts of chunks a range holds are not (they would never match).
+        fc.verify = TH_VERIFY_ALL;
         uint64_t got = 0;
         th_status st = th_fetch_ranges(c ? c : reader, &fc, ranges.data(), ranges.size(), &got);
         if (st == TH_OK) EXPECT_EQ(got, 1u);
@@ -124,6 +127,8 @@ TEST_F(Ranges, Tp4RankTakesHalfOfOneTp2ShardInOneFetch) {
     EXPECT_EQ(stats.chunks, kRows + h * kCols * 4 / kChunk);
     EXPECT_EQ(stats.version, 1u);
     EXPECT_EQ(stats.bytes_from_publisher, stats.bytes);
+    EXPECT_EQ(stats.checksum_mismatches, 0u);
+    EXPECT_EQ(stats.failed_sources, 0u);
 }
 
 TEST_F(Ranges, Tp1ReaderGathersBothShardsIntoOneTensor) {
