@@ -16,6 +16,11 @@
 // publisher; for the raw pair, the target) spent while being read is reported
 // per GiB served: about zero on one-sided lanes.
 //
+// Checksums: the publisher computes one per chunk at every publish (the
+// library's default), timed and reported per GiB; tensorhub fetches use the
+// default verification (a sample of chunks), and each repetition also
+// fetches once with every chunk verified, reported beside it.
+//
 //   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
 //                         [--inflight 8] [--tensors 4] [--lanes tcp,sm] [--smoke]
 //
@@ -138,8 +143,9 @@ int run_publisher(const std::string &url, const Options &o) {
              pc.model = a.at(0).c_str();
              pc.version = version;
              pc.chunk_bytes = o.chunk_bytes;
+             auto t0 = Clock::now();
              check(th_publish(client.get(), &pc, shard->views.data(), shard->views.size(), &replica), "publishing");
-             return std::string();
+             return str(std::chrono::duration<double>(Clock::now() - t0).count());
          }},
         {"release", [&](const std::vector<std::string> &) { return release(); }},
     };
@@ -148,7 +154,7 @@ int run_publisher(const std::string &url, const Options &o) {
     return rc;
 }
 
-// prepare BYTES | fetch MODEL VERSION -> SECONDS | verify VERSION | drop
+// prepare BYTES | fetch MODEL VERSION [all] -> SECONDS | verify VERSION | drop
 int run_reader(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-reader", o), th_client_destroy);
     std::unique_ptr<Shard> shard;
@@ -172,6 +178,7 @@ int run_reader(const std::string &url, const Options &o) {
              fc.model = a.at(0).c_str();
              fc.version = to_u64(a.at(1));
              fc.timeout_ms = static_cast<uint32_t>(budget(s->buffers[0].size() * o.tensors).count());
+             if (a.size() > 2 && a[2] == "all") fc.verify = TH_VERIFY_ALL;
              uint64_t got = 0;
              auto t0 = Clock::now();
              // NULL out_replica: the reader only reads, it does not serve.
@@ -269,6 +276,8 @@ struct Result {
     uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
     std::string transport;  // the lane: UCX_TLS for both pairs
     std::vector<double> fetch_gbps, raw_gbps;
+    std::vector<double> verify_all_gbps;  // tensorhub, every chunk checked
+    double publish_s = 0;                 // the publish, checksums included
     double holder_cpu_s = 0, raw_target_cpu_s = 0;  // over the timed repetitions
     uint64_t served = 0;                             // bytes the timed repetitions moved per pair
     double holder_cpu_per_gib() const { return served ? holder_cpu_s / (double(served) / (1ull << 30)) : 0; }
@@ -276,6 +285,8 @@ struct Result {
     double fetch() const { return median(fetch_gbps); }
     double raw() const { return median(raw_gbps); }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
+    double verify_all() const { return median(verify_all_gbps); }
+    double publish_per_gib() const { return bytes ? publish_s / (double(bytes) / (1ull << 30)) : 0; }
 };
 
 class Bench {
@@ -309,12 +320,14 @@ class Bench {
         Millis limit = budget(bytes) + Millis(10000);  // the child's own deadline fires first
         std::string model = "bench-" + std::to_string(bytes >> 10) + "k";
         std::string version = std::to_string(index + 1);
-        publisher_->call(str("publish ", model, " ", version, " ", bytes), limit);
+        r.publish_s = seconds(publisher_->call(str("publish ", model, " ", version, " ", bytes), limit));
         reader_->call(str("prepare ", bytes), limit);
         auto exposed = raw_target_->call(str("expose ", version, " ", bytes), limit);
         raw_reader_->call(str("prepare ", bytes, " ", exposed.at(0), " ", exposed.at(1)), limit);
 
-        auto fetch_once = [&] { return seconds(reader_->call(str("fetch ", model, " ", version), limit)); };
+        auto fetch_once = [&](const char *verify = "") {
+            return seconds(reader_->call(str("fetch ", model, " ", version, " ", verify), limit));
+        };
         auto raw_once = [&] { return seconds(raw_reader_->call("get", limit)); };
         fetch_once();  // warm-up: registration, endpoint, rkeys
         raw_once();
@@ -326,6 +339,7 @@ class Bench {
             r.raw_gbps.push_back(bytes / raw_once() / 1e9);
             r.raw_target_cpu_s += raw_target_->cpu_seconds() - target0;
             r.served += bytes;
+            r.verify_all_gbps.push_back(bytes / fetch_once("all") / 1e9);
         }
         reader_->call("verify " + version, limit);
         raw_reader_->call("verify " + version, limit);
@@ -369,15 +383,17 @@ void print_header(const Options &o, const std::string &transports) {
                 th_version(), o.tensors, human_bytes(double(o.chunk_bytes)).c_str(), o.inflight, o.reps);
     std::printf("transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n", transports.c_str(),
                 env("UCX_TLS").c_str(), env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("%10s %15s %10s %7s   %-17s %-17s %s\n", "size", "tensorhub GB/s", "raw GB/s", "ratio",
-                "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)");
+    std::printf("%10s %15s %10s %7s   %-17s %-17s %-22s %14s %18s\n", "size", "tensorhub GB/s", "raw GB/s", "ratio",
+                "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s",
+                "publish s/GiB");
     std::fflush(stdout);
 }
 
 void print_row(const Result &r) {
-    std::printf("%10s %15.2f %10.2f %7.3f   %-17s %-17s %.3f (%.3f)\n", human_bytes(double(r.bytes)).c_str(), r.fetch(),
-                r.raw(), r.ratio(), range(r.fetch_gbps).c_str(), range(r.raw_gbps).c_str(), r.holder_cpu_per_gib(),
-                r.raw_target_cpu_per_gib());
+    std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
+    std::printf("%10s %15.2f %10.2f %7.3f   %-17s %-17s %-22s %14.2f %18.3f\n", human_bytes(double(r.bytes)).c_str(),
+                r.fetch(), r.raw(), r.ratio(), range(r.fetch_gbps).c_str(), range(r.raw_gbps).c_str(), cpu.c_str(),
+                r.verify_all(), r.publish_per_gib());
     std::fflush(stdout);
 }
 
@@ -385,9 +401,10 @@ std::string json_fields(const Result &r) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "\"transport\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f,"
-                  "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f",
+                  "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
+                  "\"publish_checksums_s_per_gib\":%.4f",
                   r.transport.c_str(), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio(),
-                  r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib());
+                  r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.publish_per_gib());
     return buf;
 }
 

@@ -17,6 +17,12 @@ Measured per round, median over --rounds:
            +verify    the same with the publisher's digests checked
            Staging    tensorhub.torch.Staging.fetch() into owned buffers
            staged     Receiver(staging="cpu"): Staging, then a copy into the parameters
+  stall    what a reader that wants the new version waits, once it is published:
+           plain      Receiver.fetch() (the whole fetch)
+           prefetch   Prefetcher.swap() after the background fetch landed the version
+                      in the spare set while the module was in use: swap="pointer"
+                      (param.data = spare) and swap="copy" (a copy into the parameters);
+                      the background fetch's own time is shown beside it
 
 Prints a table, then one JSON line.
 
@@ -146,6 +152,29 @@ def main() -> int:
         receiver.close()
         publisher.close()
 
+        # Stalls: the plain fetch is the Receiver's ("module" above); with a
+        # prefetch, the version lands while the module is in use (here: the
+        # reader waits until the background fetch is done), then swap() is timed.
+        results["plain_stall_ms"] = results["module_fetch_ms"]
+        for mode in ("pointer", "copy"):
+            publisher = tht.Publisher(trainer, f"prefetch_{mode}", src)
+            prefetcher = tht.Prefetcher(reader, f"prefetch_{mode}", dst, swap=mode)
+            swaps, fetches = [], []
+            for _ in range(args.rounds + 2):
+                version += 1
+                publisher.publish(version)
+                prefetcher.prefetch(version, wait=False)
+                while not prefetcher.ready:  # the module is in use meanwhile
+                    time.sleep(0.0005)
+                assert prefetcher.swap() == version
+                assert prefetcher.last_swap_s is not None and prefetcher.last_fetch_s is not None
+                swaps.append(prefetcher.last_swap_s)
+                fetches.append(prefetcher.last_fetch_s)
+            results[f"prefetch_{mode}_stall_ms"] = median_ms(swaps[2:])
+            results[f"prefetch_{mode}_background_ms"] = median_ms(fetches[2:])
+            prefetcher.close()
+            publisher.close()
+
     raw_p, raw_f = results["raw_publish_ms"], results["raw_fetch_ms"]
     rows = [("raw Client.publish / Client.fetch", "raw"), ("floor: the C calls, th_tensor arrays kept", "floor"),
             ("Publisher / Receiver (in place)", "module"),
@@ -158,6 +187,11 @@ def main() -> int:
     for label, key in rows:
         p, f = results[f"{key}_publish_ms"], results[f"{key}_fetch_ms"]
         print(f"{label:42} {p:11.2f} {p / raw_p:6.2f} {p / floor_p:7.2f} {f:9.2f} {f / raw_f:6.2f} {f / floor_f:7.2f}")
+    print(f"\n{'reader stall for a published version':42} {'stall ms':>9} {'background fetch ms':>20}")
+    print(f"{'plain: Receiver.fetch':42} {results['plain_stall_ms']:9.3f} {'-':>20}")
+    for mode in ("pointer", "copy"):
+        print(f"{'prefetch: Prefetcher.swap (' + mode + ')':42} {results[f'prefetch_{mode}_stall_ms']:9.3f} "
+              f"{results[f'prefetch_{mode}_background_ms']:20.2f}")
     print(json.dumps({"tensors": n_tensors, "bytes": nbytes, "rounds": args.rounds,
                       **{k: round(v, 3) for k, v in results.items()}}))
     return 0

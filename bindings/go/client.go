@@ -38,6 +38,10 @@ type ClientConfig struct {
 	MaxInflight  uint32        // chunk reads in flight per fetch; default DefaultMaxInflight
 	Retention    Retention     // default DefaultRetention (RetainSpill)
 	MutationWait time.Duration // how long BeginMutation waits for reads to drain; default DefaultMutationWait
+	// SpillPoolBytes caps the host memory held for owned copies (spill); a
+	// spill that does not fit fails with ErrNoMemory. Default
+	// DefaultSpillPoolBytes (0: no limit).
+	SpillPoolBytes uint64
 }
 
 // Client is a worker connected to a server. Its methods may be called from
@@ -105,6 +109,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		raw.max_inflight = C.uint32_t(cfg.MaxInflight)
 	}
 	raw.retention = C.th_retention(cfg.Retention)
+	if cfg.SpillPoolBytes != 0 {
+		raw.spill_pool_bytes = C.uint64_t(cfg.SpillPoolBytes)
+	}
 
 	var ptr *C.th_client
 	if err := call(func() C.th_status { return C.th_client_create(&ptr, &raw) }); err != nil {

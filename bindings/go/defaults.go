@@ -19,8 +19,11 @@ const (
 	DefaultMaxInflight         uint32        = C.TH_DEFAULT_MAX_INFLIGHT
 	DefaultRetention           Retention     = C.TH_DEFAULT_RETENTION
 	DefaultMutationWait        time.Duration = C.TH_DEFAULT_MUTATION_WAIT_MS * time.Millisecond
+	DefaultSpillPoolBytes      uint64        = C.TH_DEFAULT_SPILL_POOL_BYTES
 	DefaultNumShards           uint32        = C.TH_DEFAULT_NUM_SHARDS
 	DefaultChunkBytes          uint64        = C.TH_DEFAULT_CHUNK_BYTES
+	DefaultChecksums           bool          = C.TH_DEFAULT_CHECKSUMS != 0
+	DefaultVerify              Verify        = C.TH_DEFAULT_VERIFY
 )
 
 // libraryDefaults reads back what the loaded library's th_*_config_init
@@ -38,14 +41,16 @@ func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig) {
 			Lease:               ms(s.lease_ms),
 			MaxReadersPerSource: uint32(s.max_readers_per_source),
 		}, ClientConfig{
-			Timeout:      ms(c.timeout_ms),
-			Heartbeat:    ms(c.heartbeat_ms),
-			ChunkTimeout: ms(c.chunk_timeout_ms),
-			MaxInflight:  uint32(c.max_inflight),
-			Retention:    Retention(c.retention),
-			MutationWait: ms(c.mutation_wait_ms),
+			Timeout:        ms(c.timeout_ms),
+			Heartbeat:      ms(c.heartbeat_ms),
+			ChunkTimeout:   ms(c.chunk_timeout_ms),
+			MaxInflight:    uint32(c.max_inflight),
+			Retention:      Retention(c.retention),
+			MutationWait:   ms(c.mutation_wait_ms),
+			SpillPoolBytes: uint64(c.spill_pool_bytes),
 		}, PublishConfig{
-			NumShards:  uint32(p.num_shards),
-			ChunkBytes: uint64(p.chunk_bytes),
+			NumShards:   uint32(p.num_shards),
+			ChunkBytes:  uint64(p.chunk_bytes),
+			NoChecksums: p.checksums == 0,
 		}
 }

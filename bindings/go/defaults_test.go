@@ -13,11 +13,12 @@ func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
 	wantClient := ClientConfig{
 		Timeout: DefaultTimeout, Heartbeat: DefaultHeartbeat, ChunkTimeout: DefaultChunkTimeout,
 		MaxInflight: DefaultMaxInflight, Retention: DefaultRetention, MutationWait: DefaultMutationWait,
+		SpillPoolBytes: DefaultSpillPoolBytes,
 	}
 	if client != wantClient {
 		t.Errorf("client defaults: library %+v, constants %+v", client, wantClient)
 	}
-	wantPublish := PublishConfig{NumShards: DefaultNumShards, ChunkBytes: DefaultChunkBytes}
+	wantPublish := PublishConfig{NumShards: DefaultNumShards, ChunkBytes: DefaultChunkBytes, NoChecksums: !DefaultChecksums}
 	if publish != wantPublish {
 		t.Errorf("publish defaults: library %+v, constants %+v", publish, wantPublish)
 	}

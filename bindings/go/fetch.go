@@ -31,6 +31,27 @@ func (c *Client) FetchWithStats(ctx context.Context, model string, version uint6
 	return v, rep, stats, err
 }
 
+// Verify says which chunks a fetch checks against the checksums their
+// publisher declared. A chunk that does not match is read again from another
+// holder (SyncStats.ChecksumMismatches).
+type Verify int
+
+const (
+	VerifyOff    Verify = C.TH_VERIFY_OFF
+	VerifySample Verify = C.TH_VERIFY_SAMPLE // about one chunk in eight, drawn anew by every fetch
+	VerifyAll    Verify = C.TH_VERIFY_ALL
+)
+
+// FetchVerified is FetchWithStats with an explicit Verify mode (the other
+// fetches use DefaultVerify).
+func (c *Client) FetchVerified(ctx context.Context, model string, version uint64, shard uint32, dst []Tensor,
+	serve bool, verify Verify) (uint64, *Replica, SyncStats, error) {
+	var stats SyncStats
+	args := fetchArgs{model: model, version: version, shard: shard, verify: &verify}
+	v, rep, err := c.fetch(ctx, args, dst, serve, &stats)
+	return v, rep, stats, err
+}
+
 // FetchRange copies dst.Len() bytes of one tensor, from byte offset on, into
 // dst. A range cannot be served.
 func (c *Client) FetchRange(ctx context.Context, model string, version uint64, shard uint32, tensor string,
@@ -49,6 +70,7 @@ type fetchArgs struct {
 	shard   uint32
 	tensor  string // "": the whole shard
 	offset  uint64
+	verify  *Verify // nil: the library's default
 }
 
 // fetch fills stats, when not nil, on success.
@@ -70,6 +92,9 @@ func (c *Client) fetch(ctx context.Context, a fetchArgs, dst []Tensor, serve boo
 		defer freeString(raw.tensor)
 		raw.offset = C.uint64_t(a.offset)
 		raw.length = C.uint64_t(dst[0].Data.Len())
+	}
+	if a.verify != nil {
+		raw.verify = C.th_verify(*a.verify)
 	}
 	raw.version = C.uint64_t(a.version)
 	raw.shard = C.uint32_t(a.shard)

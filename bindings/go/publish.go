@@ -13,6 +13,9 @@ type PublishConfig struct {
 	Shard      uint32
 	NumShards  uint32
 	ChunkBytes uint64 // transfer unit; must agree across shards
+	// NoChecksums skips the checksum of every chunk that readers check
+	// (computed by default: DefaultChecksums).
+	NoChecksums bool
 }
 
 // Publish declares that this process holds cfg's shard in tensors and serves
@@ -47,6 +50,9 @@ func (c *Client) publish(cfg PublishConfig, tensors []Tensor, stats *SyncStats) 
 	}
 	if cfg.ChunkBytes != 0 {
 		raw.chunk_bytes = C.uint64_t(cfg.ChunkBytes)
+	}
+	if cfg.NoChecksums {
+		raw.checksums = 0
 	}
 	cs := newCStats(stats != nil)
 	defer cs.free()

@@ -2,6 +2,7 @@ package tensorhub_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -187,5 +188,33 @@ func TestStatsSayWhatASyncDid(t *testing.T) {
 	if fstats.Version != 3 || fstats.Bytes != 2*size || fstats.Sources != 1 || fstats.FailedSources != 0 ||
 		fstats.BytesFromPublisher != 2*size || fstats.BytesFromReplicas != 0 || fstats.Seconds <= 0 || fstats.GBps <= 0 {
 		t.Fatalf("fetch stats %+v", fstats)
+	}
+}
+
+// A fetch that checks every chunk against the publisher's checksums delivers
+// the same bytes and finds nothing wrong with an honest holder; one that
+// skips them likewise.
+func TestFetchVerifiedChecksEveryChunk(t *testing.T) {
+	c := newCluster(t)
+	src := shard(t, 2, size, 9)
+	r, err := c.pub.Publish(tensorhub.PublishConfig{Model: "v", Version: 1, ChunkBytes: 64 << 10}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, mode := range []tensorhub.Verify{tensorhub.VerifyAll, tensorhub.VerifyOff} {
+		dst := shard(t, 2, size, 0)
+		_, _, stats, err := c.reader.FetchVerified(context.Background(), "v", tensorhub.Latest, 0, dst, false, mode)
+		if err != nil {
+			t.Fatalf("verify %d: %v", mode, err)
+		}
+		sameBytes(t, dst, src)
+		if stats.ChecksumMismatches != 0 {
+			t.Fatalf("verify %d: %d mismatches from an honest publisher", mode, stats.ChecksumMismatches)
+		}
+	}
+	if _, _, _, err := c.reader.FetchVerified(context.Background(), "v", tensorhub.Latest, 0, shard(t, 2, size, 0), false,
+		tensorhub.Verify(7)); !errors.Is(err, tensorhub.ErrInvalidArg) {
+		t.Fatalf("an unknown verify mode: %v", err)
 	}
 }

@@ -21,6 +21,9 @@ type SyncStats struct {
 	Chunks             uint32  // chunks fetched (publish: chunks declared)
 	BytesFromPublisher uint64  // of Bytes, read from a publisher's replica
 	BytesFromReplicas  uint64  // of Bytes, read from readers' replicas or spilled copies
+	// ChecksumMismatches counts chunks that did not match their publisher's
+	// checksum: read again from another holder, whose worker was reported.
+	ChecksumMismatches uint32
 }
 
 // cStats is a th_sync_stats the library fills. It lives in C memory: a config
@@ -60,5 +63,6 @@ func (s cStats) copyTo(out *SyncStats) {
 		Chunks:             uint32(s.p.chunks),
 		BytesFromPublisher: uint64(s.p.bytes_from_publisher),
 		BytesFromReplicas:  uint64(s.p.bytes_from_replicas),
+		ChecksumMismatches: uint32(s.p.checksum_mismatches),
 	}
 }

@@ -215,6 +215,7 @@ typedef enum th_retention {
 #define TH_DEFAULT_MAX_INFLIGHT 8
 #define TH_DEFAULT_RETENTION TH_RETAIN_SPILL
 #define TH_DEFAULT_MUTATION_WAIT_MS 5000
+#define TH_DEFAULT_SPILL_POOL_BYTES 0 /* no limit */
 
 typedef struct th_client_config {
     size_t struct_size;
@@ -233,6 +234,14 @@ typedef struct th_client_config {
                                   on the replica to drain. Default TH_DEFAULT_MUTATION_WAIT_MS. */
     const char *token;       /* cluster token (see th_server_config.token); NULL:
                                 $TENSORHUB_TOKEN if set. Copied; never logged. */
+    uint64_t spill_pool_bytes; /* host memory the library may hold for owned copies
+                                  (TH_RETAIN_SPILL, TH_RETAIN_WAIT), 0: no limit.
+                                  Each publish prepares, on a thread of the
+                                  library, a faulted-in and registered buffer of
+                                  the replica's size that the next spill copies
+                                  into; buffers are reused across versions. A spill
+                                  that does not fit fails with TH_ERR_NO_MEMORY.
+                                  Default TH_DEFAULT_SPILL_POOL_BYTES. */
 } th_client_config;
 
 /* Fills cfg (pass sizeof *cfg as size) with defaults. Must be called before
@@ -280,6 +289,9 @@ typedef struct th_sync_stats {
     uint32_t chunks;             /* chunks fetched (publish: chunks declared) */
     uint64_t bytes_from_publisher; /* of bytes, read from a publisher's replica */
     uint64_t bytes_from_replicas;  /* of bytes, read from readers' replicas or spilled copies */
+    uint32_t checksum_mismatches;  /* chunks that did not match the version's checksums:
+                                      read again from another source, whose worker
+                                      was reported (see th_fetch_config.verify) */
 } th_sync_stats;
 
 /* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */
@@ -290,6 +302,7 @@ TH_API void th_sync_stats_init(th_sync_stats *stats, size_t size);
 
 #define TH_DEFAULT_NUM_SHARDS 1
 #define TH_DEFAULT_CHUNK_BYTES 4194304 /* 4 MiB */
+#define TH_DEFAULT_CHECKSUMS 1
 
 typedef struct th_publish_config {
     size_t struct_size;
@@ -301,6 +314,11 @@ typedef struct th_publish_config {
                              across shards */
     th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
                              Default NULL. */
+    uint32_t checksums;   /* nonzero: compute a checksum (XXH3-64) of every chunk and
+                             declare them with the version, for readers to check
+                             (th_fetch_config.verify). One pass over the bytes at
+                             publish (CUDA memory is staged through host memory).
+                             Default TH_DEFAULT_CHECKSUMS. */
 } th_publish_config;
 
 TH_API void th_publish_config_init(th_publish_config *cfg, size_t size);
@@ -352,7 +370,16 @@ TH_API th_status th_unpin(th_client *client, const char *model, uint64_t version
 /* Fetch                                                                      */
 /* ------------------------------------------------------------------------- */
 
+/* Which chunks a fetch checks against the checksums their publisher declared
+ * (versions published without checksums are not checked). */
+typedef enum th_verify {
+    TH_VERIFY_OFF = 0,
+    TH_VERIFY_SAMPLE = 1, /* about one chunk in eight, drawn anew by every fetch */
+    TH_VERIFY_ALL = 2
+} th_verify;
+
 #define TH_DEFAULT_PROGRESS_INTERVAL_MS 100
+#define TH_DEFAULT_VERIFY TH_VERIFY_SAMPLE
 
 typedef struct th_fetch_config {
     size_t struct_size;
@@ -376,6 +403,12 @@ typedef struct th_fetch_config {
     void *progress_user_data;      /* passed to progress as user_data */
     uint32_t progress_interval_ms; /* Default TH_DEFAULT_PROGRESS_INTERVAL_MS; 0: whenever
                                       bytes may have arrived. */
+    th_verify verify;     /* which chunks are checked against the checksums their
+                             publisher declared; a chunk that does not match is read
+                             again from another source and its worker reported
+                             (counted in th_sync_stats.checksum_mismatches). Chunks a
+                             partial fetch holds only in part are not checked.
+                             Default TH_DEFAULT_VERIFY. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
@@ -395,6 +428,51 @@ TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
 TH_API th_status th_fetch(th_client *client, const th_fetch_config *cfg,
                           const th_tensor *dst, size_t n, uint64_t *out_version,
                           th_replica **out_replica);
+
+/* One strided piece of a published tensor and where it lands, for
+ * th_fetch_ranges. It names `rows` runs of `row_bytes` bytes each: run i
+ * starts at byte offset + i * src_stride of the tensor and lands at
+ * dst + i * dst_stride. A contiguous byte range is rows = 1. Column block
+ * [c0, c1) of a row-major [R, C] tensor of e-byte elements (what a
+ * tensor-parallel rank of another degree needs): offset = c0 * e,
+ * row_bytes = (c1 - c0) * e, rows = R, src_stride = C * e, and dst_stride =
+ * row_bytes to pack the rows, or the row pitch of a wider destination to land
+ * them inside it (gathering columns from several shards into one tensor).
+ * Dimension d of any shape is the same with "rows" = the product of the
+ * dimensions before d. This struct is frozen: its layout never changes (a
+ * future version would add a new type). */
+typedef struct th_range {
+    const char *tensor;   /* name of a tensor of the shard; copied */
+    uint64_t offset;      /* byte offset of run 0 inside the tensor */
+    uint64_t row_bytes;   /* bytes per run, >= 1 */
+    uint64_t rows;        /* number of runs, >= 1 */
+    uint64_t src_stride;  /* bytes from one run's start to the next one's in the
+                             tensor, >= row_bytes; ignored when rows == 1 */
+    void *dst;            /* where run 0 lands; only referenced during the call */
+    uint64_t dst_stride;  /* bytes between runs in dst; 0: row_bytes (packed).
+                             Otherwise >= row_bytes */
+    uint64_t dst_bytes;   /* bytes writable at dst: at least
+                             (rows - 1) * dst_stride + row_bytes */
+    th_mem_kind mem_kind; /* where dst lives */
+    int32_t device;       /* CUDA device ordinal; ignored for host */
+} th_range;
+
+/* Fetches only the given ranges of one shard of a committed version, in ONE
+ * fetch: one plan, then reads of just the ranges' bytes (a chunk that no range
+ * touches is not read; inside a touched chunk only the ranges' runs are), each
+ * landing at its range's destination. cfg says which model, version, shard,
+ * deadline, stats (bytes counts the ranges' bytes only) and progress;
+ * cfg->tensor must be NULL (its offset and length are ignored). Ranges may
+ * name different tensors, or the same one several times. Destinations must
+ * not overlap each other; they cannot serve others (no replica is made).
+ * *out_version (may be NULL) receives the version delivered.
+ * Errors name the range and tensor: TH_ERR_NOT_FOUND (no such tensor in the
+ * shard), TH_ERR_INVALID_ARG (rows or bytes outside the tensor, a destination
+ * smaller than its runs span, a zero row count or length, a stride shorter
+ * than a run), and those of th_fetch. On failure the destination content is
+ * unspecified. Thread-safe like th_fetch. */
+TH_API th_status th_fetch_ranges(th_client *client, const th_fetch_config *cfg, const th_range *ranges,
+                                 size_t n, uint64_t *out_version);
 
 /* Resolves version (a number or TH_LATEST) of model to a committed version.
  * Errors: TH_ERR_NOT_FOUND (no such model or no committed version),

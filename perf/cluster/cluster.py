@@ -13,12 +13,16 @@ the same S bytes:
                it. tensorhub vs trainer-direct.
   cross_dc     trainer in dc1, K hosts in dc2 behind a link L = B/10.
                tensorhub vs trainer-direct.
+  prefetch     the trainer publishes version 2 while N readers use version 1;
+               each wants version 2 U seconds later. tensorhub fetching it
+               then (plain) vs a background thread that fetched it into spare
+               buffers meanwhile (prefetch): the reader stall is the swap.
 
 Prints a table per scenario and, last, one JSON line with every figure.
 Needs root (namespaces, tc); exits 77 (skipped) without them.
 
   cluster.py [--smoke | --quick] [--bin-dir DIR] [--server-bin PATH]
-             [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,elastic,cross_dc]
+             [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,elastic,cross_dc,prefetch]
              [--chunk-kb C] [--inflight I] [--seed N] [--out results.json]
 """
 
@@ -46,7 +50,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # How the baselines are called in the output and in results JSON.
 BASELINES = {"trainer_direct": "trainer-direct", "mpi_default": "MPI_Bcast", "mpi_tuned": "MPI_Bcast tuned",
-             "redis": "Redis"}
+             "redis": "Redis", "tensorhub_prefetch": "tensorhub prefetch"}
 
 
 def floor_s(size, gbit):
@@ -201,6 +205,49 @@ class Bench:
                          "wan_gbit": wan, "floor_s": floor}, runs)
         net.teardown()
 
+    def prefetch(self):
+        """Reader stall for the next version, plain fetch against background
+        prefetch, for each N and each time U the readers keep using version 1
+        after version 2 is published (in units of S/B)."""
+        a = self.args
+        net = netns.Network()
+        self.networks.append(net)
+        net.add_dc("dc1")
+        meta = net.add_host("meta", "dc1", a.gbit)
+        trainer = net.add_host("trainer", "dc1", a.gbit)
+        pool = [net.add_host(f"r{i + 1}", "dc1", a.gbit) for i in range(max(a.ns))]
+        s = self.setup(net, a.size)
+        floor = floor_s(a.size, a.gbit)
+        # Version 1 reaches every reader (a chain, plus the trainer's spill)
+        # well before version 2 is published.
+        interval = 3 * floor + 1.0
+        s.timeout += interval
+        for n in a.ns:
+            readers = pool[:n]
+            for use in a.prefetch_uses:
+                runs = {name: systems.tensorhub_versions(s, meta, trainer, readers, interval, use * floor, prefetch)
+                        for name, prefetch in (("tensorhub", False), ("tensorhub_prefetch", True))}
+                plain, pre = runs["tensorhub"], runs["tensorhub_prefetch"]
+                entry = {"scenario": "prefetch", "mode": a.mode, "n": n, "use_of_floor": use, "use_s": use * floor,
+                         "interval_s": interval, "size_bytes": a.size, "host_gbit": a.gbit, "floor_s": floor,
+                         "plain_reader_stall_s": plain.reader_stall_s, "plain_max_stall_s": plain.detail["max_stall_s"],
+                         "prefetch_reader_stall_s": pre.reader_stall_s,
+                         "prefetch_max_stall_s": pre.detail["max_stall_s"],
+                         "prefetch_fetched_max_s": max(pre.detail["fetched_s"]),
+                         "plain_s": plain.makespan_s, "prefetch_s": pre.makespan_s,
+                         "cpu_busy_max": max(plain.cpu_busy, pre.cpu_busy), "loadavg_1min": os.getloadavg()[0]}
+                entry["cpu_bound"] = entry["cpu_busy_max"] >= CPU_BOUND
+                entry["verified"] = plain.verified and pre.verified
+                self.scenarios.append(entry)
+                self.save()
+                label = f"prefetch n={n} use={use:g}xS/B"
+                for name, run in runs.items():
+                    self.rows.append((label, BASELINES.get(name, "tensorhub"), run, floor))
+                    print(self._row(*self.rows[-1]), flush=True)
+                if not entry["verified"]:
+                    raise RuntimeError(f"{label}: a reader holds wrong bytes")
+        net.teardown()
+
     def run(self):
         self.networks = []
         self.pair = None
@@ -214,6 +261,8 @@ class Bench:
             self.standalone()
         if "cross_dc" in self.args.only:
             self.cross_dc()
+        if "prefetch" in self.args.only:
+            self.prefetch()
         print(json.dumps(self.save()), flush=True)
 
     def save(self):
@@ -250,7 +299,9 @@ def parse():
     p.add_argument("--ns", help="reader counts, e.g. 1,2,4,8")
     p.add_argument("--ks", help="cross-dc reader counts, e.g. 1,2,4")
     p.add_argument("--elastic", default=None, help="holders,joiners, e.g. 4,4")
-    p.add_argument("--only", default="standalone,elastic,cross_dc")
+    p.add_argument("--only", default="standalone,elastic,cross_dc,prefetch")
+    p.add_argument("--prefetch-uses", help="prefetch scenario: how long readers keep using version 1 after "
+                   "version 2 is published, in units of S/B, e.g. 0.5,2")
     p.add_argument("--baselines", default="trainer_direct,mpi,redis",
                    help="standalone baselines to run (trainer_direct,mpi,redis)")
     p.add_argument("--chunk-kb", type=int, default=512)
@@ -270,6 +321,7 @@ def parse():
     a.ks = [int(x) for x in (a.ks or ks).split(",")]
     a.elastic_n, a.elastic_m = (int(x) for x in (a.elastic or elastic).split(","))
     a.only = set(a.only.split(","))
+    a.prefetch_uses = [float(x) for x in (a.prefetch_uses or ("2" if a.smoke else "0.5,2")).split(",")]
     a.baselines = set(a.baselines.split(",")) - {""}
     if a.smoke:
         a.chunk_kb = min(a.chunk_kb, 256)

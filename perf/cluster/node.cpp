@@ -6,9 +6,21 @@
 //   --role trainer   publishes S bytes at T0, then at once begins to mutate
 //                    its buffers (th_replica_begin_mutation; the retention
 //                    policy spills the version into an owned copy that keeps
-//                    serving) and overwrites them. Reports its stall.
+//                    serving) and overwrites them. Reports its stall, from
+//                    the start of the publish. Before T0 it goes through the
+//                    same steps for the versions below Payload::kVersion, as
+//                    a training loop has by then: the memory for owned
+//                    copies is what a running trainer has.
 //   --role reader    at T0 + --ready-offset waits for the version, fetches it
 //                    and serves it on (pipelined replication).
+// With --versions K (the prefetch scenario) the trainer publishes the i-th
+// timed version (Payload::kVersion + i) at T0 + i * --interval-s, and a
+// reader, having fetched the first, uses
+// each version until --use-s after the next one is due, then wants that one:
+// it waits for it and fetches it into its buffers (plain), or, with
+// --prefetch, a thread has fetched it into a spare buffer set meanwhile and
+// the reader swaps the sets. Each reader line says when it wanted a version
+// (ready) and when it held it (done).
 // trainer-direct baseline (plain UCX, what a point-to-point setup does):
 //   --role direct-target  exposes the S bytes; writes its UCX address and
 //                         rkey to --info FILE before it is armed
@@ -17,14 +29,17 @@
 //
 // Common options: --bytes S --tensors T (default 4) --chunk-kb C --inflight I
 // --ready-offset SECONDS. tensorhub: --server URL --model NAME --labels L
-// --mutation-wait-ms MS (trainer), --keep (the trainer does not mutate).
+// --mutation-wait-ms MS (trainer), --keep (the trainer does not mutate),
+// --versions K --interval-s G (trainer and reader), --use-s U --prefetch (reader).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "args.hpp"
@@ -49,6 +64,10 @@ struct Options {
     std::string server, model, labels, info;
     uint32_t mutation_wait_ms = 0;
     bool keep = false;  // the trainer keeps its weights (and serves them)
+    uint64_t versions = 1;
+    double interval_s = 0;  // between the trainer's versions
+    double use_s = 0;       // a reader uses a version this long after the next one is due
+    bool prefetch = false;  // the reader fetches the next version into spare buffers meanwhile
 };
 
 void check(th_status st, const char *what) {
@@ -97,51 +116,123 @@ std::string host_name() {
 int run_trainer(const Options &o) {
     ClientPtr client = connect(o, "trainer");
     Shard shard(o.payload);
+    auto publish = [&](uint64_t version) {
+        th_publish_config pc;
+        th_publish_config_init(&pc, sizeof pc);
+        pc.model = o.model.c_str();
+        pc.version = version;
+        pc.chunk_bytes = o.chunk_bytes;
+        th_replica *r = nullptr;
+        check(th_publish(client.get(), &pc, shard.views.data(), shard.views.size(), &r), "publishing");
+        return r;
+    };
+    // Earlier steps of the loop, untimed; readers wait for the timed versions.
+    for (uint64_t v = 1; v < Payload::kVersion; ++v) {
+        std::memset(shard.buffer.data(), static_cast<int>(v), shard.buffer.size());
+        th_replica *r = publish(v);
+        if (!o.keep) check(th_replica_begin_mutation(r), "beginning the mutation of an earlier version");
+        check(th_replica_release(r), "releasing an earlier version");
+    }
     o.payload.fill(shard.buffer.data());
     double t0 = wait_for_start();
-    sleep_until(t0);
-    th_publish_config pc;
-    th_publish_config_init(&pc, sizeof pc);
-    pc.model = o.model.c_str();
-    pc.version = Payload::kVersion;
-    pc.chunk_bytes = o.chunk_bytes;
     th_replica *replica = nullptr;
-    check(th_publish(client.get(), &pc, shard.views.data(), shard.views.size(), &replica), "publishing");
-    double published = wall_now();
-    double free_at = published;
-    if (!o.keep) {
-        check(th_replica_begin_mutation(replica), "beginning the mutation");
-        free_at = wall_now();
-        // The optimizer step: the buffers no longer hold the version.
-        std::memset(shard.buffer.data(), 0xA5, shard.buffer.size());
+    for (uint64_t i = 0; i < o.versions; ++i) {
+        uint64_t version = Payload::kVersion + i;
+        sleep_until(t0 + double(i) * o.interval_s);
+        if (i > 0) {
+            // The optimizer step that makes this version: the previous one is
+            // given up first (it was already, right after its publish, unless --keep).
+            if (o.keep) check(th_replica_begin_mutation(replica), "beginning the mutation");
+            check(th_replica_release(replica), "releasing");
+            o.payload.fill(shard.buffer.data(), version);
+        }
+        double start = wall_now();
+        replica = publish(version);
+        double published = wall_now();
+        double free_at = published;
+        if (!o.keep) {
+            check(th_replica_begin_mutation(replica), "beginning the mutation");
+            free_at = wall_now();
+            // The optimizer step: the buffers no longer hold the version.
+            std::memset(shard.buffer.data(), 0xA5, shard.buffer.size());
+        }
+        emit(str("{\"role\":\"trainer\",\"step\":", i + 1, ",\"version\":", version, ",\"published\":", fixed(published),
+                 ",\"stall_s\":", fixed(free_at - start), ",\"free\":", fixed(free_at), "}"));
     }
-    emit(str("{\"role\":\"trainer\",\"published\":", fixed(published), ",\"stall_s\":", fixed(free_at - published),
-             ",\"free\":", fixed(free_at), "}"));
     serve_until_quit([] { return true; });
     check(th_replica_release(replica), "releasing");
     return 0;
 }
 
+// Fetches `version` into shard, serving it on through *replica.
+void fetch_into(th_client *client, const Options &o, uint64_t version, Shard &shard, th_replica **replica) {
+    th_fetch_config fc;
+    th_fetch_config_init(&fc, sizeof fc);
+    fc.model = o.model.c_str();
+    fc.version = version;
+    fc.timeout_ms = deadline_ms(o.payload.bytes);
+    check(th_fetch(client, &fc, shard.views.data(), shard.views.size(), nullptr, replica), "fetching");
+}
+
 int run_reader(const Options &o) {
     ClientPtr client = connect(o, "reader-" + host_name() + "-" + std::to_string(getpid()));
-    Shard shard(o.payload);
+    Shard live(o.payload);
+    std::unique_ptr<Shard> spare;
+    if (o.prefetch && o.versions > 1) spare = std::make_unique<Shard>(o.payload);
     double t0 = wait_for_start();
     sleep_until(t0 + o.ready_offset);
     double ready = wall_now();
     uint32_t limit = deadline_ms(o.payload.bytes);
     uint64_t version = 0;
-    check(th_wait_for_version(client.get(), o.model.c_str(), 0, limit, &version), "waiting for the version");
-    th_fetch_config fc;
-    th_fetch_config_init(&fc, sizeof fc);
-    fc.model = o.model.c_str();
-    fc.version = version;
-    fc.timeout_ms = limit;
-    th_replica *replica = nullptr;
-    check(th_fetch(client.get(), &fc, shard.views.data(), shard.views.size(), nullptr, &replica), "fetching");
+    check(th_wait_for_version(client.get(), o.model.c_str(), Payload::kVersion - 1, limit, &version),
+          "waiting for the version");
+    th_replica *replica = nullptr, *spare_replica = nullptr;
+    fetch_into(client.get(), o, version, live, &replica);
     double done = wall_now();
-    emit(str("{\"role\":\"reader\",\"ready\":", fixed(ready), ",\"done\":", fixed(done), ",\"bytes\":", o.payload.bytes,
-             "}"));
-    serve_until_quit([&] { return o.payload.check(shard.buffer.data()); });
+    emit(str("{\"role\":\"reader\",\"step\":", version - Payload::kVersion + 1, ",\"version\":", version, ",\"ready\":", fixed(ready), ",\"done\":", fixed(done),
+             ",\"bytes\":", o.payload.bytes, "}"));
+    Shard *held = &live, *other = spare.get();
+    const uint64_t last = Payload::kVersion + o.versions - 1;
+    for (uint64_t next = version + 1; next <= last; ++next) {
+        double want_at = t0 + double(next - Payload::kVersion) * o.interval_s + o.use_s;
+        double fetched = 0;
+        if (other != nullptr) {
+            // While `held` is in use and served, the next version lands in the
+            // other set; its previous version is given up first.
+            std::string error;
+            std::thread background([&] {
+                try {
+                    uint64_t v = 0;
+                    check(th_wait_for_version(client.get(), o.model.c_str(), next - 1, limit, &v), "waiting for the version");
+                    if (spare_replica) check(th_replica_release(spare_replica), "releasing");
+                    spare_replica = nullptr;
+                    fetch_into(client.get(), o, next, *other, &spare_replica);
+                    fetched = wall_now();
+                } catch (const std::exception &e) {
+                    error = e.what();
+                }
+            });
+            sleep_until(want_at);
+            ready = wall_now();
+            background.join();
+            if (!error.empty()) fail(error);
+            std::swap(held, other);  // the swap: the reader's stall
+            std::swap(replica, spare_replica);
+            done = wall_now();
+        } else {
+            sleep_until(want_at);
+            ready = wall_now();
+            check(th_wait_for_version(client.get(), o.model.c_str(), next - 1, limit, &version), "waiting for the version");
+            check(th_replica_release(replica), "releasing");
+            replica = nullptr;
+            fetch_into(client.get(), o, next, *held, &replica);
+            done = wall_now();
+        }
+        emit(str("{\"role\":\"reader\",\"step\":", next - Payload::kVersion + 1, ",\"version\":", next, ",\"ready\":", fixed(ready), ",\"done\":", fixed(done),
+                 ",\"fetched\":", fixed(fetched), ",\"bytes\":", o.payload.bytes, "}"));
+    }
+    serve_until_quit([&] { return o.payload.check(held->buffer.data(), last); });
+    if (spare_replica) check(th_replica_release(spare_replica), "releasing");
     check(th_replica_release(replica), "releasing");
     return 0;
 }
@@ -195,9 +286,10 @@ int main(int argc, char **argv) {
     setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
     setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
     try {
-        th_support::Args args(argc, argv, {"keep"});
+        th_support::Args args(argc, argv, {"keep", "prefetch"});
         auto bad = args.unknown({"role", "bytes", "tensors", "chunk-kb", "inflight", "ready-offset", "server", "model",
-                                 "labels", "info", "mutation-wait-ms", "keep"});
+                                 "labels", "info", "mutation-wait-ms", "keep", "versions", "interval-s", "use-s",
+                                 "prefetch"});
         if (!bad.empty()) fail("unknown option --", bad[0]);
         Options o;
         o.payload = payload_option(args);
@@ -210,6 +302,10 @@ int main(int argc, char **argv) {
         o.info = args.get("info");
         o.mutation_wait_ms = static_cast<uint32_t>(args.get_u64("mutation-wait-ms", 0));
         o.keep = args.has("keep");
+        o.versions = std::max<uint64_t>(1, args.get_u64("versions", 1));
+        o.interval_s = args.get_double("interval-s", 0);
+        o.use_s = args.get_double("use-s", 0);
+        o.prefetch = args.has("prefetch");
         std::string role = args.get("role");
         if (role == "trainer") return run_trainer(o);
         if (role == "reader") return run_reader(o);

@@ -76,21 +76,25 @@ void serve_until_quit(Check check) {
     }
 }
 
-// The bytes every system moves: S bytes of th_support' pattern for (version 1,
-// shard 0, tensor i), split into `tensors` equal pieces (the tensorhub shard's
+// The bytes every system moves: S bytes of th_support's pattern for (version
+// kVersion, shard 0, tensor i), split into `tensors` equal pieces (the tensorhub shard's
 // tensors; the other systems move the pieces back to back).
+// Runs with several versions (the prefetch scenario) hold the pattern of
+// each version in turn.
 struct Payload {
-    static constexpr uint64_t kVersion = 1;
+    // The tensorhub trainer publishes two earlier versions before T0, as a
+    // training loop would have: the timed one is the third.
+    static constexpr uint64_t kVersion = 3;
     uint64_t bytes;
     unsigned tensors;
     uint64_t piece() const { return bytes / tensors; }
-    void fill(uint8_t *p) const {
+    void fill(uint8_t *p, uint64_t version = kVersion) const {
         for (unsigned t = 0; t < tensors; ++t)
-            th_support::fill_pattern(p + t * piece(), piece(), th_support::pattern_seed(kVersion, 0, t));
+            th_support::fill_pattern(p + t * piece(), piece(), th_support::pattern_seed(version, 0, t));
     }
-    bool check(const uint8_t *p) const {
+    bool check(const uint8_t *p, uint64_t version = kVersion) const {
         for (unsigned t = 0; t < tensors; ++t)
-            if (th_support::check_pattern(p + t * piece(), piece(), th_support::pattern_seed(kVersion, 0, t)) != piece())
+            if (th_support::check_pattern(p + t * piece(), piece(), th_support::pattern_seed(version, 0, t)) != piece())
                 return false;
         return true;
     }

@@ -2,9 +2,14 @@
 """Regenerates perf/RESULTS.md and perf/results/cluster_*.png from
 perf/results/cluster.json (written by `cluster.py --out`). The hand-written
 analysis in perf/cluster/NOTES.md is appended as it is. Without matplotlib
-the tables are still written, without plots.
+the tables are still written, and plots already in perf/results are linked
+as they are.
 
-  report.py [--json perf/results/cluster.json] [--out perf/RESULTS.md]
+--merge FILE takes the scenarios of another run (e.g. `cluster.py --only
+prefetch --out FILE`) into the JSON first, replacing the entries of those
+scenarios, so that one scenario can be measured again without the others.
+
+  report.py [--json perf/results/cluster.json] [--out perf/RESULTS.md] [--merge FILE]
 """
 
 import argparse
@@ -54,6 +59,18 @@ def stall_table(rows):
     return out
 
 
+def prefetch_table(rows):
+    head = ("| N | readers use v1 for | plain: stall summed (worst reader) s | prefetch: stall summed (worst reader) s "
+            "| prefetch done after v2, worst s | CPU-bound |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for e in rows:
+        out.append(f"| {e['n']} | {e['use_of_floor']:g} x S/B = {e['use_s']:.2f} s | "
+                   f"{e['plain_reader_stall_s']:.3f} ({e['plain_max_stall_s']:.3f}) | "
+                   f"{e['prefetch_reader_stall_s']:.6f} ({e['prefetch_max_stall_s']:.6f}) | "
+                   f"{e['prefetch_fetched_max_s']:.2f} | {'yes' if e['cpu_bound'] else 'no'} |")
+    return out
+
+
 def worst_within(rows, key, goal, limit):
     worst = max(rows, key=lambda e: e["ratio_tensorhub_floor"])
     return (goal, f"worst {worst['ratio_tensorhub_floor']:.2f}x at {key.upper()}={worst[key]}",
@@ -91,6 +108,14 @@ def goals(data):
     cd = entries(data, "cross_dc")
     if cd:
         out.append(worst_within(cd, "k", "cross-datacenter: within 1.1x of S/L for any K", 1.1))
+    pre = [e for e in entries(data, "prefetch") if e["use_of_floor"] >= 1]
+    if pre:
+        worst = max(pre, key=lambda e: e["prefetch_max_stall_s"] / e["floor_s"])
+        out.append(("background prefetch: a reader that uses v for >= S/B after v+1 is published waits "
+                    "< 1% of S/B for it",
+                    f"worst {worst['prefetch_max_stall_s'] * 1e3:.3f} ms ({worst['prefetch_max_stall_s'] / worst['floor_s']:.4%} "
+                    f"of S/B) at N={worst['n']}, against {worst['plain_max_stall_s']:.2f} s plain",
+                    worst["prefetch_max_stall_s"] < 0.01 * worst["floor_s"]))
     return out
 
 
@@ -185,6 +210,17 @@ def render(data, images, notes, server_notes):
             lines += ["", f"![{title}](results/cluster_{scenario}.png)"]
         if scenario == "standalone_staggered" and "cluster_stall.png" in images:
             lines += ["", "![Total stall](results/cluster_stall.png)"]
+    rows = sorted(entries(data, "prefetch"), key=lambda e: (e["n"], e["use_of_floor"]))
+    if rows:
+        e = rows[0]
+        lines += ["", "## Background prefetch (reader stall for the next version)", "",
+                  f"Mode `{e.get('mode')}`, S = {e['size_bytes'] >> 20} MiB, B = {e['host_gbit']:g} gbit, S/B = "
+                  f"{e['floor_s']:.2f} s. The trainer publishes version 2 {e['interval_s']:.2f} s after version 1; "
+                  "each reader keeps using version 1 for U after that and then wants version 2. Plain: it waits "
+                  "for and fetches version 2 then. Prefetch: a thread fetched version 2 into a spare buffer set "
+                  "(serving it on) while version 1 was in use and served; the reader swaps the sets. Stall: from "
+                  "wanting version 2 to holding it in the live buffers.", ""]
+        lines += prefetch_table(rows)
     lines += ["", notes.strip(), "", server_notes.strip(), ""]
     return "\n".join(lines)
 
@@ -193,10 +229,23 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=os.path.join(PERF, "results", "cluster.json"))
     p.add_argument("--out", default=os.path.join(PERF, "RESULTS.md"))
+    p.add_argument("--merge", help="a cluster.py JSON whose scenarios replace those of --json (which is rewritten)")
     a = p.parse_args()
     with open(a.json) as f:
         data = json.load(f)
-    images = plots(data, os.path.dirname(os.path.abspath(a.json)))
+    if a.merge:
+        with open(a.merge) as f:
+            extra = json.load(f)["scenarios"]
+        kinds = {e["scenario"] for e in extra}
+        data["scenarios"] = [e for e in data["scenarios"] if e["scenario"] not in kinds] + extra
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(a.json + ".tmp", a.json)
+    results_dir = os.path.dirname(os.path.abspath(a.json))
+    images = plots(data, results_dir)
+    if not images:
+        images = [n for n in sorted(os.listdir(results_dir)) if n.startswith("cluster_") and n.endswith(".png")]
     with open(os.path.join(HERE, "NOTES.md")) as f:
         notes = f.read()
     # The server-load section is written by hand from tensorhub-server-load's
@@ -205,7 +254,7 @@ def main():
         server_notes = f.read()
     with open(a.out, "w") as f:
         f.write(render(data, images, notes, server_notes))
-    print(f"wrote {a.out}" + (f" and {len(images)} plots" if images else " (no matplotlib: no plots)"))
+    print(f"wrote {a.out}" + (f" with {len(images)} plots" if images else " (no plots)"))
     return 0
 
 

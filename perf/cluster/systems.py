@@ -151,6 +151,53 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
             started[0].kill(signal.SIGTERM)
 
 
+def tensorhub_versions(s, meta, trainer, readers, interval_s, use_s, prefetch):
+    """Two versions: the trainer publishes version 1 at T0 (and mutates, as
+    in tensorhub()), version 2 at T1 = T0 + interval_s. Every reader fetches
+    version 1 at T0, uses it until T1 + use_s, and then wants version 2: it
+    fetches it then (plain), or swaps in the copy a background thread fetched
+    into spare buffers since T1 (prefetch). Figures count from T1; a reader's
+    stall is from wanting version 2 to holding it in its live buffers."""
+    started = []
+    try:
+        server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"])
+        started.append(server)
+        server.expect(lambda o: isinstance(o, str) and o.startswith("listening on"), 30)
+        common = [s.program("tensorhub-cluster-node"), "--bytes", str(s.size), "--tensors", str(s.tensors),
+                  "--chunk-kb", str(s.chunk_kb), "--inflight", str(s.inflight), "--server", f"tcp://{meta.ip}:7070",
+                  "--versions", "2", "--interval-s", f"{interval_s:.6f}"]
+
+        def node(role, host, extra=()):
+            p = s.start(role, host, common + ["--role", role, "--labels", f"host={host.name},dc={host.dc}", *extra])
+            started.append(p)
+            return p
+
+        tr = node("trainer", trainer, ["--mutation-wait-ms", "0"] + (["--keep"] if s.trainer_keeps else []))
+        rs = [node("reader", h, ["--use-s", f"{use_s:.6f}"] + (["--prefetch"] if prefetch else [])) for h in readers]
+        t0 = _arm_and_start([tr] + rs, s.timeout)
+        deadline = time.monotonic() + s.timeout + interval_s + use_s
+        for p in rs:
+            p.expect_json("step", 1, deadline - time.monotonic())
+        second = tr.expect_json("step", 2, deadline - time.monotonic())
+        cpu = CpuMeter()
+        cpu.start()
+        results = [p.expect_json("step", 2, deadline - time.monotonic()) for p in rs]
+        busy = cpu.stop()
+        t1 = t0 + interval_s
+        ok = _verify(rs, s.timeout)
+        stalls = [r["done"] - r["ready"] for r in results]
+        detail = {"stalls_s": stalls, "max_stall_s": max(stalls), "publish_s": second["published"] - t1,
+                  "wanted_at_s": use_s}
+        if prefetch:
+            # When the background fetches had the version, from T1.
+            detail["fetched_s"] = [r["fetched"] - t1 for r in results]
+        return Run(max(r["done"] for r in results) - t1, sum(stalls), second["free"] - t1, busy, ok, detail)
+    finally:
+        _finish([p for p in started if p is not started[0]])
+        if started:
+            started[0].kill(signal.SIGTERM)
+
+
 def trainer_direct(s, trainer, readers, offsets):
     """Every reader GETs the whole buffer from the trainer over UCX; the
     trainer may change its weights once the last reader is done."""
@@ -274,5 +321,5 @@ def redis(s, store, trainer, readers, offsets):
             started[0].kill(signal.SIGTERM)
 
 
-__all__ = ["Run", "Setup", "ProcError", "tensorhub", "trainer_direct", "mpi_bcast", "mpi_available", "redis",
+__all__ = ["Run", "Setup", "ProcError", "tensorhub", "tensorhub_versions", "trainer_direct", "mpi_bcast", "mpi_available", "redis",
            "redis_available"]

@@ -81,7 +81,16 @@ void write_stats(th_sync_stats *out, const th::SyncStats &st) {
     full.chunks = st.chunks;
     full.bytes_from_publisher = st.bytes_from_publisher;
     full.bytes_from_replicas = st.bytes_from_replicas;
+    full.checksum_mismatches = st.checksum_mismatches;
     std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
+}
+
+// th_fetch_config.verify, checked before it becomes a th_verify.
+th_verify verify_mode(const th_fetch_config &c) {
+    uint32_t verify = 0;
+    std::memcpy(&verify, &c.verify, sizeof verify);
+    if (verify > TH_VERIFY_ALL) fail(TH_ERR_INVALID_ARG, "unknown verify mode ", verify);
+    return static_cast<th_verify>(verify);
 }
 
 std::vector<th::Buffer> buffers(const th_tensor *tensors, size_t n) {
@@ -232,6 +241,7 @@ void th_client_config_init(th_client_config *cfg, size_t size) {
         c.max_inflight = TH_DEFAULT_MAX_INFLIGHT;
         c.retention = TH_DEFAULT_RETENTION;
         c.mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
+        c.spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;
     });
 }
 
@@ -256,6 +266,7 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         cc.retention = static_cast<th_retention>(retention);
         cc.mutation_wait_ms = c.mutation_wait_ms;
         cc.token = th::wire::cluster_token(c.token);
+        cc.spill_pool_bytes = c.spill_pool_bytes;
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
         th::note_threads_started();
@@ -279,6 +290,7 @@ void th_publish_config_init(th_publish_config *cfg, size_t size) {
     init_config(cfg, size, [](th_publish_config &c) {
         c.num_shards = TH_DEFAULT_NUM_SHARDS;
         c.chunk_bytes = TH_DEFAULT_CHUNK_BYTES;
+        c.checksums = TH_DEFAULT_CHECKSUMS;
     });
 }
 
@@ -294,7 +306,8 @@ th_status th_publish(th_client *client, const th_publish_config *cfg, const th_t
         check_stats(c.stats);
         auto r = std::make_unique<th_replica>();
         th::SyncStats st;
-        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n), &st);
+        r->impl = client->impl->publish(c.model, c.version, c.shard, c.num_shards, c.chunk_bytes, buffers(tensors, n), &st,
+                                        c.checksums != 0);
         *out = r.release();
         write_stats(c.stats, st);
     });
@@ -321,6 +334,7 @@ void th_fetch_config_init(th_fetch_config *cfg, size_t size) {
     init_config(cfg, size, [](th_fetch_config &c) {
         c.version = TH_LATEST;
         c.progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
+        c.verify = TH_DEFAULT_VERIFY;
     });
 }
 
@@ -341,6 +355,7 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
         if (c.tensor) req.tensor = std::string(c.tensor);
         req.offset = c.offset;
         req.length = c.length;
+        req.verify = verify_mode(c);
         if (c.progress) {
             auto progress = c.progress;
             void *user_data = c.progress_user_data;
@@ -354,6 +369,55 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
             r->impl = std::move(res.replica);
             *out_replica = r.release();
         }
+        write_stats(c.stats, res.stats);
+    });
+}
+
+th_status th_fetch_ranges(th_client *client, const th_fetch_config *cfg, const th_range *ranges, size_t n,
+                          uint64_t *out_version) {
+    return th::guard([&] {
+        th::check_not_forked();
+        if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
+        th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
+        if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        if (c.tensor != nullptr)
+            fail(TH_ERR_INVALID_ARG, "th_fetch_ranges takes the tensors from its ranges: th_fetch_config.tensor must be NULL");
+        if (ranges == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "no ranges given");
+        check_stats(c.stats);
+        th::FetchRequest req;
+        req.model = c.model;
+        req.version = c.version;
+        req.shard = c.shard;
+        req.timeout_ms = c.timeout_ms;
+        std::vector<th::Buffer> dst;
+        dst.reserve(n);
+        req.ranges.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+            const th_range &r = ranges[i];
+            if (r.tensor == nullptr) fail(TH_ERR_INVALID_ARG, "range ", i, " has no tensor name");
+            uint32_t kind = 0;
+            std::memcpy(&kind, &r.mem_kind, sizeof kind);
+            if (kind != TH_MEM_HOST && kind != TH_MEM_CUDA)
+                fail(TH_ERR_INVALID_ARG, "range ", i, " of tensor '", r.tensor, "' has unknown memory kind ", kind);
+            th::RangeRequest q{r.tensor, r.offset, r.row_bytes, r.rows, r.src_stride, r.dst_stride};
+            th::check_range(q, r.dst_bytes, i);
+            th::Buffer b;
+            b.spec.name = r.tensor;
+            b.spec.nbytes = th::dst_span(q);  // only what the runs cover is registered
+            b.data = r.dst;
+            b.kind = static_cast<th_mem_kind>(kind);
+            dst.push_back(std::move(b));
+            req.ranges.push_back(std::move(q));
+        }
+        if (c.progress) {
+            auto progress = c.progress;
+            void *user_data = c.progress_user_data;
+            req.progress = [progress, user_data](uint64_t done, uint64_t total) { progress(done, total, user_data); };
+            req.progress_interval_ms = c.progress_interval_ms;
+        }
+        req.verify = verify_mode(c);
+        th::FetchResult res = client->impl->fetch(req, std::move(dst), false);
+        if (out_version) *out_version = res.version;
         write_stats(c.stats, res.stats);
     });
 }

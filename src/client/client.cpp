@@ -61,8 +61,8 @@ Client::~Client() {
 
 std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t version, uint32_t shard,
                                          uint32_t num_shards, uint64_t chunk_bytes, std::vector<Buffer> buffers,
-                                         SyncStats *stats) {
-    return holdings_->publish(model, version, shard, num_shards, chunk_bytes, std::move(buffers), stats);
+                                         SyncStats *stats, bool checksums) {
+    return holdings_->publish(model, version, shard, num_shards, chunk_bytes, std::move(buffers), stats, checksums);
 }
 
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {

@@ -30,9 +30,11 @@ class Client {
     uint64_t worker_id() const { return worker_id_; }
     const ClientConfig &config() const { return cfg_; }
 
-    // stats (may be null) receives the publish's summary.
+    // stats (may be null) receives the publish's summary. With checksums,
+    // every chunk's checksum is computed and declared with the version.
     std::unique_ptr<Replica> publish(const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
-                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr);
+                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr,
+                                     bool checksums = TH_DEFAULT_CHECKSUMS != 0);
     FetchResult fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve);
     uint64_t resolve(const std::string &model, uint64_t version);
     // Withdraws the replica. With retain, the retention policy applies first
@@ -47,6 +49,8 @@ class Client {
     std::string status_json();
 
     UcxWorker &ucx() { return *ucx_; }
+    // What the memory for owned copies holds now.
+    SpillPool::Usage spill_usage() const { return holdings_->spill_usage(); }
 
   private:
     ClientConfig cfg_;

@@ -21,6 +21,7 @@ struct ClientConfig {
     th_retention retention = TH_DEFAULT_RETENTION;
     uint32_t mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
     std::string token;  // cluster token (empty: none)
+    uint64_t spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;  // 0: no limit
 };
 
 }  // namespace th

@@ -1,6 +1,7 @@
 #include "client/fetch.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "common/error.hpp"
@@ -20,10 +21,15 @@ Fetch::Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const F
     if (req_.tensor && dst_.size() != 1)
         fail(TH_ERR_INVALID_ARG, "a single-tensor fetch takes exactly one destination buffer");
     if (req_.tensor && serve_) fail(TH_ERR_INVALID_ARG, "only whole-shard fetches can serve others");
+    if (!req_.ranges.empty() && (req_.tensor || serve_ || dst_.size() != req_.ranges.size()))
+        fail(TH_ERR_INTERNAL, "a ranged fetch needs one destination per range, no single tensor and no serving");
     for (const Buffer &b : dst_) {
         if (b.data == nullptr) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' has a null data pointer");
         if (b.spec.nbytes == 0) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' is empty");
     }
+    if (req_.verify != TH_VERIFY_OFF && req_.verify != TH_VERIFY_SAMPLE && req_.verify != TH_VERIFY_ALL)
+        fail(TH_ERR_INVALID_ARG, "unknown verify mode ", static_cast<int>(req_.verify));
+    verify_ = VerifyPolicy(req_.verify);
     if (serve_) {
         serving_ = std::make_unique<ServingReplica>(holdings, session_, req_.model, req_.shard, dst_);
         for (size_t i = 0; i < dst_.size(); ++i) dst_regions_.push_back(serving_->replica().buffer_region(i));
@@ -53,7 +59,9 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
     layout_ = Layout(std::move(tensors), chunk_bytes);
     version_ = version;
     have_layout_ = true;
-    if (req_.tensor) {
+    if (!req_.ranges.empty()) {
+        apply_selection();
+    } else if (req_.tensor) {
         int64_t t = layout_.find(*req_.tensor);
         if (t < 0) fail_fetch(TH_ERR_NOT_FOUND, str("the shard has no tensor named '", *req_.tensor, "'"));
         uint64_t size = layout_.tensors()[t].nbytes;
@@ -73,16 +81,44 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
         range_begin_ = 0;
         range_end_ = layout_.total_bytes();
     }
-    auto [first, end] = layout_.chunks_covering(range_begin_, range_end_);
-    first_chunk_ = first;
-    end_chunk_ = end;
-    state_.assign(end - first, Missing);
-    needed_ = end - first;
+    if (req_.ranges.empty()) {
+        auto [first, end] = layout_.chunks_covering(range_begin_, range_end_);
+        first_chunk_ = first;
+        end_chunk_ = end;
+        state_.assign(end - first, Missing);
+        needed_ = end - first;
+        bytes_wanted_ = range_end_ - range_begin_;
+    }
     // Re-registration declares it with the version's own shard count.
     if (serving_) serving_->set_version(version_, num_shards, chunk_bytes);
 }
 
+void Fetch::apply_selection() {
+    try {
+        selection_ = RangeSelection(layout_, req_.ranges);
+    } catch (const Error &e) {
+        fail_fetch(e.code(), e.what());
+    }
+    const std::vector<uint32_t> &chunks = selection_.chunks();
+    // Chunks between the touched ones start out as done: never planned or read.
+    first_chunk_ = chunks.front();
+    end_chunk_ = chunks.back() + 1;
+    state_.assign(end_chunk_ - first_chunk_, Confirmed);
+    for (uint32_t c : chunks) state_[c - first_chunk_] = Missing;
+    needed_ = static_cast<uint32_t>(chunks.size());
+    range_begin_ = layout_.chunk_begin(first_chunk_);
+    range_end_ = layout_.chunk_end(end_chunk_ - 1);
+    bytes_wanted_ = selection_.bytes();
+}
+
 std::vector<Piece> Fetch::pieces(uint32_t chunk) const {
+    if (!req_.ranges.empty()) {
+        std::vector<Piece> out;
+        for (const RangePiece &r : selection_.pieces(chunk))
+            out.push_back(Piece{static_cast<uint8_t *>(dst_[r.range].data) + r.dst_offset, dst_regions_[r.range].get(),
+                                r.tensor, r.offset, r.length});
+        return out;
+    }
     uint64_t b = std::max(layout_.chunk_begin(chunk), range_begin_);
     uint64_t e = std::min(layout_.chunk_end(chunk), range_end_);
     std::vector<Piece> out;
@@ -114,7 +150,7 @@ void Fetch::plan(const Deadline &deadline) {
         count = hi - lo;
     }
     std::vector<TensorSpec> given;
-    if (!req_.tensor)
+    if (!partial())
         for (const Buffer &b : dst_) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
     Bytes reply;
@@ -128,7 +164,7 @@ void Fetch::plan(const Deadline &deadline) {
                     auto ex = b.CreateVector(exclude_);
                     auto ex_replicas = b.CreateVector(exclude_replicas_);
                     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
-                    if (!req_.tensor) specs = put_tensors(b, given);
+                    if (!partial()) specs = put_tensors(b, given);
                     auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, serving_ ? serving_->replica().id() : 0, ex, specs,
                                                 ex_replicas);
                     return wire::finish(b, h, body);
@@ -154,6 +190,12 @@ void Fetch::plan(const Deadline &deadline) {
     if (!have_layout_) {
         if (p->num_shards() == 0 || req_.shard >= p->num_shards()) fail(TH_ERR_PROTOCOL, "plan with a bad shard count");
         apply_layout(p->version(), p->chunk_bytes(), p->num_shards(), get_tensors(p->tensors()));
+        // The first plan asks for every chunk: its checksums cover the shard.
+        if (const auto *sums = aligned(p->checksums(), "checksum list"); sums && sums->size() > 0) {
+            if (sums->size() != layout_.num_chunks()) fail(TH_ERR_PROTOCOL, "plan with a bad checksum count");
+            checksums_.assign(sums->begin(), sums->end());
+            if (serving_) serving_->set_checksums(checksums_);
+        }
     }
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
@@ -252,7 +294,10 @@ void Fetch::handle(const ReadEvent &e) {
         s.report = false;
         return;
     }
-    confirm(s);
+    if (!confirm(s)) {
+        advance_served_prefix();
+        return;
+    }
     s.saw_fill_level(e.ctrl[1], layout_.num_chunks());
     advance_served_prefix();
 }
@@ -260,10 +305,18 @@ void Fetch::handle(const ReadEvent &e) {
 // The generation held from before these reads until after them: what they
 // read is the version's bytes. Only reads that had completed when the control
 // word was read count: it has a lane of its own and may overtake reads still
-// queued at the source, but not those it already answered.
-void Fetch::confirm(FetchSource &s) {
+// queued at the source, but not those it already answered. A chunk that does
+// not match the version's checksum is read again elsewhere, and its source
+// reported.
+bool Fetch::confirm(FetchSource &s) {
+    std::optional<uint32_t> corrupt;
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
+        if (!matches_checksum(u.first)) {
+            state_[u.first - first_chunk_] = Missing;
+            corrupt = u.first;
+            return true;
+        }
         state_[u.first - first_chunk_] = Confirmed;
         confirmed_++;
         uint64_t n = 0;
@@ -273,6 +326,27 @@ void Fetch::confirm(FetchSource &s) {
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
+    if (!corrupt) return true;
+    mismatches_++;
+    fail_source(s, str("chunk ", *corrupt, " does not match the version's checksum"));
+    TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", *corrupt, " from worker ",
+           s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
+    return false;
+}
+
+bool Fetch::matches_checksum(uint32_t chunk) {
+    if (checksums_.empty() || !verify_.check(chunk)) return true;
+    // Only a chunk held whole can be checked: a partial or ranged fetch may
+    // hold part of it.
+    std::vector<ChunkPiece> got;
+    uint64_t at = layout_.chunk_begin(chunk);
+    for (const Piece &p : pieces(chunk)) {
+        if (layout_.tensor_offset(p.tensor) + p.offset != at) return true;
+        at += p.length;
+        got.push_back({p.local, p.length, p.region->kind});
+    }
+    if (at != layout_.chunk_end(chunk)) return true;
+    return checksum(got) == checksums_[chunk];
 }
 
 void Fetch::fail_source(FetchSource &s, const std::string &why) {
@@ -386,7 +460,7 @@ void Fetch::report_progress(bool final) {
     auto now = Clock::now();
     if (!final && now - progress_at_ < std::chrono::milliseconds(req_.progress_interval_ms)) return;
     progress_at_ = now;
-    req_.progress(bytes_done_, range_end_ - range_begin_);
+    req_.progress(bytes_done_, bytes_wanted_);
 }
 
 SyncStats Fetch::stats() const {
@@ -397,6 +471,7 @@ SyncStats Fetch::stats() const {
     st.replans = plans_ > 0 ? plans_ - 1 : 0;
     st.failed_sources = failed_sources_;
     st.chunks = needed_;
+    st.checksum_mismatches = mismatches_;
     std::vector<uint64_t> workers;
     for (const auto &[src, n] : bytes_from_) {
         if (n == 0) continue;

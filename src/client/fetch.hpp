@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "client/checksum.hpp"
 #include "client/client_config.hpp"
 #include "client/fetch_source.hpp"
 #include "client/holdings.hpp"
+#include "client/range_selection.hpp"
 #include "client/replica.hpp"
 #include "client/server_session.hpp"
 #include "client/serving_replica.hpp"
@@ -33,10 +35,14 @@ struct FetchRequest {
     std::optional<std::string> tensor;  // partial fetch of one tensor
     uint64_t offset = 0;
     uint64_t length = 0;
+    // th_fetch_ranges: these ranges of the shard, the destination of ranges[i]
+    // being dst[i]. Empty: the whole shard, or the single tensor above.
+    std::vector<RangeRequest> ranges;
     // Called on the fetching thread with (bytes done, bytes needed), at most
     // every progress_interval_ms and once at the end; may be empty.
     std::function<void(uint64_t, uint64_t)> progress;
     uint32_t progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
+    th_verify verify = TH_DEFAULT_VERIFY;  // which chunks are checked against the version's checksums
 };
 
 struct FetchResult {
@@ -61,7 +67,16 @@ class Fetch {
     void issue(FetchSource &s);
     void issue_chunk(FetchSource &s, uint32_t chunk);
     void handle(const ReadEvent &e);
-    void confirm(FetchSource &s);
+    // Confirms what s read; false when a chunk did not match its checksum
+    // (s is then failed).
+    bool confirm(FetchSource &s);
+    // Whether a read chunk holds the version's bytes, as far as the verify
+    // policy checks it.
+    bool matches_checksum(uint32_t chunk);
+    // Not a whole shard: one tensor's range, or th_fetch_ranges' ranges.
+    bool partial() const { return req_.tensor.has_value() || !req_.ranges.empty(); }
+    // Marks the chunks a selection touches as needed, the others as not.
+    void apply_selection();
     void fail_source(FetchSource &s, const std::string &why);
     void retire_failed_sources();
     void advance_served_prefix();
@@ -87,6 +102,8 @@ class Fetch {
     Layout layout_;
     uint64_t version_ = 0;
     uint64_t range_begin_ = 0, range_end_ = 0;  // flat bytes wanted
+    uint64_t bytes_wanted_ = 0;                 // of them, the ones asked for
+    RangeSelection selection_;                  // th_fetch_ranges only
     uint32_t first_chunk_ = 0, end_chunk_ = 0;  // chunks covering them
     std::vector<uint8_t> state_;                 // per chunk in [first_chunk_, end_chunk_)
     uint32_t needed_ = 0, confirmed_ = 0;
@@ -97,6 +114,9 @@ class Fetch {
     std::map<uint64_t, bool> publisher_;  // source replica -> is a publisher's
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
     uint32_t plans_ = 0, failed_sources_ = 0;
+    std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none
+    VerifyPolicy verify_{TH_DEFAULT_VERIFY};
+    uint32_t mismatches_ = 0;
     Clock::time_point progress_at_{};
     uint32_t inflight_ = 0;
     uint64_t event_seq_ = 0;

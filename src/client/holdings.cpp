@@ -3,6 +3,7 @@
 #include <optional>
 #include <thread>
 
+#include "client/checksum.hpp"
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
@@ -15,7 +16,7 @@ using namespace wire;
 
 Holdings::Holdings(const ClientConfig &cfg, uint64_t worker_id, ServerSession &session, UcxWorker &ucx,
                    ControlPage &page)
-    : cfg_(cfg), worker_id_(worker_id), session_(session), ucx_(ucx), page_(page) {}
+    : cfg_(cfg), worker_id_(worker_id), session_(session), ucx_(ucx), page_(page), pool_(ucx, cfg.spill_pool_bytes) {}
 
 Holdings::~Holdings() {
     std::lock_guard lk(mu_);
@@ -51,7 +52,8 @@ void Holdings::declare(const Replica &r, const Deadline &deadline, bool recover)
     Bytes reply = session_.call(
         [&](Builder &b, const Header &h) {
             auto body = CreatePublish(b, b.CreateString(r.model()), r.version(), r.shard(), r.num_shards(),
-                                      r.chunk_bytes(), put_tensors(b, specs), put_desc(b, r.desc()), r.id(), r.owned());
+                                      r.chunk_bytes(), put_tensors(b, specs), put_desc(b, r.desc()), r.id(), r.owned(),
+                                      r.checksums().empty() ? 0 : b.CreateVector(r.checksums()));
             return finish(b, h, body);
         },
         deadline, recover);
@@ -60,7 +62,7 @@ void Holdings::declare(const Replica &r, const Deadline &deadline, bool recover)
 
 std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t version, uint32_t shard,
                                            uint32_t num_shards, uint64_t chunk_bytes, std::vector<Buffer> buffers,
-                                           SyncStats *stats) {
+                                           SyncStats *stats, bool checksums) {
     auto started = Clock::now();
     if (model.empty() || model.size() > 255) fail(TH_ERR_INVALID_ARG, "model name must be 1..255 bytes");
     if (num_shards == 0 || shard >= num_shards)
@@ -73,6 +75,18 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
     Layout layout(specs, chunk_bytes);  // validates names, sizes, chunk size
     std::unique_ptr<Replica> r = prepare(model, shard, std::move(buffers));
     r->set_version(version, num_shards, chunk_bytes);
+    if (checksums) {
+        std::vector<uint64_t> sums;
+        for (uint32_t c = 0; c < layout.num_chunks(); ++c) {
+            std::vector<ChunkPiece> pieces;
+            for (const Segment &s : layout.segments(layout.chunk_begin(c), layout.chunk_end(c))) {
+                const Buffer &b = r->buffers()[s.tensor];
+                pieces.push_back({static_cast<const uint8_t *>(b.data) + s.offset, s.length, b.kind});
+            }
+            sums.push_back(checksum(pieces));
+        }
+        r->set_checksums(std::move(sums));
+    }
     r->control_word()->chunks_done.store(layout.num_chunks());
     r->mark_complete();
     try {
@@ -82,6 +96,9 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
         throw;
     }
     remember(r.get());
+    // Memory for the owned copy a mutation of it may need, made ready now,
+    // on the pool's thread, rather than when the trainer waits for it.
+    if (cfg_.retention != TH_RETAIN_FAIL) pool_.prepare(layout.total_bytes());
     SyncStats st;
     st.version = version;
     st.moved = false;
@@ -173,7 +190,19 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
             TH_LOG(Info, what, ": keeping an owned copy");
             // The server kept routing readers here while the copy was made;
             // asking again finds the copy and stops that.
-            spill(r);
+            try {
+                spill(r);
+            } catch (...) {
+                // Nothing changed: it keeps serving. The spill's error is
+                // what the caller needs to hear, not this call's.
+                calls = Deadline(cfg_.timeout_ms);
+                try {
+                    ask(Body::CancelMutation);
+                } catch (const std::exception &e) {
+                    TH_LOG(Warn, "replica ", r.id(), " may stay unrouted: ", e.what());
+                }
+                throw;
+            }
             // The copy is local work as long as the shard is large (seconds
             // for GBs); the server is owed an answer within a deadline of its own.
             calls = Deadline(cfg_.timeout_ms);
@@ -207,13 +236,26 @@ void Holdings::begin_mutation(Replica &r) {
 void Holdings::spill(const Replica &r) {
     uint64_t total = 0;
     for (const Buffer &b : r.buffers()) total += b.spec.nbytes;
-    Replica::Storage storage(static_cast<uint8_t *>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)));
-    if (!storage) fail(TH_ERR_NO_MEMORY, "cannot allocate ", total, " bytes for an owned copy");
+    // Copies of versions no longer required give their memory back first:
+    // the previous version's copy is usually what this one reuses.
+    bool have_owned;
+    {
+        std::lock_guard lk(mu_);
+        have_owned = !owned_.empty();
+    }
+    if (have_owned) {
+        try {
+            session_.beat();
+        } catch (const Error &e) {
+            TH_LOG(Info, "could not ask which owned copies may go before spilling: ", e.what());
+        }
+    }
+    Replica::Storage storage = pool_.acquire(total);
     std::vector<Buffer> buffers;
     uint64_t offset = 0;
     for (const Buffer &b : r.buffers()) {
         Buffer nb = b;
-        nb.data = storage.get() + offset;
+        nb.data = storage.data() + offset;
         nb.kind = TH_MEM_HOST;
         copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
         offset += b.spec.nbytes;
@@ -223,6 +265,7 @@ void Holdings::spill(const Replica &r) {
     auto copy = std::make_unique<Replica>(*this, new_id(), r.model(), r.shard(), std::move(buffers), ucx_, page_,
                                           std::move(storage));
     copy->set_version(r.version(), r.num_shards(), r.chunk_bytes());
+    copy->set_checksums(r.checksums());
     copy->control_word()->chunks_done.store(Layout(copy->specs(), copy->chunk_bytes()).num_chunks());
     copy->mark_complete();
     declare(*copy, Deadline(cfg_.timeout_ms));
@@ -269,9 +312,7 @@ void Holdings::drop_owned(const std::vector<uint64_t> &ids) {
         } catch (const std::exception &e) {
             TH_LOG(Warn, "releasing an owned copy: ", e.what());
         }
-        void *base = r->storage();
-        r.reset();
-        ucx_.forget_memory(base);
+        r.reset();  // its memory goes back to the spill pool
     }
 }
 

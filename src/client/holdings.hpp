@@ -17,6 +17,7 @@
 #include "client/control_word.hpp"
 #include "client/replica.hpp"
 #include "client/server_session.hpp"
+#include "client/spill_pool.hpp"
 #include "client/sync_stats.hpp"
 #include "common/deadline.hpp"
 #include "transport/worker.hpp"
@@ -28,9 +29,11 @@ class Holdings : public SessionListener {
     Holdings(const ClientConfig &cfg, uint64_t worker_id, ServerSession &session, UcxWorker &ucx, ControlPage &page);
     ~Holdings() override;
 
-    // stats (may be null) receives the publish's summary.
+    // stats (may be null) receives the publish's summary. With checksums,
+    // every chunk's checksum is computed and declared with the version.
     std::unique_ptr<Replica> publish(const std::string &model, uint64_t version, uint32_t shard, uint32_t num_shards,
-                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr);
+                                     uint64_t chunk_bytes, std::vector<Buffer> buffers, SyncStats *stats = nullptr,
+                                     bool checksums = TH_DEFAULT_CHECKSUMS != 0);
     // Withdraws the replica. With retain, the retention policy applies first
     // when it is the last complete copy of a required version.
     void release(Replica &replica, bool retain = true);
@@ -49,6 +52,8 @@ class Holdings : public SessionListener {
     void declare(const Replica &r, const Deadline &deadline, bool recover = true);
     // Held: released at shutdown and declared again on re-registration.
     void remember(Replica *r);
+    // What the memory for owned copies holds now.
+    SpillPool::Usage spill_usage() const { return pool_.usage(); }
 
     // SessionListener
     void register_again(const std::function<void()> &hello, const Deadline &deadline) override;
@@ -68,6 +73,7 @@ class Holdings : public SessionListener {
     UcxWorker &ucx_;
     ControlPage &page_;
     std::atomic<uint64_t> next_replica_{1};
+    SpillPool pool_;  // memory for owned copies; outlives them (declared before owned_)
 
     std::mutex mu_;  // serializes re-registration and guards held_ and owned_
     std::map<uint64_t, Replica *> held_;

@@ -5,7 +5,7 @@ namespace th {
 Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shard, std::vector<Buffer> buffers,
                  UcxWorker &ucx, ControlPage &page, Storage storage)
     : holder_(&holder), ucx_(&ucx), id_(id), model_(std::move(model)), shard_(shard), buffers_(std::move(buffers)),
-      storage_(std::move(storage)) {
+      storage_(std::move(storage)) {  // storage_ is declared before regions_: initialized first
     try {
         for (const Buffer &buf : buffers_) {
             RegionRef reg = ucx.register_memory(buf.data, buf.spec.nbytes, buf.kind, /*expose=*/true);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/control_word.hpp"
+#include "client/spill_pool.hpp"
 #include "common/layout.hpp"
 #include "transport/worker.hpp"
 #include "wire/replica_desc.hpp"
@@ -28,11 +29,8 @@ class Holdings;
 
 class Replica {
   public:
-    struct FreeDeleter {
-        void operator()(uint8_t *p) const { std::free(p); }
-    };
-    // Library memory behind an owned copy (std::aligned_alloc).
-    using Storage = std::unique_ptr<uint8_t, FreeDeleter>;
+    // Library memory behind an owned copy: a slab of the spill pool.
+    using Storage = SpillPool::Lease;
 
     // Registers the buffers (cached per buffer: the same buffers published
     // again register nothing new), takes a control word from page and builds
@@ -56,12 +54,15 @@ class Replica {
     // The registration the i-th buffer lies in.
     const RegionRef &buffer_region(size_t i) const { return regions_[desc_.places[i].region]; }
     ControlWord *control_word() const { return ctrl_.word; }
-    bool owned() const { return storage_ != nullptr; }  // a copy in library memory, made for retention
-    void *storage() const { return storage_.get(); }
+    bool owned() const { return static_cast<bool>(storage_); }  // a copy in library memory, made for retention
     bool complete() const { return complete_; }
     bool mutating() const { return mutating_; }  // begin_mutation succeeded: its buffers may change
     // The holdings it belongs to, or nullptr once its client is destroyed.
     Holdings *holder() const { return holder_; }
+
+    // The checksums of the version's chunks, declared with it (may be empty).
+    const std::vector<uint64_t> &checksums() const { return checksums_; }
+    void set_checksums(std::vector<uint64_t> sums) { checksums_ = std::move(sums); }
 
     // Which version it holds; a fetch learns it from its first plan.
     void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes);
@@ -81,12 +82,15 @@ class Replica {
     uint32_t num_shards_ = 1;
     uint64_t chunk_bytes_ = 0;
     std::vector<Buffer> buffers_;
+    // Owned copies only. Declared before regions_ so that the slab goes back
+    // to the pool after the registrations of the copy are dropped.
+    Storage storage_;
     std::vector<RegionRef> regions_;  // distinct registrations, in desc order
     ReplicaDesc desc_;
+    std::vector<uint64_t> checksums_;
     ControlPage::Slot ctrl_{};
     bool complete_ = false;
     bool mutating_ = false;
-    Storage storage_;  // owned copies only
 };
 
 }  // namespace th

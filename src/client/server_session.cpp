@@ -278,6 +278,15 @@ void ServerSession::address_changed() {
     hb_cv_.notify_all();
 }
 
+void ServerSession::beat() {
+    Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
+                       Deadline(cfg_.timeout_ms));
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::HeartbeatReply) return;
+    const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
+    if (d != nullptr && d->size() > 0) listener_->drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
+}
+
 void ServerSession::heartbeat_loop() {
     std::unique_lock lk(hb_mu_);
     bool warned = false, retry = false;
@@ -301,13 +310,7 @@ void ServerSession::heartbeat_loop() {
             }
         }
         try {
-            Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
-                               Deadline(cfg_.timeout_ms));
-            const Envelope *env = GetEnvelope(reply.data());
-            if (env->body_type() == Body::HeartbeatReply) {
-                const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
-                if (d != nullptr && d->size() > 0) listener_->drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
-            }
+            beat();
             if (warned) TH_LOG(Warn, "server ", cfg_.server_url, " answers heartbeats again");
             warned = false;
         } catch (const std::exception &e) {

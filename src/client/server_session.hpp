@@ -60,6 +60,8 @@ class ServerSession {
     // "unknown worker", a stale or an unreachable server, register again or
     // fail over and retry; off inside re-registration.
     wire::Bytes call(const Build &build, const Deadline &deadline, bool recover = true);
+    // A heartbeat now; the listener drops the owned copies its reply names.
+    void beat();
 
     // The UCX worker has a new address (after a pause): the heartbeat thread
     // registers it.

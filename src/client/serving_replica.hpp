@@ -24,6 +24,8 @@ class ServingReplica {
 
     const Replica &replica() const { return *replica_; }
     // The plan told which version it fills.
+    // The version's checksums, declared with the replica when it registers again.
+    void set_checksums(std::vector<uint64_t> sums) { replica_->set_checksums(std::move(sums)); }
     void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes) {
         replica_->set_version(version, num_shards, chunk_bytes);
     }

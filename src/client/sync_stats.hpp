@@ -17,6 +17,7 @@ struct SyncStats {
     uint32_t chunks = 0;
     uint64_t bytes_from_publisher = 0;
     uint64_t bytes_from_replicas = 0;
+    uint32_t checksum_mismatches = 0;  // chunks read again: they did not match the version's checksum
     // False for a publish: its bytes are declared, not moved.
     bool moved = true;
 

@@ -164,6 +164,12 @@ void Catalog::check_agrees(const Publication &p) const {
         if (!diff.empty())
             fail(TH_ERR_CONFLICT, "shard ", k.shard, " of version ", v.number, " of '", k.model,
                  "' was already published with another layout: ", diff);
+        if (!s.checksums.empty() && !p.checksums.empty() && s.checksums != p.checksums) {
+            size_t c = 0;
+            while (s.checksums[c] == p.checksums[c]) ++c;
+            fail(TH_ERR_CONFLICT, "shard ", k.shard, " of version ", v.number, " of '", k.model,
+                 "' was already published with other bytes: chunk ", c, " has another checksum");
+        }
     }
     // A tensor name has one dtype across the shards of a version.
     for (const ShardInfo &other : v.shards)
@@ -196,6 +202,7 @@ bool Catalog::publish(uint64_t worker, Publication p) {
         s.total_bytes = p.layout.total_bytes();
         s.num_chunks = p.layout.num_chunks();
     }
+    if (s.checksums.empty()) s.checksums = std::move(p.checksums);
     ReplicaInfo &r = new_replica(s, k, worker, p.replica_id, std::move(p.desc));
     r.publisher = !p.owned;
     r.owned = p.owned;

@@ -34,6 +34,7 @@ struct Publication {
     uint64_t replica_id = 0;
     bool owned = false;  // a library-owned copy made for retention
     ReplicaDesc desc;
+    std::vector<uint64_t> checksums;  // per chunk, or empty
 };
 
 // Where begin-mutation leaves a replica.

@@ -70,6 +70,9 @@ struct ShardInfo {
     std::vector<TensorSpec> tensors;
     uint64_t total_bytes = 0;
     uint32_t num_chunks = 0;
+    // XXH3-64 of each chunk, from the first publish that carried them; a
+    // replica declaring others holds other bytes under the same version.
+    std::vector<uint64_t> checksums;
     std::map<uint64_t, ReplicaInfo> replicas;  // by replica id
     // Replicas by the host, rack and zone keys of their workers, so that a
     // plan finds a reader's neighbours without looking at every holder.

@@ -205,6 +205,11 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     check_desc(p.desc, p.layout.tensors());
     p.replica_id = m->replica_id();
     p.owned = m->owned();
+    if (const auto *sums = aligned(m->checksums(), "checksum list"); sums && sums->size() > 0) {
+        if (sums->size() != p.layout.num_chunks())
+            fail(TH_ERR_PROTOCOL, "publish with ", sums->size(), " checksums for ", p.layout.num_chunks(), " chunks");
+        p.checksums.assign(sums->begin(), sums->end());
+    }
     bool committed = catalog_.publish(h.worker_id, std::move(p));
     Builder b(64);
     return finish(b, h, CreatePublishReply(b, committed));
@@ -261,8 +266,10 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     auto range = CreateSourceRange(b, src.worker, b.CreateVector(src.holder->ucx_address), put_desc(b, src.desc),
                                    src.complete, first, count, src.id, src.publisher);
     std::vector<flatbuffers::Offset<SourceRange>> ranges{range};
+    flatbuffers::Offset<flatbuffers::Vector<uint64_t>> sums;
+    if (!s.checksums.empty()) sums = b.CreateVector(s.checksums.data() + first, count);
     auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges),
-                                 v.num_shards);
+                                 v.num_shards, sums);
     Bytes out = finish(b, h, reply);
     metrics_.plan_seconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
     return out;

@@ -35,6 +35,7 @@ from ._errors import (
     VersionNotFound,
 )
 from ._lib import lib as _clib
+from ._ranges import Range
 from ._tensors import DType, MemKind, Typed, with_dtype
 from .client import Client
 from .replica import Replica
@@ -44,7 +45,7 @@ __version__: str = _clib.th_version().decode()
 """The version of the loaded libtensorhub ("MAJOR.MINOR.PATCH")."""
 
 __all__ = [
-    "LATEST", "Client", "Server", "Replica", "server_status", "DType", "MemKind", "Typed", "with_dtype",
+    "LATEST", "Client", "Server", "Replica", "Range", "server_status", "DType", "MemKind", "Typed", "with_dtype",
     "TensorHubError", "InvalidArgument", "VersionNotFound", "NotCommitted", "LayoutMismatch", "Conflict",
     "Timeout", "Unavailable", "TransportError", "ProtocolError", "OutOfMemory", "Closed", "Unsupported",
     "InternalError", "Retained", "AuthError", "__version__",

@@ -118,11 +118,20 @@ def close_at_exit(owner: _Closeable, order: int) -> None:
     _registry.add(owner, order)
 
 
+def _unsigned(value: int, what: str, top: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
+        raise InvalidArgument(-1, f"{what} must be an integer in [0, {top}], got {value!r}")
+    return value
+
+
 def u32(value: int, what: str) -> int:
     """An int that must fit a uint32_t field."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U32_MAX:
-        raise InvalidArgument(-1, f"{what} must be an integer in [0, {_U32_MAX}], got {value!r}")
-    return value
+    return _unsigned(value, what, _U32_MAX)
+
+
+def u64(value: int, what: str) -> int:
+    """An int that must fit a uint64_t field."""
+    return _unsigned(value, what, 2**64 - 1)
 
 
 def to_ms(seconds: float, what: str, *, minimum: int = 0) -> int:

@@ -28,7 +28,7 @@ from ctypes import (
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-__all__ = ["lib", "path", "TH_MAX_DIMS", "TH_LATEST", "Tensor", "ServerConfig", "ClientConfig",
+__all__ = ["lib", "path", "TH_MAX_DIMS", "TH_LATEST", "Tensor", "Range", "ServerConfig", "ClientConfig",
            "SyncStats", "ProgressFn", "PublishConfig", "FetchConfig", "new_config", "take_json"]
 
 TH_MAX_DIMS = 8
@@ -103,6 +103,23 @@ class Tensor(Structure):
     ]
 
 
+class Range(Structure):
+    """th_range (frozen layout)."""
+
+    _fields_ = [
+        ("tensor", c_char_p),
+        ("offset", c_uint64),
+        ("row_bytes", c_uint64),
+        ("rows", c_uint64),
+        ("src_stride", c_uint64),
+        ("dst", c_void_p),
+        ("dst_stride", c_uint64),
+        ("dst_bytes", c_uint64),
+        ("mem_kind", c_enum),
+        ("device", c_int32),
+    ]
+
+
 class ServerConfig(Structure):
     """th_server_config."""
 
@@ -132,6 +149,7 @@ class ClientConfig(Structure):
         ("retention", c_enum),
         ("mutation_wait_ms", c_uint32),
         ("token", c_char_p),
+        ("spill_pool_bytes", c_uint64),
     ]
 
 
@@ -150,6 +168,7 @@ class SyncStats(Structure):
         ("chunks", c_uint32),
         ("bytes_from_publisher", c_uint64),
         ("bytes_from_replicas", c_uint64),
+        ("checksum_mismatches", c_uint32),
     ]
 
 
@@ -168,6 +187,7 @@ class PublishConfig(Structure):
         ("num_shards", c_uint32),
         ("chunk_bytes", c_uint64),
         ("stats", POINTER(SyncStats)),
+        ("checksums", c_uint32),
     ]
 
 
@@ -187,6 +207,7 @@ class FetchConfig(Structure):
         ("progress", ProgressFn),
         ("progress_user_data", c_void_p),
         ("progress_interval_ms", c_uint32),
+        ("verify", c_enum),
     ]
 
 
@@ -235,6 +256,7 @@ _declare("th_unpin", status_t, client_p, c_char_p, c_uint64)
 _declare("th_fetch_config_init", None, POINTER(FetchConfig), c_size_t)
 _declare("th_fetch", status_t, client_p, POINTER(FetchConfig), POINTER(Tensor), c_size_t, POINTER(c_uint64),
          POINTER(replica_p))
+_declare("th_fetch_ranges", status_t, client_p, POINTER(FetchConfig), POINTER(Range), c_size_t, POINTER(c_uint64))
 _declare("th_resolve", status_t, client_p, c_char_p, c_uint64, POINTER(c_uint64))
 _declare("th_wait_for_version", status_t, client_p, c_char_p, c_uint64, c_uint32, POINTER(c_uint64))
 # JSON outputs are char** filled by the library: declared as void** so that

@@ -12,9 +12,10 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
-from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, version_arg
+from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, u64, version_arg
 from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
 from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
+from ._ranges import Range, to_c_ranges
 from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
 from ._tensors import DType, Tensors, TensorLike, View, numpy_dtype, to_c, torch_dtype, view_of, views_of, with_dtype
 from .replica import Replica
@@ -26,6 +27,16 @@ Labels = Union[Mapping[str, str], str, None]
 Retention = Literal["spill", "wait", "fail"]
 
 _RETENTION = {"spill": 0, "wait": 1, "fail": 2}
+Verify = Literal["off", "sample", "all"]
+_VERIFY = {"off": 0, "sample": 1, "all": 2}
+
+
+def _verify(verify: Verify | None) -> int | None:
+    if verify is None:
+        return None
+    if verify not in _VERIFY:
+        raise InvalidArgument(-1, f"verify must be one of {sorted(_VERIFY)}, got {verify!r}")
+    return _VERIFY[verify]
 
 # wait_for_version(timeout=None) waits in slices of this many seconds: every C
 # call needs a deadline, and between slices Python can deliver KeyboardInterrupt.
@@ -73,6 +84,10 @@ class Client:
             another copy, or "fail" with Retained.
         mutation_wait: how long begin_mutation waits for reads in flight, in seconds.
         token: the cluster token, if the server has one (default $TENSORHUB_TOKEN).
+        spill_pool: bytes of host memory the library may hold for owned copies
+            ("spill"/"wait" retention); 0 means no limit. Each publish prepares
+            a buffer of the replica's size in the background, reused across
+            versions; a spill that does not fit raises OutOfMemory.
 
         Settings left at None take the library's defaults (TH_DEFAULT_* in
         tensorhub.h, read back from th_client_config_init).
@@ -84,7 +99,8 @@ class Client:
     def __init__(self, server: str | Server, name: str | None = None, labels: Labels = None,
                  timeout: float | None = None, heartbeat: float | None = None, chunk_timeout: float | None = None,
                  max_inflight: int | None = None, retention: Retention | None = None,
-                 mutation_wait: float | None = None, token: str | None = None) -> None:
+                 mutation_wait: float | None = None, token: str | None = None,
+                 spill_pool: int | None = None) -> None:
         url = server.url if isinstance(server, Server) else server
         if retention is not None and retention not in _RETENTION:
             raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
@@ -107,6 +123,8 @@ class Client:
             cfg.mutation_wait_ms = to_ms(mutation_wait, "mutation_wait")
         if token is not None:
             cfg.token = encode(token, "token")
+        if spill_pool is not None:
+            cfg.spill_pool_bytes = u64(spill_pool, "spill_pool")
         out = ctypes.c_void_p()
         check(lib.th_client_create(ctypes.byref(out), ctypes.byref(cfg)))
         self._handle = Handle(out.value or 0, lib.th_client_destroy, "client")
@@ -206,7 +224,7 @@ class Client:
     # ------------------------------------------------------------------ #
 
     def publish(self, model: str, version: int, tensors: Tensors, shard: int = 0, num_shards: int | None = None,
-                chunk_bytes: int | None = None) -> Replica:
+                chunk_bytes: int | None = None, checksums: bool | None = None) -> Replica:
         """Declares that this process holds `version` of `model` (one shard) in
         `tensors` and serves it from there. Nothing is copied.
 
@@ -221,15 +239,18 @@ class Client:
             num_shards: None: TH_DEFAULT_NUM_SHARDS (one).
             chunk_bytes: transfer unit; must agree across shards. None:
                 TH_DEFAULT_CHUNK_BYTES.
+            checksums: compute a checksum of every chunk for readers to
+                check (one pass over the bytes). None: TH_DEFAULT_CHECKSUMS (on).
 
         Raises:
-            InvalidArgument, Conflict, Unavailable, Timeout.
+            InvalidArgument, Conflict (another publisher declared other
+            bytes for this shard of the version), Unavailable, Timeout.
         """
         views = views_of(tensors, writable=False)
-        return self._publish(model, version, views, to_c(views), shard, num_shards, chunk_bytes)
+        return self._publish(model, version, views, to_c(views), shard, num_shards, chunk_bytes, checksums)
 
     def _publish(self, model: str, version: int, views: list[View], c_tensors: Any, shard: int, num_shards: int,
-                 chunk_bytes: int) -> Replica:
+                 chunk_bytes: int, checksums: bool | None = None) -> Replica:
         # c_tensors: to_c(views), which a caller publishing the same buffers
         # again may keep and pass back (it is 1-2 us per tensor to build).
         cfg = new_config(PublishConfig, lib.th_publish_config_init)
@@ -240,6 +261,8 @@ class Client:
             cfg.num_shards = u32(num_shards, "num_shards")
         if chunk_bytes is not None:
             cfg.chunk_bytes = version_arg(chunk_bytes, "chunk_bytes")
+        if checksums is not None:
+            cfg.checksums = 1 if checksums else 0
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         out = ctypes.c_void_p()
@@ -255,7 +278,8 @@ class Client:
 
     def _fetch(self, model: str, version: int, views: list[View], shard: int, timeout: float | None,
                serve: bool, tensor: str | None = None, offset: int = 0,
-               hook: ProgressHook | None = None, c_tensors: Any = None) -> tuple[int, Replica | None]:
+               hook: ProgressHook | None = None, c_tensors: Any = None,
+               verify: Verify | None = None) -> tuple[int, Replica | None]:
         # The caller raises what the progress callback raised (hook.raise_if_failed)
         # once its own bookkeeping is done. c_tensors: to_c(views), if the
         # caller keeps it across fetches into the same buffers.
@@ -269,6 +293,8 @@ class Client:
             cfg.tensor = encode(tensor, "name")
             cfg.offset = version_arg(offset, "offset")
             cfg.length = views[0].nbytes
+        if (mode := _verify(verify)) is not None:
+            cfg.verify = mode
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         if hook is not None:
@@ -288,7 +314,8 @@ class Client:
 
     def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
               timeout: float | None = None, serve: bool = True,
-              progress: ProgressCallback | None = None, progress_interval: float | None = None) -> int:
+              progress: ProgressCallback | None = None, progress_interval: float | None = None,
+              verify: Verify | None = None) -> int:
         """Fetches a shard of `version` (default: the newest committed) into
         the caller's tensors, reading directly from processes that hold it.
 
@@ -302,6 +329,11 @@ class Client:
                 callback is not called again).
             progress_interval: the least time between two progress calls, in
                 seconds (None: 0.1; 0: whenever bytes may have arrived).
+            verify: which chunks are checked against their publisher's
+                checksums: "off", "sample" (about one in eight) or "all".
+                A chunk that does not match is read again from another holder
+                (last_sync_stats()["checksum_mismatches"]). None: the library's
+                default (TH_DEFAULT_VERIFY, "sample").
             serve: keep serving the fetched version from `into` afterwards. The
                 client then holds the replica for (model, shard) and releases
                 the previous one only after this fetch succeeded, so a reader can
@@ -320,7 +352,7 @@ class Client:
         views = views_of(into, writable=True)
         hook = _progress_hook(progress, progress_interval)
         if not serve:
-            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook)[0]
+            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook, verify=verify)[0]
             hook.raise_if_failed()
             return got
         key = (model, shard)
@@ -329,7 +361,7 @@ class Client:
         for old in served:
             if old._overlaps(views):
                 old.release()  # Retained propagates: those bytes must not be overwritten
-        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook)
+        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook, verify=verify)
         assert replica is not None
         with self._lock:
             older = self._served.get(key, [])
@@ -349,7 +381,7 @@ class Client:
 
     def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
                       timeout: float | None = None, progress: ProgressCallback | None = None,
-                      progress_interval: float | None = None) -> tuple[int, Replica]:
+                      progress_interval: float | None = None, verify: Verify | None = None) -> tuple[int, Replica]:
         """Like fetch(serve=True), but the caller owns the resulting Replica
         and releases it (or uses it as a context manager).
 
@@ -357,7 +389,8 @@ class Client:
             (version delivered, the replica serving it from `into`).
         """
         hook = _progress_hook(progress, progress_interval)
-        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook)
+        got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook,
+                                   verify=verify)
         assert replica is not None
         try:
             hook.raise_if_failed()
@@ -394,6 +427,44 @@ class Client:
         if view.nbytes == 0:
             raise InvalidArgument(-1, f"the destination for tensor '{name}' is empty")
         return self._fetch(model, version, [view], shard, timeout, serve=False, tensor=name, offset=offset)[0]
+
+    def fetch_ranges(self, model: str, ranges: Range | list[Range], version: int = LATEST, *, shard: int = 0,
+                     timeout: float | None = None, progress: ProgressCallback | None = None,
+                     progress_interval: float | None = None) -> int:
+        """Fetches only the given parts of a shard's tensors, in one fetch:
+        one plan, then reads of just those bytes, each landing in its range's
+        destination (th_fetch_ranges). A column block of a row-major tensor is
+        one Range (Range.block), not one fetch per row. The destinations do
+        not serve others. last_sync_stats["bytes"] counts the ranges' bytes.
+
+        Returns:
+            The version delivered.
+
+        Raises:
+            VersionNotFound (also: no such tensor in the shard), InvalidArgument
+            (rows outside the tensor, a destination smaller than its runs span;
+            the message names the range and tensor), and what fetch raises.
+        """
+        c_ranges, views = to_c_ranges(ranges)
+        cfg = new_config(FetchConfig, lib.th_fetch_config_init)
+        cfg.model = encode(model, "model")
+        cfg.version = version_arg(version)
+        cfg.shard = u32(shard, "shard")
+        cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
+        stats = new_stats()
+        cfg.stats = stats_pointer(stats)
+        hook = _progress_hook(progress, progress_interval)
+        if progress is not None:
+            cfg.progress = hook.c_function
+            if hook.interval_ms is not None:
+                cfg.progress_interval_ms = hook.interval_ms
+        got = ctypes.c_uint64()
+        with self._handle.use() as ptr:
+            check(lib.th_fetch_ranges(ptr, ctypes.byref(cfg), c_ranges, len(views), ctypes.byref(got)))
+        del views  # kept the destinations alive through the call
+        self._last.stats = stats_dict("fetch", model, shard, stats)
+        hook.raise_if_failed()
+        return int(got.value)
 
     def describe(self, model: str, version: int = LATEST, shard: int = 0) -> dict[str, Any]:
         """Describes a shard of a committed version, so that buffers can be

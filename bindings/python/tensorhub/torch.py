@@ -16,6 +16,12 @@ One class per place a model lives in an RL job:
 - StagedPublisher (trainer): publishes tensors that do not live long enough to
   be published in place (FSDP full_tensor() results, a converted export) by
   copying them into buffers it owns.
+- Prefetcher (rollout): fetches the next version into a spare set of tensors
+  on a background thread while the module keeps the current one, in use and
+  served; swap() makes it the module's, so the rollout's stall is the swap.
+- ReshardingReceiver (rollout of another tensor-parallel degree): reads this
+  rank's rows or columns of each tensor from the publisher's shards that
+  hold them (ranged fetches: only those bytes move).
 
 Digests: a publisher made with digest=True adds one tensor, DIGEST_NAME (uint8,
 one 16-byte BLAKE2b row per tensor, over the model name, the version, the
@@ -31,6 +37,7 @@ module ties them the same way fills both.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -55,12 +62,13 @@ from ._errors import (
     error_for,
 )
 from ._sync import ProgressCallback, ProgressHook
+from ._ranges import Range
 from ._tensors import _BY_NAME, DType, View, to_c, torch_dtype, view_of
 from .client import Client
 from .replica import Replica
 
-__all__ = ["Publisher", "StagedPublisher", "Receiver", "Staging", "Weights", "DigestMismatch", "DIGEST_NAME",
-           "named_tensors", "state_digests"]
+__all__ = ["Publisher", "StagedPublisher", "Receiver", "Staging", "Weights", "Prefetcher", "ReshardingReceiver",
+           "Splits", "DigestMismatch", "DIGEST_NAME", "named_tensors", "state_digests"]
 
 DIGEST_NAME = "__tensorhub__.digest"
 """The tensor a publisher made with digest=True appends to each version."""
@@ -996,6 +1004,478 @@ class Staging:
         self._weights = None
 
     def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- #
+# Background prefetch
+# --------------------------------------------------------------------------- #
+
+
+class _TensorSet:
+    """One set of tensors a version lands in, with the fetcher serving it."""
+
+    def __init__(self, fetcher: _Fetcher, tensors: dict[str, torch.Tensor] | None) -> None:
+        self.fetcher = fetcher
+        self.tensors = tensors  # by published name; None until first needed
+        self.plan: _Plan | None = None
+
+
+class Prefetcher:
+    """Keeps a module in use, and served, at version v while version v+1
+    lands in a spare set of tensors on a background thread; swap() then makes
+    v+1 the module's. The reader's stall is the swap, not the fetch.
+
+        prefetcher = Prefetcher(client, "policy", model)
+        prefetcher.fetch(timeout=60)        # the first version
+        while True:
+            prefetcher.prefetch()           # background: wait for a newer version, fetch it
+            generate(model)                 # meanwhile the module holds v and serves it
+            prefetcher.swap()               # v+1 is the module's (waits if still fetching)
+
+    Two ways to swap:
+
+    - swap="pointer" (default): each of the module's tensors is pointed at its
+      spare (``param.data = spare``); the storage it leaves becomes the spare
+      set of the next prefetch, and keeps serving v until then. The stall is a
+      loop over the tensors, about a microsecond each, whatever their size.
+      The module's tensor objects stay the same, their addresses change: CUDA
+      graphs captured on the old storage (and anything else holding it) do
+      not follow. Memory: two copies of the module's tensors.
+    - swap="copy": the spare set is copied into the module's own storage
+      (torch._foreach_copy_); addresses never change. The stall is one copy of
+      the model (memory bandwidth). The module's storage does not serve; the
+      spare set serves the version until the next prefetch.
+
+    The module is never written by the background fetch: an error of it (no
+    such version, every holder gone, a layout the module cannot take, a digest
+    mismatch) is raised by swap(), and the module still holds v.
+
+    Args:
+        target, shard, strict, buffers, rename, verify, serve: as Receiver.
+        swap: "pointer" or "copy".
+    """
+
+    def __init__(self, client: Client, model: str, target: Source, *, shard: int = 0, swap: str = "pointer",
+                 strict: bool = True, buffers: bool = True, rename: Rename | None = None, verify: bool = True,
+                 serve: bool = True) -> None:
+        if swap not in ("pointer", "copy"):
+            raise InvalidArgument(-1, f"swap must be 'pointer' or 'copy', got {swap!r}")
+        self._client = client
+        self.model = model
+        self._shard = shard
+        self._mode = swap
+        self._strict = strict
+        self._local, self._aliases = named_tensors(target, buffers=buffers, rename=rename)
+        if not self._local:
+            raise InvalidArgument(-1, f"nothing to fetch into for '{model}': the {type(target).__name__} has no tensors")
+        # Every tensor object of the module holding a published name (tied
+        # weights may be distinct objects over one storage): a pointer swap
+        # moves them all.
+        self._objects: dict[str, list[torch.Tensor]] = {name: [t] for name, t in self._local}
+        for local_name, t in _items(target, buffers):
+            name = local_name if rename is None else rename(local_name)
+            if name is not None and name in self._aliases:
+                held = self._objects[self._aliases[name]]
+                if not any(t is o for o in held):
+                    held.append(t)
+        what = f"the spare tensors of '{model}'"
+        spare = _TensorSet(_Fetcher(client, model, shard, verify, serve, what), None)
+        if swap == "pointer":
+            # The module's own storage is the other set: detached views keep
+            # it alive once the module points elsewhere.
+            mine = _TensorSet(_Fetcher(client, model, shard, verify, serve, what),
+                              {name: t.detach() for name, t in self._local})
+            self._sets = [mine, spare]
+            self._live: int | None = 0
+        else:
+            self._sets = [spare]
+            self._live = None
+        self._thread: threading.Thread | None = None
+        self._target_set = 0
+        self._outcome: tuple[int, int] | BaseException | None = None
+        self._closing = threading.Event()
+        self.version: int | None = None
+        """The version the module holds (None before the first swap)."""
+        self.last_swap_s: float | None = None
+        """How long the last swap() took once the version was there: the reader's stall."""
+        self.last_fetch_s: float | None = None
+        """How long the last background fetch took (waiting for the version not included)."""
+        self.last_sync_stats: dict[str, Any] | None = None
+        """The last background fetch's summary (Client.last_sync_stats of its thread)."""
+
+    @property
+    def pending(self) -> bool:
+        """A prefetch was started and not swapped in yet."""
+        return self._thread is not None
+
+    @property
+    def ready(self) -> bool:
+        """A prefetch is done (fetched, or failed): swap() will not wait."""
+        return self._thread is not None and not self._thread.is_alive()
+
+    def prefetch(self, version: int = LATEST, *, wait: bool = True, wait_timeout: float | None = None,
+                 timeout: float = 60.0) -> None:
+        """Starts fetching into the spare set on a background thread and returns.
+
+        Args:
+            version: the version to fetch (default: the newest committed).
+            wait: first wait for a version newer than the module's (the
+                trainer's next one), up to wait_timeout seconds (None: until
+                it comes or close()).
+            timeout: deadline of the fetch itself, in seconds.
+
+        Raises:
+            InvalidArgument: a prefetch is already pending (swap it in first).
+        """
+        version_arg(version)
+        if self._thread is not None:
+            raise InvalidArgument(-1, f"a prefetch of '{self.model}' is already pending: swap() it in first")
+        index = 0 if self._mode == "copy" else 1 - (self._live or 0)
+        self._target_set = index
+        self._outcome = None
+        newer = (self.version or 0) if wait else None
+        self._thread = threading.Thread(target=self._background, args=(index, version, newer, wait_timeout, timeout),
+                                        name=f"tensorhub-prefetch-{self.model}", daemon=True)
+        self._thread.start()
+
+    def _background(self, index: int, version: int, newer: int | None, wait_timeout: float | None,
+                    timeout: float) -> None:
+        try:
+            if newer is not None:
+                self._wait_newer(newer, wait_timeout)
+            started = time.perf_counter()
+            tensor_set = self._sets[index]
+            got = tensor_set.fetcher.run(version, timeout, lambda v, fresh: self._plan_for(index, v, fresh),
+                                         lambda _: None)
+            self.last_fetch_s = time.perf_counter() - started
+            self.last_sync_stats = self._client.last_sync_stats
+            self._outcome = (index, got)
+        except BaseException as e:  # noqa: BLE001 - raised by swap()
+            self._outcome = e
+
+    def _wait_newer(self, newer: int, wait_timeout: float | None) -> None:
+        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+        while True:
+            if self._closing.is_set():
+                raise Closed(Closed.code, f"the prefetcher of '{self.model}' was closed while waiting for a version")
+            step = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            try:
+                self._client.wait_for_version(self.model, newer_than=newer, timeout=max(0.001, step))
+                return
+            except Timeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    def _plan_for(self, index: int, version: int, fresh: bool) -> _Plan:
+        tensor_set = self._sets[index]
+        if tensor_set.plan is not None and not fresh:
+            return tensor_set.plan
+        desc = self._client.describe(self.model, version, self._shard)
+        # The module must be able to take the version: checked before any byte lands.
+        _match(desc, self._local, self._aliases, self._strict,
+               f"cannot prefetch version {desc['version']} of '{self.model}' shard {desc['shard']} for the module")
+        layout = _layout(desc)
+        if tensor_set.plan is not None and tensor_set.plan.layout == layout:
+            return tensor_set.plan
+        if tensor_set.tensors is None:
+            with torch.no_grad():
+                tensor_set.tensors = {name: torch.empty_like(t, memory_format=torch.contiguous_format)
+                                      for name, t in self._local}
+        digest = _digest_buffer(layout)
+        pairs: list[tuple[str, torch.Tensor]] = []
+        for name, _, _ in layout:
+            pairs.append((name, digest) if name == DIGEST_NAME else (name, tensor_set.tensors[name]))
+        tensor_set.plan = _Plan(layout, pairs, digest)
+        return tensor_set.plan
+
+    def swap(self, timeout: float | None = None) -> int:
+        """Makes the prefetched version the module's, waiting for the
+        background fetch if it is not done (up to `timeout` seconds, None:
+        as long as it takes). Returns the version the module now holds.
+
+        Raises:
+            InvalidArgument: no prefetch was started.
+            Timeout: the fetch is still running after `timeout` (it goes on;
+                swap again later).
+            Whatever the background fetch raised; the module is unchanged.
+        """
+        thread = self._thread
+        if thread is None:
+            raise InvalidArgument(-1, f"no prefetch of '{self.model}' to swap in: call prefetch() first")
+        thread.join(timeout)
+        if thread.is_alive():
+            raise Timeout(Timeout.code, f"the prefetch of '{self.model}' is still running after {timeout} s")
+        self._thread = None
+        outcome, self._outcome = self._outcome, None
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        index, got = outcome
+        plan = self._sets[index].plan
+        assert plan is not None
+        started = time.perf_counter()
+        with torch.no_grad():
+            if self._mode == "pointer":
+                for name, t in plan.pairs:
+                    for obj in self._objects.get(name, ()):
+                        obj.data = t
+                self._live = index
+            else:
+                dst = [self._objects[n][0] for n, _ in plan.pairs if n != DIGEST_NAME]
+                src = [t for n, t in plan.pairs if n != DIGEST_NAME]
+                _synchronize(dst)
+                if hasattr(torch, "_foreach_copy_"):
+                    torch._foreach_copy_(dst, src)
+                else:
+                    for d, s in zip(dst, src):
+                        d.copy_(s)
+                _synchronize(dst)
+                _bump_versions(dst)
+        self.last_swap_s = time.perf_counter() - started
+        self.version = got
+        return got
+
+    def fetch(self, version: int = LATEST, *, timeout: float = 60.0) -> int:
+        """Fetches `version` into the spare set and swaps it in at once (the
+        first version, or a reader that cannot overlap). Returns it."""
+        self.prefetch(version, wait=False, timeout=timeout)
+        return self.swap()
+
+    def close(self) -> None:
+        """Stops waiting for a version, lets a fetch in flight end (within its
+        deadline) and stops serving both sets. Idempotent. The module keeps the
+        tensors it points at."""
+        self._closing.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        for tensor_set in self._sets:
+            tensor_set.fetcher.release()
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- #
+# Resharding: a reader of another tensor-parallel degree
+# --------------------------------------------------------------------------- #
+
+Splits = Union[Mapping[str, Union[int, None]], Callable[[str], Union[int, None]]]
+"""Per published tensor name, the dimension the publisher's shards split it
+along, or None for a tensor every shard holds whole."""
+
+
+@dataclass
+class _ReshardPlan:
+    key: tuple[Any, ...]                          # the shard layouts it was made for
+    pairs: list[tuple[str, torch.Tensor]]         # the reader's tensors, in published order
+    fetches: list[tuple[int, list[Range]]]        # per publisher shard, the ranges read from it
+
+
+class ReshardingReceiver:
+    """Fetches, for tensor-parallel rank `tp_rank` of `tp_size`, exactly the
+    part of each tensor it needs from a version published as `num_shards`
+    shards by a publisher of another degree, into the reader's own tensors.
+
+    Shard s of the publisher holds block s of `num_shards` equal blocks of each
+    split tensor along its split dimension (Megatron-style column- and
+    row-parallel layers: dimension 0 or 1 of a weight). The reader's block
+    `tp_rank` of `tp_size` is read from the shards that hold it, one fetch per
+    shard (Client.fetch_ranges: one plan, then only those rows or columns
+    move). A TP=1 reader gathers every shard; a TP=4 rank reads half of one
+    TP=2 shard; a TP=2 reader of a TP=4 version reads two shards.
+
+        splits = {"qkv.weight": 0, "out.weight": 1, "norm.weight": None}
+        reader = ReshardingReceiver(client, "policy", splits, tp_size=4, tp_rank=rank, target=model)
+        reader.fetch(timeout=60)
+
+    Args:
+        splits: the split dimension of each published name (a mapping, whose
+            missing names count as None, or a function); None: every shard
+            holds the whole tensor, read from shard
+            tp_rank * num_shards // tp_size (where this rank's blocks start).
+        tp_size, tp_rank: the reader's tensor-parallel degree and rank.
+        target: the module (its state_dict) or name -> tensor mapping to fill
+            in place, with the reader's shapes; None: the receiver allocates
+            the tensors on `device` (see `tensors`).
+        strict, buffers, rename: as Receiver.
+
+    The destinations do not serve other readers: they hold parts of shards.
+    Digests (DIGEST_NAME) cover whole shard tensors, so they are not checked.
+    """
+
+    def __init__(self, client: Client, model: str, splits: Splits, *, tp_size: int, tp_rank: int,
+                 target: Source | None = None, strict: bool = True, buffers: bool = True,
+                 rename: Rename | None = None, device: str | torch.device = "cpu") -> None:
+        if not isinstance(tp_size, int) or tp_size < 1 or not isinstance(tp_rank, int) or \
+                not 0 <= tp_rank < tp_size:
+            raise InvalidArgument(-1, f"tp_rank {tp_rank!r} of tp_size {tp_size!r}: need 0 <= tp_rank < tp_size")
+        self._client = client
+        self.model = model
+        self._split = splits if callable(splits) else (lambda name, m=dict(splits): m.get(name))
+        self.tp_size, self.tp_rank = tp_size, tp_rank
+        self._target = target
+        self._collector = None if target is None else _Collector(target, buffers, rename)
+        self._strict = strict
+        self._device = torch.device(device)
+        self._plan: _ReshardPlan | None = None
+        self._plan_generation = -1
+        self.version: int | None = None
+        """The version the tensors hold (None before a fetch, or after one that failed midway)."""
+        self.last_sync_stats: list[dict[str, Any]] = []
+        """One summary per publisher shard read by the last fetch (Client.last_sync_stats)."""
+
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The reader's tensors by published name (the target's, or allocated)."""
+        return {} if self._plan is None else dict(self._plan.pairs)
+
+    def fetch(self, version: int = LATEST, *, timeout: float = 60.0) -> int:
+        """Fetches this rank's part of `version` (default: the newest
+        committed) and returns the version.
+
+        Raises:
+            LayoutMismatch: a target tensor is missing or has another dtype or
+                shape than this rank's part; nothing was written.
+            InvalidArgument: a split does not divide evenly (names the tensor).
+            VersionNotFound, NotCommitted; Unavailable, Timeout and
+            TransportError say the tensors may hold parts of two versions.
+        """
+        version_arg(version)
+        deadline = time.monotonic() + timeout
+        target = self._client.resolve(self.model, version)
+        plan = self._plan_for(target)
+        tensors = [t for _, t in plan.pairs]
+        _synchronize(tensors)
+        self.version = None
+        stats: list[dict[str, Any]] = []
+        try:
+            for shard, ranges in plan.fetches:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
+                self._client.fetch_ranges(self.model, ranges, target, shard=shard, timeout=remaining)
+                last = self._client.last_sync_stats
+                assert last is not None
+                stats.append(last)
+        except _TORN_ERRORS as e:
+            raise _torn(e, f"this rank's tensors of '{self.model}'") from e
+        self.last_sync_stats = stats
+        _bump_versions(tensors)
+        self.version = target
+        return target
+
+    def _plan_for(self, version: int) -> _ReshardPlan:
+        first = self._client.describe(self.model, version, 0)
+        descs = [first] + [self._client.describe(self.model, version, s) for s in range(1, first["num_shards"])]
+        layouts = [_layout(d) for d in descs]
+        local: list[tuple[str, torch.Tensor]] = []
+        if self._collector is not None:
+            local, _ = self._collector.collect()
+        key = tuple(layouts)
+        if self._plan is not None and self._plan.key == key and \
+                (self._collector is None or self._plan_generation == self._collector.generation):
+            return self._plan
+        self._plan = self._make_plan(key, layouts, local)
+        if self._collector is not None:
+            self._plan_generation = self._collector.generation
+        return self._plan
+
+    def _make_plan(self, key: tuple[Any, ...], layouts: list[tuple[tuple[str, int, tuple[int, ...]], ...]],
+                   local: list[tuple[str, torch.Tensor]]) -> _ReshardPlan:
+        where = f"cannot fetch tp rank {self.tp_rank} of {self.tp_size} of '{self.model}'"
+        shards = len(layouts)
+        published = [(n, d, s) for n, d, s in layouts[0] if n != DIGEST_NAME]
+        for s, layout in enumerate(layouts[1:], start=1):
+            names = [(n, d) for n, d, _ in layout if n != DIGEST_NAME]
+            if names != [(n, d) for n, d, _ in published]:
+                raise LayoutMismatch(LayoutMismatch.code, f"{where}: shard {s} publishes other tensors (or dtypes) "
+                                     "than shard 0")
+        mine = dict(local)
+        old = dict(self._plan.pairs) if self._plan is not None else {}
+        problems: list[str] = []
+        pairs: list[tuple[str, torch.Tensor]] = []
+        by_shard: dict[int, list[Range]] = {}
+        for index, (name, dtype_id, _) in enumerate(published):
+            dtype = DType(dtype_id)
+            dim = self._split(name)
+            shapes = [layout[index][2] for layout in layouts]
+            shape, sources = self._reader_part(name, dim, shapes, shards)
+            want = _spec(dtype.name.lower(), shape)
+            if self._collector is not None:
+                t = mine.get(name)
+                if t is None:
+                    problems.append(f"'{name}' ({want} for this rank) is published but the target has no such tensor")
+                    continue
+                if _BY_NAME.get(str(t.dtype).removeprefix("torch.")) != dtype or tuple(t.shape) != shape:
+                    problems.append(f"'{name}' is {want} for this rank, the target's is {_what(t)}")
+                    continue
+            else:
+                t = old.get(name)
+                if t is None or t.dtype != torch_dtype(dtype) or tuple(t.shape) != shape:
+                    t = torch.empty(shape, dtype=torch_dtype(dtype), device=self._device)
+            pairs.append((name, t))
+            if t.numel() == 0:
+                continue
+            for shard, r in self._ranges(name, dim, shapes, shape, dtype.itemsize, sources, t):
+                by_shard.setdefault(shard, []).append(r)
+        if self._strict and self._collector is not None:
+            names = {n for n, _, _ in published}
+            for name, t in local:
+                if name not in names:
+                    problems.append(f"the target's '{name}' ({_what(t)}) is not in the version")
+        if problems:
+            shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+            raise LayoutMismatch(LayoutMismatch.code, f"{where}: {shown}; nothing was written")
+        return _ReshardPlan(key, pairs, sorted(by_shard.items()))
+
+    def _reader_part(self, name: str, dim: int | None, shapes: list[tuple[int, ...]],
+                     shards: int) -> tuple[tuple[int, ...], list[int]]:
+        """This rank's shape of tensor `name`, and the publisher shards it reads."""
+        if dim is None:
+            # The shard where this rank's blocks start: a rank reads as few shards as it can.
+            shard = self.tp_rank * shards // self.tp_size
+            return shapes[shard], [shard]
+        local = shapes[0]
+        if not isinstance(dim, int) or not 0 <= dim < len(local):
+            raise InvalidArgument(-1, f"tensor '{name}': split dimension {dim!r} of a {len(local)}-d tensor")
+        if any(s != local for s in shapes):
+            raise LayoutMismatch(LayoutMismatch.code, f"tensor '{name}': the shards hold blocks of different shapes "
+                                 f"({', '.join(str(list(s)) for s in shapes)}); only even splits can be resharded")
+        full = local[dim] * shards
+        if full % self.tp_size:
+            raise InvalidArgument(-1, f"tensor '{name}': dimension {dim} has {full} entries in all, which do not "
+                                  f"split into {self.tp_size} equal parts")
+        part = full // self.tp_size
+        lo, hi = self.tp_rank * part, (self.tp_rank + 1) * part
+        shape = tuple(part if d == dim else n for d, n in enumerate(local))
+        return shape, list(range(lo // local[dim], (hi - 1) // local[dim] + 1)) if part else []
+
+    def _ranges(self, name: str, dim: int | None, shapes: list[tuple[int, ...]], shape: tuple[int, ...],
+                itemsize: int, sources: list[int], into: torch.Tensor) -> Iterator[tuple[int, Range]]:
+        if dim is None:
+            yield sources[0], Range(name, into)
+            return
+        held = shapes[0][dim]  # entries of dimension dim per publisher shard
+        part = shape[dim]
+        lo, hi = self.tp_rank * part, (self.tp_rank + 1) * part
+        for shard in sources:
+            a, b = max(lo, shard * held), min(hi, (shard + 1) * held)
+            yield shard, Range.block(name, shapes[shard], itemsize, dim, a - shard * held, b - shard * held, into,
+                                     into_shape=shape, into_start=a - lo)
+
+    def close(self) -> None:
+        """Drops the plan (and allocated tensors). Idempotent."""
+        self._plan = None
+
+    def __enter__(self) -> ReshardingReceiver:
         return self
 
     def __exit__(self, *exc: object) -> None:

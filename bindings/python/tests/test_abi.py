@@ -15,6 +15,7 @@ from tensorhub import _lib
 
 STRUCTS = {
     "th_tensor": _lib.Tensor,
+    "th_range": _lib.Range,
     "th_server_config": _lib.ServerConfig,
     "th_client_config": _lib.ClientConfig,
     "th_publish_config": _lib.PublishConfig,

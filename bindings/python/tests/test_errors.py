@@ -223,6 +223,18 @@ def test_close_withdraws_every_replica_without_retention(server: tensorhub.Serve
         reader.fetch("m", 1, into=empty_like(src), serve=False)
 
 
+def test_a_spill_over_the_pools_cap_is_out_of_memory(server: tensorhub.Server, reader: tensorhub.Client) -> None:
+    with connect(server, "capped", spill_pool=1 << 20) as capped:
+        src = {"w": np.arange(1 << 20, dtype=np.float32)}  # 4 MiB: over the 1 MiB cap
+        replica = capped.publish("m", 1, src)  # the only copy of the newest version
+        with pytest.raises(tensorhub.OutOfMemory, match="cap of 1 MiB"):
+            replica.begin_mutation()
+        assert not replica.released
+        into = {"w": np.zeros(1 << 20, np.float32)}
+        reader.fetch("m", into=into)  # the mutation did not begin: it still serves
+        assert np.array_equal(into["w"], src["w"])
+
+
 def test_closed_client_raises_closed(server: tensorhub.Server) -> None:
     c = connect(server, "short-lived")
     c.close()

@@ -292,3 +292,23 @@ def test_serving_reader_keeps_a_retained_previous_version(server: tensorhub.Serv
         pub.unpin("m", 1)
         assert strict.fetch("m", into=buffers[0]) == 3
         assert_same(weights(3), buffers[0])
+
+
+def test_a_corrupt_holder_is_read_around_when_verifying(server: tensorhub.Server, pub: tensorhub.Client,
+                                                         reader: tensorhub.Client) -> None:
+    src = {"w": np.arange(1 << 18, dtype=np.float32)}  # 1 MiB, 16 chunks of 64 KiB
+    pub.publish("m", 1, src, chunk_bytes=64 << 10)
+    relayed = empty_like(src)
+    reader.fetch("m", into=relayed)  # serves it on; preferred over the publisher
+    relayed["w"][5 << 14] += 1.0  # chunk 5 changes behind the library's back
+    with connect(server, "trusting") as trusting:
+        got = empty_like(src)
+        trusting.fetch("m", into=got, serve=False, verify="off")
+        assert not np.array_equal(got["w"], src["w"])
+    with connect(server, "careful") as careful:
+        got = empty_like(src)
+        careful.fetch("m", into=got, serve=False, verify="all")
+        assert_same(src, got)
+        assert careful.last_sync_stats["checksum_mismatches"] == 1
+    with pytest.raises(tensorhub.InvalidArgument, match="verify"):
+        reader.fetch("m", into=empty_like(src), verify="sometimes")  # type: ignore[arg-type]

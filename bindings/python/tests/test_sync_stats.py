@@ -12,7 +12,7 @@ import tensorhub
 from conftest import connect, empty_like, weights
 
 KEYS = {"op", "model", "shard", "version", "bytes", "seconds", "gbps", "sources", "replans", "failed_sources",
-        "chunks", "bytes_from_publisher", "bytes_from_replicas"}
+        "chunks", "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches"}
 
 
 def nbytes(state: dict[str, np.ndarray]) -> int:

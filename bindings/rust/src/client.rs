@@ -57,6 +57,9 @@ pub struct ClientConfig {
     pub retention: Retention,
     /// How long `begin_mutation` waits for reads in flight to drain.
     pub mutation_wait: Duration,
+    /// Host memory the library may hold for owned copies (spill); 0: no
+    /// limit. A spill that does not fit fails with `Status::NoMemory`.
+    pub spill_pool_bytes: u64,
 }
 
 impl ClientConfig {
@@ -73,6 +76,7 @@ impl ClientConfig {
             max_inflight: raw.max_inflight,
             retention: Retention::from_raw(raw.retention),
             mutation_wait: ms(raw.mutation_wait_ms),
+            spill_pool_bytes: raw.spill_pool_bytes,
         }
     }
 }
@@ -121,6 +125,7 @@ impl Client {
         raw.max_inflight = config.max_inflight;
         raw.retention = config.retention.raw();
         raw.mutation_wait_ms = millis(config.mutation_wait);
+        raw.spill_pool_bytes = config.spill_pool_bytes;
         let mut out = ptr::null_mut();
         // SAFETY: the strings outlive the call; the library copies them.
         check(unsafe { sys::th_client_create(&mut out, &raw) })?;

@@ -1,4 +1,4 @@
-//! Fetching: pulling a shard (or part of one tensor) from its holders.
+//! Fetching: pulling a shard (or parts of its tensors) from its holders.
 
 use crate::client::Client;
 use crate::error::{check, Result};
@@ -7,7 +7,7 @@ use crate::replica::Replica;
 use crate::stats::{raw_stats, SyncStats};
 use crate::sys;
 use crate::tensor::{RawTensors, TensorMut};
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
 use std::ptr;
 use std::time::Duration;
 
@@ -26,6 +26,29 @@ pub struct FetchRequest<'s> {
     pub tensor: Option<&'s str>,
     pub offset: u64,
     pub length: u64,
+    /// Which chunks are checked against their publisher's checksums; a chunk
+    /// that does not match is read again elsewhere. `None`: the library's
+    /// default (`TH_DEFAULT_VERIFY`, a sample).
+    pub verify: Option<Verify>,
+}
+
+/// Which chunks a fetch checks against the checksums their publisher declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    Off,
+    /// About one chunk in eight, drawn anew by every fetch.
+    Sample,
+    All,
+}
+
+impl Verify {
+    fn raw(self) -> sys::th_verify {
+        match self {
+            Verify::Off => sys::TH_VERIFY_OFF,
+            Verify::Sample => sys::TH_VERIFY_SAMPLE,
+            Verify::All => sys::TH_VERIFY_ALL,
+        }
+    }
 }
 
 impl<'s> FetchRequest<'s> {
@@ -81,6 +104,9 @@ impl Client {
         raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
         raw.offset = request.offset;
         raw.length = request.length;
+        if let Some(verify) = request.verify {
+            raw.verify = verify.raw();
+        }
         let mut stats = raw_stats();
         raw.stats = &mut stats;
 
@@ -100,5 +126,82 @@ impl Client {
         let dst: &'a [TensorMut<'_>] = dst;
         let data = dst.iter().map(|t| &*t.data).collect();
         Ok((version, Some(unsafe { Replica::from_raw(handle, data) }), stats))
+    }
+}
+
+/// A strided part of one published tensor and the buffer it lands in
+/// (`th_range`): `rows` runs of `row_bytes` bytes, run i read from byte
+/// `offset + i * src_stride` of the tensor into byte `i * dst_stride` of `dst`
+/// (`dst_stride` 0: packed). A contiguous byte range is one run.
+#[derive(Debug)]
+pub struct RangeMut<'a> {
+    pub tensor: String,
+    pub offset: u64,
+    pub row_bytes: u64,
+    pub rows: u64,
+    pub src_stride: u64,
+    pub dst_stride: u64,
+    pub dst: &'a mut [u8],
+}
+
+impl<'a> RangeMut<'a> {
+    /// Bytes `offset..offset + dst.len()` of `tensor`.
+    pub fn bytes(tensor: impl Into<String>, offset: u64, dst: &'a mut [u8]) -> Self {
+        let len = dst.len() as u64;
+        RangeMut { tensor: tensor.into(), offset, row_bytes: len, rows: 1, src_stride: len, dst_stride: 0, dst }
+    }
+
+    /// `rows` runs of `row_bytes` every `src_stride` bytes from `offset`, packed
+    /// into `dst`: e.g. a column block of a row-major matrix.
+    pub fn rows(
+        tensor: impl Into<String>,
+        offset: u64,
+        rows: u64,
+        row_bytes: u64,
+        src_stride: u64,
+        dst: &'a mut [u8],
+    ) -> Self {
+        RangeMut { tensor: tensor.into(), offset, row_bytes, rows, src_stride, dst_stride: 0, dst }
+    }
+}
+
+impl Client {
+    /// Fetches only `ranges` of one shard (`request.tensor` must be `None`)
+    /// in one fetch: one plan, then reads of just those bytes, each landing in
+    /// its range's buffer. Returns the version delivered and the fetch's
+    /// summary (`bytes` counts the ranges' bytes). The buffers do not serve.
+    pub fn fetch_ranges(&self, request: &FetchRequest<'_>, ranges: &mut [RangeMut<'_>]) -> Result<(u64, SyncStats)> {
+        let model = cstring("model", request.model)?;
+        let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
+        let mut raw = init_config(sys::th_fetch_config_init);
+        raw.model = model.as_ptr();
+        raw.version = version_arg(request.version);
+        raw.shard = request.shard;
+        raw.timeout_ms = request.timeout.map_or(0, |t| millis(t).max(1));
+        raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+        let mut stats = raw_stats();
+        raw.stats = &mut stats;
+
+        let names = ranges.iter().map(|r| cstring("tensor", &r.tensor)).collect::<Result<Vec<_>>>()?;
+        let list: Vec<sys::th_range> = ranges
+            .iter_mut()
+            .zip(&names)
+            .map(|(r, name)| sys::th_range {
+                tensor: name.as_ptr(),
+                offset: r.offset,
+                row_bytes: r.row_bytes,
+                rows: r.rows,
+                src_stride: r.src_stride,
+                dst: r.dst.as_mut_ptr().cast::<c_void>(),
+                dst_stride: r.dst_stride,
+                dst_bytes: r.dst.len() as u64,
+                mem_kind: sys::TH_MEM_HOST,
+                device: 0,
+            })
+            .collect();
+        let mut version = 0;
+        // SAFETY: the names and the buffers `ranges` borrows mutably outlive the call.
+        check(unsafe { sys::th_fetch_ranges(self.raw(), &raw, list.as_ptr(), list.len(), &mut version) })?;
+        Ok((version, SyncStats::from(&stats)))
     }
 }

@@ -19,7 +19,7 @@ mod tensor;
 
 pub use client::{Client, ClientConfig, Retention};
 pub use error::{Error, Result, Status};
-pub use fetch::FetchRequest;
+pub use fetch::{FetchRequest, RangeMut, Verify};
 pub use publish::PublishConfig;
 pub use replica::Replica;
 pub use server::{server_status, Server, ServerConfig};

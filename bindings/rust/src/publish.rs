@@ -20,6 +20,8 @@ pub struct PublishConfig {
     pub num_shards: u32,
     /// Transfer unit; must agree across the shards of a version.
     pub chunk_bytes: u64,
+    /// Compute a checksum of every chunk for readers to check.
+    pub checksums: bool,
 }
 
 impl PublishConfig {
@@ -31,6 +33,7 @@ impl PublishConfig {
             shard: raw.shard,
             num_shards: raw.num_shards,
             chunk_bytes: raw.chunk_bytes,
+            checksums: raw.checksums != 0,
         }
     }
 }
@@ -57,6 +60,7 @@ impl Client {
         raw.shard = config.shard;
         raw.num_shards = config.num_shards;
         raw.chunk_bytes = config.chunk_bytes;
+        raw.checksums = u32::from(config.checksums);
         let mut stats = raw_stats();
         raw.stats = &mut stats;
         let list = RawTensors::of(tensors)?;

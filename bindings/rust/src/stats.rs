@@ -19,6 +19,9 @@ pub struct SyncStats {
     pub chunks: u32,
     pub bytes_from_publisher: u64,
     pub bytes_from_replicas: u64,
+    /// Chunks that did not match their publisher's checksum and were read
+    /// again from another holder.
+    pub checksum_mismatches: u32,
 }
 
 /// A `th_sync_stats` ready to be filled by the library.
@@ -44,6 +47,7 @@ impl From<&sys::th_sync_stats> for SyncStats {
             chunks: s.chunks,
             bytes_from_publisher: s.bytes_from_publisher,
             bytes_from_replicas: s.bytes_from_replicas,
+            checksum_mismatches: s.checksum_mismatches,
         }
     }
 }

@@ -52,6 +52,11 @@ pub const TH_RETAIN_SPILL: th_retention = 0;
 pub const TH_RETAIN_WAIT: th_retention = 1;
 pub const TH_RETAIN_FAIL: th_retention = 2;
 
+pub type th_verify = i32;
+pub const TH_VERIFY_OFF: th_verify = 0;
+pub const TH_VERIFY_SAMPLE: th_verify = 1;
+pub const TH_VERIFY_ALL: th_verify = 2;
+
 pub const TH_VERSION_MAJOR: u32 = 0;
 pub const TH_VERSION_MINOR: u32 = 1;
 pub const TH_VERSION_PATCH: u32 = 0;
@@ -70,9 +75,12 @@ pub const TH_DEFAULT_CHUNK_TIMEOUT_MS: u32 = 5000;
 pub const TH_DEFAULT_MAX_INFLIGHT: u32 = 8;
 pub const TH_DEFAULT_RETENTION: th_retention = TH_RETAIN_SPILL;
 pub const TH_DEFAULT_MUTATION_WAIT_MS: u32 = 5000;
+pub const TH_DEFAULT_SPILL_POOL_BYTES: u64 = 0;
 pub const TH_DEFAULT_NUM_SHARDS: u32 = 1;
 pub const TH_DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
+pub const TH_DEFAULT_CHECKSUMS: u32 = 1;
 pub const TH_DEFAULT_PROGRESS_INTERVAL_MS: u32 = 100;
+pub const TH_DEFAULT_VERIFY: th_verify = TH_VERIFY_SAMPLE;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +121,7 @@ pub struct th_client_config {
     pub retention: th_retention,
     pub mutation_wait_ms: u32,
     pub token: *const c_char,
+    pub spill_pool_bytes: u64,
 }
 
 #[repr(C)]
@@ -125,6 +134,7 @@ pub struct th_publish_config {
     pub num_shards: u32,
     pub chunk_bytes: u64,
     pub stats: *mut th_sync_stats,
+    pub checksums: u32,
 }
 
 #[repr(C)]
@@ -141,6 +151,7 @@ pub struct th_sync_stats {
     pub chunks: u32,
     pub bytes_from_publisher: u64,
     pub bytes_from_replicas: u64,
+    pub checksum_mismatches: u32,
 }
 
 /// th_fetch_config.progress: called with (bytes_done, bytes_total, user_data).
@@ -162,6 +173,23 @@ pub struct th_fetch_config {
     pub progress: th_progress_fn,
     pub progress_user_data: *mut std::ffi::c_void,
     pub progress_interval_ms: u32,
+    pub verify: th_verify,
+}
+
+/// A strided part of a published tensor and where it lands (frozen layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct th_range {
+    pub tensor: *const c_char,
+    pub offset: u64,
+    pub row_bytes: u64,
+    pub rows: u64,
+    pub src_stride: u64,
+    pub dst: *mut std::ffi::c_void,
+    pub dst_stride: u64,
+    pub dst_bytes: u64,
+    pub mem_kind: th_mem_kind,
+    pub device: i32,
 }
 
 /// Opaque handles: only ever used behind pointers.
@@ -222,6 +250,13 @@ extern "C" {
         n: usize,
         out_version: *mut u64,
         out_replica: *mut *mut th_replica,
+    ) -> th_status;
+    pub fn th_fetch_ranges(
+        client: *mut th_client,
+        cfg: *const th_fetch_config,
+        ranges: *const th_range,
+        n: usize,
+        out_version: *mut u64,
     ) -> th_status;
     pub fn th_resolve(client: *mut th_client, model: *const c_char, version: u64, out_version: *mut u64) -> th_status;
     pub fn th_wait_for_version(

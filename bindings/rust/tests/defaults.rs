@@ -25,8 +25,10 @@ fn configs_start_from_the_headers_defaults() {
     assert_eq!(client.retention, Retention::Spill);
     assert_eq!(TH_DEFAULT_RETENTION, TH_RETAIN_SPILL);
     assert_eq!(client.mutation_wait, ms(TH_DEFAULT_MUTATION_WAIT_MS));
+    assert_eq!(client.spill_pool_bytes, TH_DEFAULT_SPILL_POOL_BYTES);
 
     let publish = PublishConfig::new("m", 1);
     assert_eq!(publish.num_shards, TH_DEFAULT_NUM_SHARDS);
     assert_eq!(publish.chunk_bytes, TH_DEFAULT_CHUNK_BYTES);
+    assert_eq!(publish.checksums, TH_DEFAULT_CHECKSUMS != 0);
 }

@@ -42,14 +42,15 @@ fn sys_declarations_match_the_header() {
     let (body, rust) = probe! {
         structs {
             th_tensor { name, dtype, ndim, shape, data, nbytes, mem_kind, device }
+            th_range { tensor, offset, row_bytes, rows, src_stride, dst, dst_stride, dst_bytes, mem_kind, device }
             th_server_config { struct_size, listen_url, lease_ms, max_readers_per_source, token, metrics_url, standby }
             th_client_config { struct_size, server_url, worker_name, labels, timeout_ms, heartbeat_ms,
-                               chunk_timeout_ms, max_inflight, retention, mutation_wait_ms, token }
-            th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes, stats }
+                               chunk_timeout_ms, max_inflight, retention, mutation_wait_ms, token, spill_pool_bytes }
+            th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes, stats, checksums }
             th_fetch_config { struct_size, model, version, shard, timeout_ms, tensor, offset, length, stats,
-                              progress, progress_user_data, progress_interval_ms }
+                              progress, progress_user_data, progress_interval_ms, verify }
             th_sync_stats { struct_size, version, bytes, seconds, gbps, sources, replans, failed_sources, chunks,
-                            bytes_from_publisher, bytes_from_replicas }
+                            bytes_from_publisher, bytes_from_replicas, checksum_mismatches }
         }
         consts {
             TH_OK, TH_ERR_INVALID_ARG, TH_ERR_NOT_FOUND, TH_ERR_NOT_COMMITTED, TH_ERR_LAYOUT_MISMATCH,
@@ -59,18 +60,21 @@ fn sys_declarations_match_the_header() {
             TH_DTYPE_FLOAT16, TH_DTYPE_BFLOAT16, TH_DTYPE_FLOAT32, TH_DTYPE_FLOAT64, TH_DTYPE_BOOL,
             TH_DTYPE_FLOAT8_E4M3, TH_DTYPE_FLOAT8_E5M2, TH_DTYPE_UINT16, TH_DTYPE_UINT32, TH_DTYPE_UINT64,
             TH_MEM_HOST, TH_MEM_CUDA, TH_RETAIN_SPILL, TH_RETAIN_WAIT, TH_RETAIN_FAIL,
+            TH_VERIFY_OFF, TH_VERIFY_SAMPLE, TH_VERIFY_ALL, TH_DEFAULT_CHECKSUMS, TH_DEFAULT_VERIFY,
             TH_VERSION_MAJOR, TH_VERSION_MINOR, TH_VERSION_PATCH, TH_VERSION_NUMBER, TH_MAX_DIMS, TH_LATEST,
             TH_DEFAULT_LEASE_MS, TH_DEFAULT_MAX_READERS_PER_SOURCE, TH_DEFAULT_TIMEOUT_MS, TH_DEFAULT_HEARTBEAT_MS,
             TH_DEFAULT_CHUNK_TIMEOUT_MS, TH_DEFAULT_MAX_INFLIGHT, TH_DEFAULT_RETENTION, TH_DEFAULT_MUTATION_WAIT_MS,
+            TH_DEFAULT_SPILL_POOL_BYTES,
             TH_DEFAULT_NUM_SHARDS, TH_DEFAULT_CHUNK_BYTES, TH_DEFAULT_PROGRESS_INTERVAL_MS,
         }
     };
     // Enum sizes matter too: sys.rs passes every C enum as i32.
     let body = body
         + "P(\"sizeof th_status\", sizeof(th_status));\nP(\"sizeof th_dtype\", sizeof(th_dtype));\n"
-        + "P(\"sizeof th_mem_kind\", sizeof(th_mem_kind));\nP(\"sizeof th_retention\", sizeof(th_retention));\n";
+        + "P(\"sizeof th_mem_kind\", sizeof(th_mem_kind));\nP(\"sizeof th_retention\", sizeof(th_retention));\n"
+        + "P(\"sizeof th_verify\", sizeof(th_verify));\n";
     let mut rust = rust;
-    for e in ["th_status", "th_dtype", "th_mem_kind", "th_retention"] {
+    for e in ["th_status", "th_dtype", "th_mem_kind", "th_retention", "th_verify"] {
         rust.insert(format!("sizeof {e}"), size_of::<i32>() as u64);
     }
 

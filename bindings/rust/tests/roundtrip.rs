@@ -4,7 +4,7 @@ mod common;
 
 use common::{cluster, pattern};
 use std::time::Duration;
-use tensorhub::{Client, DType, FetchRequest, PublishConfig, Status, Tensor, TensorMut};
+use tensorhub::{Client, DType, FetchRequest, PublishConfig, RangeMut, Status, Tensor, TensorMut};
 
 const BYTES: usize = 256 << 10;
 
@@ -156,4 +156,38 @@ fn fetch_and_publish_report_what_they_did() {
     assert_eq!((s.bytes_from_publisher, s.bytes_from_replicas), (2 * BYTES as u64, 0));
     assert!(s.seconds > 0.0 && s.gbps > 0.0);
     assert_eq!(bufs, src);
+}
+
+#[test]
+fn column_block_and_byte_range_in_one_fetch() {
+    // w0 as a row-major [64, 2048] byte matrix: columns 1024..1536 of every row
+    // plus the last 100 bytes of w1, in one fetch that moves only those bytes.
+    let c = cluster();
+    let src: Vec<Vec<u8>> = (0..2).map(|i| pattern(20 + i, BYTES)).collect();
+    let _replica = c.publisher.publish(&publish_config("cols", 1), &shard(&src)).unwrap();
+    let (rows, cols) = (64usize, 2048usize);
+    let mut block = vec![0u8; rows * 512];
+    let mut tail = vec![0u8; 100];
+    let mut ranges = [
+        RangeMut::rows("w0", 1024, rows as u64, 512, cols as u64, &mut block),
+        RangeMut::bytes("w1", (BYTES - 100) as u64, &mut tail),
+    ];
+    let (v, stats) = c.reader.fetch_ranges(&FetchRequest::new("cols"), &mut ranges).unwrap();
+    assert_eq!((v, stats.bytes), (1, (rows * 512 + 100) as u64));
+    for r in 0..rows {
+        assert_eq!(block[r * 512..(r + 1) * 512], src[0][r * cols + 1024..r * cols + 1536], "row {r}");
+    }
+    assert_eq!(tail, src[1][BYTES - 100..]);
+
+    let mut small = vec![0u8; 10];
+    let err =
+        c.reader.fetch_ranges(&FetchRequest::new("cols"), &mut [RangeMut::bytes("nope", 0, &mut small)]).unwrap_err();
+    assert_eq!(err.code, Status::NotFound, "{err}");
+    assert!(err.to_string().contains("'nope'"), "{err}");
+    let err = c
+        .reader
+        .fetch_ranges(&FetchRequest::new("cols"), &mut [RangeMut::bytes("w1", BYTES as u64 - 5, &mut small)])
+        .unwrap_err();
+    assert_eq!(err.code, Status::InvalidArg, "{err}");
+    assert!(err.to_string().contains("outside tensor 'w1'"), "{err}");
 }
