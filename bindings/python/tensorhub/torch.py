@@ -284,7 +284,7 @@ def _check_digests(model: str, version: int, pairs: list[tuple[str, torch.Tensor
 class _Publishing:
     """What Publisher and StagedPublisher share: the replica serving the last
     version, and publishing (name, tensor) pairs with their digests. The
-    subclass sets model, _client, _shard, _num_shards, _chunk_bytes, _digest."""
+    subclass sets model, _client, _shard, _num_shards, _chunk_bytes, _digest, _checksums."""
 
     _replica: Replica | None
     _digests: torch.Tensor | None
@@ -308,7 +308,7 @@ class _Publishing:
             _write_digests(self.model, version, pairs, self._digests)
             published.append((DIGEST_NAME, self._digests))
         self._replica = self._views.publish(self._client, self.model, version, published, self._shard,
-                                            self._num_shards, self._chunk_bytes)
+                                            self._num_shards, self._chunk_bytes, self._checksums)
         return self._replica
 
     def _withdraw(self) -> None:
@@ -340,13 +340,13 @@ class _PublishedViews:
         self._c: Any = None
 
     def publish(self, client: Client, model: str, version: int, pairs: list[tuple[str, Any]], shard: int,
-                num_shards: int, chunk_bytes: int) -> Replica:
+                num_shards: int, chunk_bytes: int, checksums: bool | None) -> Replica:
         key = tuple((name, t.data_ptr(), t.dtype, t.shape) for name, t in pairs)
         if key != self._key:
             self._views = [view_of(name, t, writable=False) for name, t in pairs]
             self._c = to_c(self._views)
             self._key = key
-        return client._publish(model, version, self._views, self._c, shard, num_shards, chunk_bytes)
+        return client._publish(model, version, self._views, self._c, shard, num_shards, chunk_bytes, checksums)
 
 
 class Publisher(_Publishing):
@@ -373,14 +373,16 @@ class Publisher(_Publishing):
         rename: maps local names to published ones (e.g. strip "module."); None drops a tensor.
         digest: append DIGEST_NAME so that readers verify every byte (costs one
             BLAKE2b pass over the parameters per publish, on the CPU).
-        shard, num_shards, chunk_bytes: as Client.publish.
+        shard, num_shards, chunk_bytes, checksums: as Client.publish (the
+            library's per-chunk checksums, which readers check a sample of).
     """
 
     def __init__(self, client: Client, model: str, source: Source, *, shard: int = 0, num_shards: int = 1,
                  chunk_bytes: int = 4 << 20, buffers: bool = True, rename: Rename | None = None,
-                 digest: bool = False) -> None:
+                 digest: bool = False, checksums: bool | None = None) -> None:
         self._client = client
         self.model = model
+        self._checksums = checksums
         self._source = source
         self._shard, self._num_shards, self._chunk_bytes = shard, num_shards, chunk_bytes
         self._buffers, self._rename, self._digest = buffers, rename, digest
@@ -459,13 +461,15 @@ class StagedPublisher(_Publishing):
         device: where the buffers live ("cpu", "cuda:0"); CUDA needs a library
             built with CUDA.
         pin_memory: page-locked host buffers (faster copies from a GPU).
-        digest, shard, num_shards, chunk_bytes: as Publisher.
+        digest, shard, num_shards, chunk_bytes, checksums: as Publisher.
     """
 
     def __init__(self, client: Client, model: str, *, device: str | torch.device = "cpu", pin_memory: bool = False,
-                 shard: int = 0, num_shards: int = 1, chunk_bytes: int = 4 << 20, digest: bool = False) -> None:
+                 shard: int = 0, num_shards: int = 1, chunk_bytes: int = 4 << 20, digest: bool = False,
+                 checksums: bool | None = None) -> None:
         self._client = client
         self.model = model
+        self._checksums = checksums
         self._device = torch.device(device)
         self._pin = pin_memory
         self._shard, self._num_shards, self._chunk_bytes = shard, num_shards, chunk_bytes
