@@ -85,12 +85,27 @@ void write_stats(th_sync_stats *out, const th::SyncStats &st) {
     std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
 }
 
-// th_fetch_config.verify, checked before it becomes a th_verify.
-th_verify verify_mode(const th_fetch_config &c) {
+// What th_fetch and th_fetch_ranges share of a th_fetch_config: model,
+// version, shard, deadline, verification and progress (checked first).
+th::FetchRequest fetch_request(const th_fetch_config &c) {
+    if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+    check_stats(c.stats);
     uint32_t verify = 0;
     std::memcpy(&verify, &c.verify, sizeof verify);
     if (verify > TH_VERIFY_ALL) fail(TH_ERR_INVALID_ARG, "unknown verify mode ", verify);
-    return static_cast<th_verify>(verify);
+    th::FetchRequest req;
+    req.model = c.model;
+    req.version = c.version;
+    req.shard = c.shard;
+    req.timeout_ms = c.timeout_ms;
+    req.verify = static_cast<th_verify>(verify);
+    if (c.progress) {
+        auto progress = c.progress;
+        void *user_data = c.progress_user_data;
+        req.progress = [progress, user_data](uint64_t done, uint64_t total) { progress(done, total, user_data); };
+        req.progress_interval_ms = c.progress_interval_ms;
+    }
+    return req;
 }
 
 std::vector<th::Buffer> buffers(const th_tensor *tensors, size_t n) {
@@ -345,23 +360,10 @@ th_status th_fetch(th_client *client, const th_fetch_config *cfg, const th_tenso
         if (out_replica) *out_replica = nullptr;
         if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
         th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
-        if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
-        check_stats(c.stats);
-        th::FetchRequest req;
-        req.model = c.model;
-        req.version = c.version;
-        req.shard = c.shard;
-        req.timeout_ms = c.timeout_ms;
+        th::FetchRequest req = fetch_request(c);
         if (c.tensor) req.tensor = std::string(c.tensor);
         req.offset = c.offset;
         req.length = c.length;
-        req.verify = verify_mode(c);
-        if (c.progress) {
-            auto progress = c.progress;
-            void *user_data = c.progress_user_data;
-            req.progress = [progress, user_data](uint64_t done, uint64_t total) { progress(done, total, user_data); };
-            req.progress_interval_ms = c.progress_interval_ms;
-        }
         th::FetchResult res = client->impl->fetch(req, buffers(dst, n), out_replica != nullptr);
         if (out_version) *out_version = res.version;
         if (out_replica) {
@@ -379,16 +381,10 @@ th_status th_fetch_ranges(th_client *client, const th_fetch_config *cfg, const t
         th::check_not_forked();
         if (client == nullptr) fail(TH_ERR_INVALID_ARG, "client is NULL");
         th_fetch_config c = read_config(cfg, th_fetch_config_init, "th_fetch_config");
-        if (c.model == nullptr) fail(TH_ERR_INVALID_ARG, "model is NULL");
+        th::FetchRequest req = fetch_request(c);
         if (c.tensor != nullptr)
             fail(TH_ERR_INVALID_ARG, "th_fetch_ranges takes the tensors from its ranges: th_fetch_config.tensor must be NULL");
         if (ranges == nullptr || n == 0) fail(TH_ERR_INVALID_ARG, "no ranges given");
-        check_stats(c.stats);
-        th::FetchRequest req;
-        req.model = c.model;
-        req.version = c.version;
-        req.shard = c.shard;
-        req.timeout_ms = c.timeout_ms;
         std::vector<th::Buffer> dst;
         dst.reserve(n);
         req.ranges.reserve(n);
@@ -409,13 +405,6 @@ th_status th_fetch_ranges(th_client *client, const th_fetch_config *cfg, const t
             dst.push_back(std::move(b));
             req.ranges.push_back(std::move(q));
         }
-        if (c.progress) {
-            auto progress = c.progress;
-            void *user_data = c.progress_user_data;
-            req.progress = [progress, user_data](uint64_t done, uint64_t total) { progress(done, total, user_data); };
-            req.progress_interval_ms = c.progress_interval_ms;
-        }
-        req.verify = verify_mode(c);
         th::FetchResult res = client->impl->fetch(req, std::move(dst), false);
         if (out_version) *out_version = res.version;
         write_stats(c.stats, res.stats);

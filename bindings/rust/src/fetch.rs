@@ -51,6 +51,24 @@ impl Verify {
     }
 }
 
+/// The `th_fetch_config` of a request, and the strings it points into (keep
+/// them alive while the config is used).
+fn raw_config(request: &FetchRequest<'_>) -> Result<(sys::th_fetch_config, (CString, Option<CString>))> {
+    let model = cstring("model", request.model)?;
+    let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
+    let mut raw = init_config(sys::th_fetch_config_init);
+    raw.model = model.as_ptr();
+    raw.version = version_arg(request.version);
+    raw.shard = request.shard;
+    // 0 asks for the default; an explicit deadline is at least 1 ms.
+    raw.timeout_ms = request.timeout.map_or(0, |t| millis(t).max(1));
+    raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+    if let Some(verify) = request.verify {
+        raw.verify = verify.raw();
+    }
+    Ok((raw, (model, tensor)))
+}
+
 impl<'s> FetchRequest<'s> {
     pub fn new(model: &'s str) -> Self {
         FetchRequest { model, ..FetchRequest::default() }
@@ -93,20 +111,9 @@ impl Client {
         dst: &'a mut [TensorMut<'_>],
         serve: bool,
     ) -> Result<(u64, Option<Replica<'a>>, SyncStats)> {
-        let model = cstring("model", request.model)?;
-        let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
-        let mut raw = init_config(sys::th_fetch_config_init);
-        raw.model = model.as_ptr();
-        raw.version = version_arg(request.version);
-        raw.shard = request.shard;
-        // 0 asks for the default; an explicit deadline is at least 1 ms.
-        raw.timeout_ms = request.timeout.map_or(0, |t| millis(t).max(1));
-        raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+        let (mut raw, _strings) = raw_config(request)?;
         raw.offset = request.offset;
         raw.length = request.length;
-        if let Some(verify) = request.verify {
-            raw.verify = verify.raw();
-        }
         let mut stats = raw_stats();
         raw.stats = &mut stats;
 
@@ -171,14 +178,7 @@ impl Client {
     /// its range's buffer. Returns the version delivered and the fetch's
     /// summary (`bytes` counts the ranges' bytes). The buffers do not serve.
     pub fn fetch_ranges(&self, request: &FetchRequest<'_>, ranges: &mut [RangeMut<'_>]) -> Result<(u64, SyncStats)> {
-        let model = cstring("model", request.model)?;
-        let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
-        let mut raw = init_config(sys::th_fetch_config_init);
-        raw.model = model.as_ptr();
-        raw.version = version_arg(request.version);
-        raw.shard = request.shard;
-        raw.timeout_ms = request.timeout.map_or(0, |t| millis(t).max(1));
-        raw.tensor = tensor.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+        let (mut raw, _strings) = raw_config(request)?;
         let mut stats = raw_stats();
         raw.stats = &mut stats;
 
