@@ -15,27 +15,21 @@ using namespace wire;
 
 Fetch::Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const FetchRequest &req,
              std::vector<Buffer> dst, bool serve)
-    : session_(session), ucx_(ucx), cfg_(session.config()), req_(req), dst_(std::move(dst)), serve_(serve) {
+    : session_(session), ucx_(ucx), cfg_(session.config()), req_(req), target_(req, std::move(dst)), serve_(serve) {
     if (req_.model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
-    if (dst_.empty()) fail(TH_ERR_INVALID_ARG, "no destination buffers given");
-    if (req_.tensor && dst_.size() != 1)
-        fail(TH_ERR_INVALID_ARG, "a single-tensor fetch takes exactly one destination buffer");
-    if (req_.tensor && serve_) fail(TH_ERR_INVALID_ARG, "only whole-shard fetches can serve others");
-    if (!req_.ranges.empty() && (req_.tensor || serve_ || dst_.size() != req_.ranges.size()))
-        fail(TH_ERR_INTERNAL, "a ranged fetch needs one destination per range, no single tensor and no serving");
-    for (const Buffer &b : dst_) {
-        if (b.data == nullptr) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' has a null data pointer");
-        if (b.spec.nbytes == 0) fail(TH_ERR_INVALID_ARG, "destination '", b.spec.name, "' is empty");
-    }
+    if (target_.partial() && serve_) fail(TH_ERR_INVALID_ARG, "only whole-shard fetches can serve others");
     if (req_.verify != TH_VERIFY_OFF && req_.verify != TH_VERIFY_SAMPLE && req_.verify != TH_VERIFY_ALL)
         fail(TH_ERR_INVALID_ARG, "unknown verify mode ", static_cast<int>(req_.verify));
     verify_ = VerifyPolicy(req_.verify);
+    const std::vector<Buffer> &buffers = target_.buffers();
+    std::vector<RegionRef> regions;
     if (serve_) {
-        serving_ = std::make_unique<ServingReplica>(holdings, session_, req_.model, req_.shard, dst_);
-        for (size_t i = 0; i < dst_.size(); ++i) dst_regions_.push_back(serving_->replica().buffer_region(i));
+        serving_ = std::make_unique<ServingReplica>(holdings, session_, req_.model, req_.shard, buffers);
+        for (size_t i = 0; i < buffers.size(); ++i) regions.push_back(serving_->replica().buffer_region(i));
     } else {
-        for (const Buffer &b : dst_) dst_regions_.push_back(ucx_.register_memory(b.data, b.spec.nbytes, b.kind));
+        for (const Buffer &b : buffers) regions.push_back(ucx_.register_memory(b.data, b.spec.nbytes, b.kind));
     }
+    target_.set_regions(std::move(regions));
 }
 
 Fetch::~Fetch() {
@@ -56,85 +50,23 @@ void Fetch::fail_fetch(th_status code, const std::string &why) {
 }
 
 void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors) {
-    layout_ = Layout(std::move(tensors), chunk_bytes);
+    Layout layout(std::move(tensors), chunk_bytes);
     version_ = version;
     have_layout_ = true;
-    if (!req_.ranges.empty()) {
-        apply_selection();
-    } else if (req_.tensor) {
-        int64_t t = layout_.find(*req_.tensor);
-        if (t < 0) fail_fetch(TH_ERR_NOT_FOUND, str("the shard has no tensor named '", *req_.tensor, "'"));
-        uint64_t size = layout_.tensors()[t].nbytes;
-        uint64_t length = req_.length == 0 ? size - std::min(size, req_.offset) : req_.length;
-        if (req_.offset >= size || length > size - req_.offset)
-            fail_fetch(TH_ERR_INVALID_ARG, str("bytes [", req_.offset, ", ", req_.offset + length, ") are outside tensor '",
-                                               *req_.tensor, "' of ", size, " bytes"));
-        if (dst_[0].spec.nbytes < length)
-            fail_fetch(TH_ERR_INVALID_ARG, str("destination holds ", dst_[0].spec.nbytes, " bytes, ", length, " requested"));
-        range_begin_ = layout_.tensor_offset(t) + req_.offset;
-        range_end_ = range_begin_ + length;
-    } else {
-        std::vector<TensorSpec> given;
-        for (const Buffer &b : dst_) given.push_back(b.spec);
-        std::string diff = describe_mismatch(layout_.tensors(), given);
-        if (!diff.empty()) fail_fetch(TH_ERR_LAYOUT_MISMATCH, "buffers do not match the published layout: " + diff);
-        range_begin_ = 0;
-        range_end_ = layout_.total_bytes();
-    }
-    if (req_.ranges.empty()) {
-        auto [first, end] = layout_.chunks_covering(range_begin_, range_end_);
-        first_chunk_ = first;
-        end_chunk_ = end;
-        state_.assign(end - first, Missing);
-        needed_ = end - first;
-        bytes_wanted_ = range_end_ - range_begin_;
-    }
-    // Re-registration declares it with the version's own shard count.
-    if (serving_) serving_->set_version(version_, num_shards, chunk_bytes);
-}
-
-void Fetch::apply_selection() {
     try {
-        selection_ = RangeSelection(layout_, req_.ranges);
+        target_.apply(std::move(layout));
     } catch (const Error &e) {
         fail_fetch(e.code(), e.what());
     }
-    const std::vector<uint32_t> &chunks = selection_.chunks();
-    // Chunks between the touched ones start out as done: never planned or read.
-    first_chunk_ = chunks.front();
-    end_chunk_ = chunks.back() + 1;
+    first_chunk_ = target_.first_chunk();
+    end_chunk_ = target_.end_chunk();
+    // Chunks a ranged fetch does not touch start out as done: never planned or read.
     state_.assign(end_chunk_ - first_chunk_, Confirmed);
-    for (uint32_t c : chunks) state_[c - first_chunk_] = Missing;
-    needed_ = static_cast<uint32_t>(chunks.size());
-    range_begin_ = layout_.chunk_begin(first_chunk_);
-    range_end_ = layout_.chunk_end(end_chunk_ - 1);
-    bytes_wanted_ = selection_.bytes();
-}
-
-std::vector<Piece> Fetch::pieces(uint32_t chunk) const {
-    if (!req_.ranges.empty()) {
-        std::vector<Piece> out;
-        for (const RangePiece &r : selection_.pieces(chunk))
-            out.push_back(Piece{static_cast<uint8_t *>(dst_[r.range].data) + r.dst_offset, dst_regions_[r.range].get(),
-                                r.tensor, r.offset, r.length});
-        return out;
-    }
-    uint64_t b = std::max(layout_.chunk_begin(chunk), range_begin_);
-    uint64_t e = std::min(layout_.chunk_end(chunk), range_end_);
-    std::vector<Piece> out;
-    for (const Segment &s : layout_.segments(b, e)) {
-        Piece p{nullptr, nullptr, s.tensor, s.offset, s.length};
-        if (req_.tensor) {
-            uint64_t flat = layout_.tensor_offset(s.tensor) + s.offset;
-            p.local = static_cast<uint8_t *>(dst_[0].data) + (flat - range_begin_);
-            p.region = dst_regions_[0].get();
-        } else {
-            p.local = static_cast<uint8_t *>(dst_[s.tensor].data) + s.offset;
-            p.region = dst_regions_[s.tensor].get();
-        }
-        out.push_back(p);
-    }
-    return out;
+    for (uint32_t c = first_chunk_; c < end_chunk_; ++c)
+        if (target_.needed(c)) state_[c - first_chunk_] = Missing;
+    needed_ = target_.needed_count();
+    // Re-registration declares it with the version's own shard count.
+    if (serving_) serving_->set_version(version_, num_shards, chunk_bytes);
 }
 
 void Fetch::plan(const Deadline &deadline) {
@@ -150,8 +82,8 @@ void Fetch::plan(const Deadline &deadline) {
         count = hi - lo;
     }
     std::vector<TensorSpec> given;
-    if (!partial())
-        for (const Buffer &b : dst_) given.push_back(b.spec);
+    if (!target_.partial())
+        for (const Buffer &b : target_.buffers()) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
     Bytes reply;
     for (;;) {
@@ -164,7 +96,7 @@ void Fetch::plan(const Deadline &deadline) {
                     auto ex = b.CreateVector(exclude_);
                     auto ex_replicas = b.CreateVector(exclude_replicas_);
                     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
-                    if (!partial()) specs = put_tensors(b, given);
+                    if (!target_.partial()) specs = put_tensors(b, given);
                     auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, serving_ ? serving_->replica().id() : 0, ex, specs,
                                                 ex_replicas);
                     return wire::finish(b, h, body);
@@ -192,7 +124,7 @@ void Fetch::plan(const Deadline &deadline) {
         apply_layout(p->version(), p->chunk_bytes(), p->num_shards(), get_tensors(p->tensors()));
         // The first plan asks for every chunk: its checksums cover the shard.
         if (const auto *sums = aligned(p->checksums(), "checksum list"); sums && sums->size() > 0) {
-            if (sums->size() != layout_.num_chunks()) fail(TH_ERR_PROTOCOL, "plan with a bad checksum count");
+            if (sums->size() != target_.layout().num_chunks()) fail(TH_ERR_PROTOCOL, "plan with a bad checksum count");
             checksums_.assign(sums->begin(), sums->end());
             if (serving_) serving_->set_checksums(checksums_);
         }
@@ -208,7 +140,7 @@ void Fetch::plan(const Deadline &deadline) {
         s->replica = r->replica_id();
         publisher_[s->replica] = r->publisher();
         s->desc = get_desc(r->replica());
-        check_desc(s->desc, layout_.tensors());
+        check_desc(s->desc, target_.layout().tensors());
         if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
         s->complete = r->complete();
         uint32_t first = std::max(r->first_chunk(), first_chunk_);
@@ -230,7 +162,7 @@ void Fetch::plan(const Deadline &deadline) {
 
 void Fetch::issue_chunk(FetchSource &s, uint32_t chunk) {
     if (faults().chunk_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().chunk_delay_us));
-    std::vector<Piece> ps = pieces(chunk);
+    std::vector<Piece> ps = target_.pieces(chunk);
     state_[chunk - first_chunk_] = InFlight;
     inflight_++;
     s.read_chunk(ucx_, mailbox_, chunk, ps);
@@ -298,7 +230,7 @@ void Fetch::handle(const ReadEvent &e) {
         advance_served_prefix();
         return;
     }
-    s.saw_fill_level(e.ctrl[1], layout_.num_chunks());
+    s.saw_fill_level(e.ctrl[1], target_.layout().num_chunks());
     advance_served_prefix();
 }
 
@@ -320,7 +252,7 @@ bool Fetch::confirm(FetchSource &s) {
         state_[u.first - first_chunk_] = Confirmed;
         confirmed_++;
         uint64_t n = 0;
-        for (const Piece &p : pieces(u.first)) n += p.length;
+        for (const Piece &p : target_.pieces(u.first)) n += p.length;
         bytes_from_[{s.worker, s.replica}] += n;
         bytes_done_ += n;
         return true;
@@ -338,15 +270,8 @@ bool Fetch::matches_checksum(uint32_t chunk) {
     if (checksums_.empty() || !verify_.check(chunk)) return true;
     // Only a chunk held whole can be checked: a partial or ranged fetch may
     // hold part of it.
-    std::vector<ChunkPiece> got;
-    uint64_t at = layout_.chunk_begin(chunk);
-    for (const Piece &p : pieces(chunk)) {
-        if (layout_.tensor_offset(p.tensor) + p.offset != at) return true;
-        at += p.length;
-        got.push_back({p.local, p.length, p.region->kind});
-    }
-    if (at != layout_.chunk_end(chunk)) return true;
-    return checksum(got) == checksums_[chunk];
+    std::optional<std::vector<ChunkPiece>> got = target_.whole(chunk);
+    return !got || checksum(*got) == checksums_[chunk];
 }
 
 void Fetch::fail_source(FetchSource &s, const std::string &why) {
@@ -460,7 +385,7 @@ void Fetch::report_progress(bool final) {
     auto now = Clock::now();
     if (!final && now - progress_at_ < std::chrono::milliseconds(req_.progress_interval_ms)) return;
     progress_at_ = now;
-    req_.progress(bytes_done_, bytes_wanted_);
+    req_.progress(bytes_done_, target_.bytes_wanted());
 }
 
 SyncStats Fetch::stats() const {
@@ -520,7 +445,7 @@ void Fetch::finish(bool ok) {
         return;
     }
     uint64_t rid = serving_ ? serving_->replica().id() : 0;
-    if (ok && serving_) serving_->complete(layout_.num_chunks());
+    if (ok && serving_) serving_->complete(target_.layout().num_chunks());
     try {
         session_.call(
             [&](Builder &b, const Header &h) {
