@@ -117,15 +117,21 @@ class Bench:
 
     # -----------------------------------------------------------------------
 
-    def standalone(self):
+    def _one_dc(self, readers):
+        """One datacenter: the metadata host, the trainer and `readers` hosts,
+        every NIC shaped to B; returns them with the run's setup."""
         a = self.args
         net = netns.Network()
         self.networks.append(net)
         net.add_dc("dc1")
         meta = net.add_host("meta", "dc1", a.gbit)
         trainer = net.add_host("trainer", "dc1", a.gbit)
-        pool = [net.add_host(f"r{i + 1}", "dc1", a.gbit) for i in range(max(max(a.ns), a.elastic_n + a.elastic_m))]
-        s = self.setup(net, a.size)
+        pool = [net.add_host(f"r{i + 1}", "dc1", a.gbit) for i in range(readers)]
+        return net, meta, trainer, pool, self.setup(net, a.size)
+
+    def standalone(self):
+        a = self.args
+        net, meta, trainer, pool, s = self._one_dc(max(max(a.ns), a.elastic_n + a.elastic_m))
         floor = floor_s(a.size, a.gbit)
         if "standalone" in a.only:
             for n in a.ns:
@@ -210,13 +216,7 @@ class Bench:
         prefetch, for each N and each time U the readers keep using version 1
         after version 2 is published (in units of S/B)."""
         a = self.args
-        net = netns.Network()
-        self.networks.append(net)
-        net.add_dc("dc1")
-        meta = net.add_host("meta", "dc1", a.gbit)
-        trainer = net.add_host("trainer", "dc1", a.gbit)
-        pool = [net.add_host(f"r{i + 1}", "dc1", a.gbit) for i in range(max(a.ns))]
-        s = self.setup(net, a.size)
+        net, meta, trainer, pool, s = self._one_dc(max(a.ns))
         floor = floor_s(a.size, a.gbit)
         # Version 1 reaches every reader (a chain, plus the trainer's spill)
         # well before version 2 is published.

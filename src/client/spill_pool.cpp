@@ -69,15 +69,16 @@ SpillPool::Slab *SpillPool::find_free(uint64_t n) {
     return best;
 }
 
+bool SpillPool::coming(uint64_t n) const {
+    if (making_ >= n) return true;
+    if (std::any_of(to_make_.begin(), to_make_.end(), [&](uint64_t m) { return m >= n; })) return true;
+    return std::any_of(slabs_.begin(), slabs_.end(), [&](auto &s) { return !s->lent && !s->region && s->bytes >= n; });
+}
+
 void SpillPool::prepare(uint64_t n) {
     uint64_t want = round_up(n);
     std::lock_guard lk(mu_);
-    if (find_free(want)) return;
-    for (auto &s : slabs_)
-        if (!s->lent && s->bytes >= want) return;  // being registered anew
-    if (making_ >= want) return;
-    for (uint64_t m : to_make_)
-        if (m >= want) return;
+    if (find_free(want) || coming(want)) return;
     if (!room_for(want)) {
         TH_LOG(Debug, "spill pool: no room for a spare slab of ", mib(want), " under the cap of ", mib(cap_));
         return;
@@ -95,9 +96,7 @@ SpillPool::Lease SpillPool::acquire(uint64_t n) {
             s->lent = true;
             return Lease(this, s);
         }
-        bool coming = making_ >= want || std::any_of(to_make_.begin(), to_make_.end(), [&](uint64_t m) { return m >= want; });
-        for (auto &s : slabs_) coming = coming || (!s->lent && !s->region && s->bytes >= want);
-        if (coming) {
+        if (coming(want)) {
             cv_.wait(lk);
             continue;
         }

@@ -86,6 +86,9 @@ class SpillPool {
     void free_slab(Slab &s);
     // The smallest ready, free slab of at least n bytes (mu_ held).
     Slab *find_free(uint64_t n);
+    // Whether a slab of at least n bytes is being made or registered anew
+    // (mu_ held).
+    bool coming(uint64_t n) const;
     bool room_for(uint64_t n) const { return cap_ == 0 || held_ + n <= cap_; }
 
     UcxWorker &ucx_;
