@@ -149,6 +149,8 @@ typedef struct th_server th_server;
  * use; languages that cannot see macros read them back from *_config_init. */
 #define TH_DEFAULT_LISTEN_URL "tcp://127.0.0.1:0"
 #define TH_DEFAULT_LEASE_MS 10000
+#define TH_DEFAULT_ETCD_PREFIX "/tensorhub"
+#define TH_DEFAULT_ETCD_LEASE_MS 3000
 #define TH_DEFAULT_MAX_READERS_PER_SOURCE 2
 
 typedef struct th_server_config {
@@ -170,6 +172,23 @@ typedef struct th_server_config {
                                it cannot tell "unknown" from "not re-declared yet", so
                                such answers tell clients to ask again (within their
                                timeouts) instead of failing. Default 0. */
+    /* High availability on etcd (leave NULL for a server of its own). Several
+       servers started with the same etcd_endpoints and etcd_prefix campaign for
+       leadership; only the leader serves, the others answer "not the leader"
+       until etcd elects them. Clients use server_url "etcd://<endpoints><prefix>"
+       to find and follow the leader. See docs/reliability.md. */
+    const char *etcd_endpoints; /* "host:port[,host:port...]" of etcd's client URLs
+                                   (plain HTTP). Default NULL: no etcd. */
+    const char *etcd_prefix;    /* the keys this cluster uses in etcd.
+                                   Default TH_DEFAULT_ETCD_PREFIX. */
+    uint32_t etcd_lease_ms;     /* the leader's etcd lease, rounded up to whole
+                                   seconds, at least 2 s: a dead leader is replaced
+                                   within about this long. A leader cut off from
+                                   etcd stops serving a quarter of it earlier.
+                                   Default TH_DEFAULT_ETCD_LEASE_MS. */
+    const char *advertise_url;  /* the URL clients reach this server at, published
+                                   in etcd. Default NULL: the bound URL, which must
+                                   then not be a wildcard address (0.0.0.0). */
 } th_server_config;
 
 /* Fills cfg (a struct of `size` bytes: pass sizeof *cfg) with defaults and
@@ -219,7 +238,10 @@ typedef enum th_retention {
 
 typedef struct th_client_config {
     size_t struct_size;
-    const char *server_url;  /* required, e.g. "tcp://10.0.0.1:7070" */
+    const char *server_url;  /* required, e.g. "tcp://10.0.0.1:7070"; a comma-separated
+                                list fails over along it; "etcd://h1:2379,h2:2379/tensorhub"
+                                follows the leader etcd names under that prefix
+                                (th_server_config.etcd_endpoints) */
     const char *worker_name; /* default: "<hostname>-<pid>" */
     const char *labels;      /* topology, "dc=eu,rack=r7,host=node12,gpu=0"; default: host=<hostname> */
     uint32_t timeout_ms;     /* deadline of control calls. Default TH_DEFAULT_TIMEOUT_MS. */

@@ -212,6 +212,8 @@ void th_server_config_init(th_server_config *cfg, size_t size) {
         c.listen_url = TH_DEFAULT_LISTEN_URL;
         c.lease_ms = TH_DEFAULT_LEASE_MS;
         c.max_readers_per_source = TH_DEFAULT_MAX_READERS_PER_SOURCE;
+        c.etcd_prefix = TH_DEFAULT_ETCD_PREFIX;
+        c.etcd_lease_ms = TH_DEFAULT_ETCD_LEASE_MS;
     });
 }
 
@@ -229,9 +231,16 @@ th_status th_server_create(th_server **out, const th_server_config *cfg) {
         sc.heartbeat_ms = std::max<uint32_t>(c.lease_ms / 10, 1);
         sc.policy.max_readers_per_source = c.max_readers_per_source;
         sc.standby = c.standby != 0;
+        th::LeadershipConfig etcd;
+        if (c.etcd_endpoints != nullptr && *c.etcd_endpoints != '\0') {
+            etcd.endpoints = c.etcd_endpoints;
+            etcd.prefix = c.etcd_prefix ? c.etcd_prefix : "";
+            etcd.lease_ms = c.etcd_lease_ms;
+            etcd.advertise_url = c.advertise_url ? c.advertise_url : "";
+        }
         auto s = std::make_unique<th_server>();
         s->impl = std::make_unique<th::Server>(c.listen_url, sc, th::wire::cluster_token(c.token),
-                                               c.metrics_url ? c.metrics_url : "");
+                                               c.metrics_url ? c.metrics_url : "", etcd);
         s->metrics_url = s->impl->metrics_url();
         th::note_threads_started();
         *out = s.release();

@@ -1,7 +1,8 @@
 #include "client/queries.hpp"
 
+#include "client/follow_leader.hpp"
 #include "common/error.hpp"
-#include "control/http_get.hpp"
+#include "control/http_client.hpp"
 #include "wire/status_json.hpp"
 
 namespace th {
@@ -72,11 +73,16 @@ std::string query_status(const std::string &url, uint32_t timeout_ms, const std:
         while (!base.empty() && base.back() == '/') base.pop_back();
         return http_get(base + "/api/status", timeout_ms);
     }
-    RpcClient rpc(url, token);
+    Deadline deadline(timeout_ms);
+    // etcd mode: ask the leader etcd names.
+    std::string server = FollowLeader::is_etcd_url(url)
+                             ? FollowLeader(url, timeout_ms).next(LeaderRecord{}, false, deadline).url
+                             : url;
+    RpcClient rpc(server, token);
     Builder b(64);
     Header h;
     h.request_id = 1;
-    Bytes reply = rpc.call(wire::finish(b, h, CreateStatusQuery(b)), Deadline(timeout_ms));
+    Bytes reply = rpc.call(wire::finish(b, h, CreateStatusQuery(b)), deadline);
     const Envelope *env = verify(reply.data(), reply.size());
     if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "status query");
     if (env->body_type() != Body::StatusReply) fail(TH_ERR_PROTOCOL, "unexpected reply to StatusQuery");

@@ -21,7 +21,8 @@ std::string describe_json(ServerSession &session, const std::string &model, uint
 std::string status_json(ServerSession &session);
 
 // Asks the server at url for its status without registering a worker; an
-// http:// url is the server's HTTP endpoint (GET url/api/status).
+// http:// url is the server's HTTP endpoint (GET url/api/status), an etcd://
+// url names etcd, which names the leader (follow_leader.hpp).
 std::string query_status(const std::string &url, uint32_t timeout_ms, const std::string &token);
 
 }  // namespace th

@@ -26,6 +26,10 @@ std::string reachable_events_url(const std::string &server_url, const std::strin
 }  // namespace
 
 ServerSession::ServerSession(const ClientConfig &cfg, uint64_t worker_id) : cfg_(cfg), worker_id_(worker_id) {
+    if (FollowLeader::is_etcd_url(cfg_.server_url)) {
+        leader_ = std::make_unique<FollowLeader>(cfg_.server_url, cfg_.timeout_ms);
+        return;
+    }
     for (size_t pos = 0; pos <= cfg_.server_url.size();) {
         size_t comma = std::min(cfg_.server_url.find(',', pos), cfg_.server_url.size());
         std::string url = cfg_.server_url.substr(pos, comma - pos);
@@ -44,6 +48,23 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
     // that was paused or cut off and came back is behind the one that took
     // over. Otherwise the first that answers, each given its share of the time.
     Deadline deadline(cfg_.timeout_ms);
+    if (leader_) {
+        // A leader that does not answer (or no longer leads) is asked again
+        // after a short wait for etcd to name another.
+        for (;;) {
+            following_ = leader_->next(following_, false, deadline);
+            rpc_ = std::make_shared<RpcClient>(following_.url, cfg_.token);
+            try {
+                hello(deadline);
+                break;
+            } catch (const Error &e) {
+                if ((e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT) || deadline.expired()) throw;
+                TH_LOG(Info, "the leader etcd names, ", following_.url, ", did not answer: ", e.what());
+            }
+        }
+        heartbeat_ = std::thread([this] { heartbeat_loop(); });
+        return;
+    }
     size_t first = servers_.size() > 1 ? newest_server(deadline) : 0;
     for (size_t i = first;; ++i) {
         current_ = i % servers_.size();
@@ -123,21 +144,39 @@ std::shared_ptr<RpcClient> ServerSession::rpc() {
     return rpc_;
 }
 
-// Moves to the next server of the list and registers there (with everything
-// we hold), unless another thread already moved on from `from`.
-void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why,
+// Registers with everything we hold wherever we moved to: with a new server
+// (or a new term of the same one) the server must learn it all again.
+void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
                               const Deadline &deadline) {
     {
         std::lock_guard lk(rpc_mu_);
         if (rpc_ != from) return;
-        current_ = (current_ + 1) % servers_.size();
-        TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", servers_[current_]);
-        rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
+        std::string to;
+        if (leader_) {
+            following_ = leader_->next(following_, deposed, deadline);
+            to = following_.url;
+        } else {
+            current_ = (current_ + 1) % servers_.size();
+            to = servers_[current_];
+            // Going round the whole list: give the servers a moment.
+            if (current_ == 0)
+                std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, deadline.remaining_ms())));
+        }
+        TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", to);
+        rpc_ = std::make_shared<RpcClient>(to, cfg_.token);
+        from->abandon();  // calls still waiting for it try the new server at once
         rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
-        // Going round the whole list: give the servers a moment.
-        if (current_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, deadline.remaining_ms())));
     }
     reregister(deadline);
+}
+
+void ServerSession::try_fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
+                                  const Deadline &deadline) {
+    try {
+        fail_over(from, why, deposed, deadline);
+    } catch (const Error &) {
+        if (deadline.expired()) throw;
+    }
 }
 
 Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover) {
@@ -148,20 +187,17 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             Builder b(512);
             // With servers to fail over to, one server may use only half of
             // the time left, so that the next one still gets a chance.
-            bool can_fail_over = recover && servers_.size() > 1;
-            Deadline attempt = can_fail_over ? deadline.capped(std::max(deadline.remaining_ms() / 2, 1)) : deadline;
+            Deadline attempt = recover && can_fail_over() ? deadline.capped(std::max(deadline.remaining_ms() / 2, 1)) : deadline;
             reply = rpc->call(build(b, header()), attempt);
         } catch (const Error &e) {
+            // Another thread failed over while this call waited: try again there.
+            if (rpc->abandoned() && recover && !deadline.expired()) continue;
             // Not answering: the next server of the list, while time is left.
             // A server that does not answer in time (dead, paused, cut off)
             // is left for the next; should it come back, epochs fence it.
             bool next = e.code() == TH_ERR_UNAVAILABLE || e.code() == TH_ERR_TIMEOUT;
-            if (!recover || !next || servers_.size() == 1 || deadline.expired()) throw;
-            try {
-                fail_over(rpc, e.what(), deadline);
-            } catch (const Error &) {
-                if (deadline.expired()) throw;
-            }
+            if (!recover || !next || !can_fail_over() || deadline.expired()) throw;
+            try_fail_over(rpc, e.what(), false, deadline);
             continue;
         }
         const Envelope *env = verify(reply.data(), reply.size());
@@ -169,15 +205,20 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
                      (env->body_type() == Body::ErrorReply && env->body_as_ErrorReply()->stale_server());
         if (stale) {
             std::string why = str("stale (epoch ", env->epoch(), ", newest seen ", max_epoch_.load(), ")");
-            if (!recover || (servers_.size() == 1 && reregistered++ >= 2))
+            if (!recover || (!can_fail_over() && reregistered++ >= 2))
                 fail(TH_ERR_UNAVAILABLE, "the server at ", rpc->url(), " is ", why);
             // With one server (restarted with a clock behind), saying Hello
             // again makes it take over above the epoch we saw.
-            servers_.size() == 1 ? reregister(deadline) : fail_over(rpc, why, deadline);
+            can_fail_over() ? fail_over(rpc, why, true, deadline) : reregister(deadline);
             continue;
         }
         if (env->body_type() != Body::ErrorReply) return reply;
         const ErrorReply *e = env->body_as_ErrorReply();
+        // etcd mode: this server stopped leading. Follow the next leader.
+        if (e->not_leader() && recover && can_fail_over() && !deadline.expired()) {
+            try_fail_over(rpc, "not the leader any more", true, deadline);
+            continue;
+        }
         // The server took over moments ago: holders are still re-declaring
         // what they hold. Ask again while the caller's time lasts.
         if (e->rebuilding() && recover && deadline.remaining_ms() > 100) {

@@ -1,5 +1,6 @@
 // This worker's session with the metadata server: the ordered list of servers
-// and failing over along it (epochs fence a stale one), Hello and registering
+// and failing over along it, or the leader etcd names (epochs fence a stale
+// server either way), Hello and registering
 // again, the heartbeat thread, and the events the server publishes. Every
 // request goes through call(), which registers again, fails over or retries
 // as the reply calls for.
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "client/client_config.hpp"
+#include "client/follow_leader.hpp"
 #include "common/deadline.hpp"
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
@@ -89,14 +91,25 @@ class ServerSession {
     std::shared_ptr<RpcClient> rpc();
     // Index of the answering server with the newest epoch (0 if none answers).
     size_t newest_server(const Deadline &deadline);
-    void fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, const Deadline &deadline);
+    // Moves on from the server `from` (unless another thread did) and
+    // registers there: the next of the list, or the leader etcd names then
+    // (deposed: `from` said it does not lead; wait for etcd to name another).
+    void fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
+                   const Deadline &deadline);
+    // fail_over() within a call: its errors only end the call once the
+    // deadline has passed (the call's loop tries again before).
+    void try_fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
+                       const Deadline &deadline);
+    bool can_fail_over() const { return leader_ != nullptr || servers_.size() > 1; }
 
     const ClientConfig cfg_;
     uint64_t worker_id_;
     UcxWorker *ucx_ = nullptr;
     SessionListener *listener_ = nullptr;
-    std::vector<std::string> servers_;
+    std::vector<std::string> servers_;  // list mode
     size_t current_ = 0;
+    std::unique_ptr<FollowLeader> leader_;  // etcd mode
+    LeaderRecord following_;                // etcd mode: the leader in use
     std::mutex rpc_mu_;
     std::shared_ptr<RpcClient> rpc_;
     std::atomic<uint64_t> max_epoch_{0};  // the newest server epoch seen: older servers are stale

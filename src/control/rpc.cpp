@@ -58,7 +58,13 @@ RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), tok
     }
 }
 
-RpcClient::~RpcClient() { nng_close(sock_); }
+RpcClient::~RpcClient() {
+    if (!abandoned_) nng_close(sock_);
+}
+
+void RpcClient::abandon() {
+    if (!abandoned_.exchange(true)) nng_close(sock_);
+}
 
 void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *self) {
     auto *c = static_cast<RpcClient *>(self);

@@ -34,12 +34,18 @@ class RpcClient {
     const std::string &url() const { return url_; }
     bool connected() const { return pipes_.load() > 0; }
 
+    // The caller moved on to another server: calls in flight end now with
+    // TH_ERR_CLOSED, and so does every later one.
+    void abandon();
+    bool abandoned() const { return abandoned_.load(); }
+
   private:
     static void on_pipe(nng_pipe, nng_pipe_ev ev, void *self);
     std::string url_;
     std::string token_;
     nng_socket sock_ = NNG_SOCKET_INITIALIZER;
     std::atomic<int> pipes_{0};
+    std::atomic<bool> abandoned_{false};
 };
 
 class RpcServer {

@@ -13,6 +13,7 @@
 
 #include "control/rpc.hpp"
 #include "server/http_endpoint.hpp"
+#include "server/leadership.hpp"
 #include "server/service.hpp"
 
 namespace th {
@@ -21,8 +22,10 @@ class Server {
   public:
     // token: the cluster token (empty: none); see wire/auth.hpp.
     // http_url: serve GET /metrics, the live page (/) and /api/status there
-    // (empty: no HTTP endpoint).
-    Server(const std::string &listen_url, ServiceConfig cfg, std::string token = "", const std::string &http_url = "");
+    // (empty: no HTTP endpoint). etcd: campaign for leadership there and
+    // serve only while leading (etcd.endpoints empty: always serve).
+    Server(const std::string &listen_url, ServiceConfig cfg, std::string token = "", const std::string &http_url = "",
+           LeadershipConfig etcd = {});
     ~Server();
     const std::string &url() const { return rpc_->url(); }
     const std::string &events_url() const { return events_url_; }
@@ -39,6 +42,7 @@ class Server {
     std::unique_ptr<Service> service_;
     std::unique_ptr<RpcServer> rpc_;
     std::unique_ptr<HttpEndpoint> http_;
+    std::unique_ptr<Leadership> leadership_;
     std::mutex mu_;
     std::condition_variable cv_;
     bool stop_ = false;

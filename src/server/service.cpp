@@ -53,10 +53,9 @@ std::string model_name(const flatbuffers::String *s) {
 Service::Service(ServiceConfig cfg)
     : cfg_(cfg),
       epoch_(new_epoch(cfg.standby)),
+      lead_until_ms_(cfg.await_leadership ? 0 : UINT64_MAX),
       start_ms_(clock_ms()),
-      catalog_(cfg.policy, [this](EventKind kind, const std::string &model, uint64_t version, uint64_t replica) {
-          emit(kind, model, version, replica);
-      }),
+      catalog_(empty_catalog()),
       planner_(cfg.policy),
       replies_(kReplyCacheSize) {}
 
@@ -67,6 +66,11 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         h.request_id = env->request_id();
         h.worker_id = env->worker_id();
         std::lock_guard lk(mu_);
+        if (!leading()) {
+            h.epoch = epoch_;
+            return error_reply(h, TH_ERR_UNAVAILABLE, "this server is not the leader (etcd names the leader)",
+                               {.not_leader = true});
+        }
         if (std::optional<Bytes> stale = fence(*env, h)) return *stale;
         if (h.worker_id != 0)
             if (const Bytes *again = replies_.find(h)) return *again;
@@ -82,6 +86,21 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         TH_LOG(Error, "request failed: ", e.what());
         return error_reply(h, TH_ERR_INTERNAL, str("server error: ", e.what()));
     }
+}
+
+Catalog Service::empty_catalog() {
+    return Catalog(cfg_.policy, [this](EventKind kind, const std::string &model, uint64_t version, uint64_t replica) {
+        emit(kind, model, version, replica);
+    });
+}
+
+void Service::lead(uint64_t epoch, uint64_t until_ms) {
+    std::lock_guard lk(mu_);
+    catalog_ = empty_catalog();
+    replies_ = ReplyCache(kReplyCacheSize);
+    epoch_ = epoch;
+    took_over_ms_ = std::max<uint64_t>(clock_ms(), 1);
+    lead_until_ms_ = until_ms;
 }
 
 // Epochs fence a stale server. A worker that says Hello with an epoch above

@@ -31,6 +31,9 @@ struct ServiceConfig {
     // Started to take over from another server: until it has (and for one
     // lease after), "unknown" may only mean "not re-declared yet".
     bool standby = false;
+    // etcd mode (server/leadership.hpp): serve only between lead() and
+    // step_down(); every request meanwhile gets a not_leader answer.
+    bool await_leadership = false;
     std::string events_url;  // told to clients in HelloReply
     // Sends one event to subscribers (must not block); may be empty.
     std::function<void(const wire::Bytes &)> publish_event;
@@ -51,6 +54,16 @@ class Service {
     size_t expire(uint64_t now_ms);
 
     uint64_t epoch() const { return epoch_.load(); }
+
+    // etcd mode: this server was elected with `epoch` (above every earlier
+    // leader's and its own) and may serve until `until_ms` (now_ms()), which
+    // renew() moves on. It forgets what it knew from an earlier term and
+    // rebuilds from workers registering again, as after a takeover.
+    void lead(uint64_t epoch, uint64_t until_ms);
+    void renew(uint64_t until_ms) { lead_until_ms_ = until_ms; }
+    // etcd mode: stop answering now (resigning, or the lease is lost).
+    void step_down() { lead_until_ms_ = 0; }
+    bool leading() const { return now_ms() < lead_until_ms_.load(); }
 
     // The server's metrics in the Prometheus text format.
     std::string metrics_text();
@@ -86,11 +99,14 @@ class Service {
     wire::Bytes ack(const Header &h);
     // Sends a catalog change to subscribers as an Event, and counts it.
     void emit(wire::EventKind kind, const std::string &model, uint64_t version, uint64_t replica);
+    Catalog empty_catalog();
     uint64_t clock_ms() const { return cfg_.now_ms ? cfg_.now_ms() : now_ms(); }
 
     ServiceConfig cfg_;
     std::atomic<uint64_t> epoch_;  // grows when this server takes over from another
     std::atomic<uint64_t> took_over_ms_{0};  // when it last did (now_ms), 0: never
+    // Requests are answered until then (now_ms()): forever but in etcd mode.
+    std::atomic<uint64_t> lead_until_ms_;
     uint64_t start_ms_;
     std::mutex mu_;  // guards everything below but metrics_.bad_requests
     Catalog catalog_;

@@ -17,6 +17,7 @@ static void on_signal(int) { g_stop = 1; }
 
 static const std::string kUsage =
     "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N] [--standby]\n"
+    "                        [--etcd HOST:PORT,... [--etcd-prefix P] [--etcd-lease-ms N] [--advertise URL]]\n"
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
     "  --lease-ms N    a worker silent this long loses its replicas (default " +
     std::to_string(TH_DEFAULT_LEASE_MS) +
@@ -28,6 +29,14 @@ static const std::string kUsage =
     "                  URL/metrics, the live page at URL/, its status document at URL/api/status\n"
     "  --standby       this server waits to take over from another: until it has,\n"
     "                  clients asking for what it does not know yet are told to retry\n"
+    "  --etcd HOST:PORT,...  high availability: campaign for leadership in this etcd; only the\n"
+    "                  leader serves. Clients use server_url etcd://HOST:PORT,.../PREFIX\n"
+    "  --etcd-prefix P the cluster's keys in etcd (default " TH_DEFAULT_ETCD_PREFIX ")\n"
+    "  --etcd-lease-ms N   the leader's etcd lease: a dead leader is replaced within it (default " +
+    std::to_string(TH_DEFAULT_ETCD_LEASE_MS) +
+    ")\n"
+    "  --advertise URL the URL clients reach this server at (default: the bound URL;\n"
+    "                  required when listening on 0.0.0.0 with --etcd)\n"
     "  --token-file FILE   cluster token (first line of FILE); default $TENSORHUB_TOKEN.\n"
     "                  With a token, only peers that have it are served (docs/security.md).\n"
     "Prints 'listening on URL' once ready; stops on SIGINT/SIGTERM.\n";
@@ -39,7 +48,8 @@ int main(int argc, char **argv) {
             std::fputs(kUsage.c_str(), stdout);
             return 0;
         }
-        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen", "standby"});
+        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen", "standby",
+                                 "etcd", "etcd-prefix", "etcd-lease-ms", "advertise"});
         if (!bad.empty() || !args.positional().empty()) {
             std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
                          bad.empty() ? "" : (" --" + bad[0]).c_str(), kUsage.c_str());
@@ -52,6 +62,12 @@ int main(int argc, char **argv) {
         cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));
         cfg.standby = args.has("standby") ? 1 : 0;
         cfg.max_readers_per_source = static_cast<uint32_t>(args.get_u64("max-readers-per-source", cfg.max_readers_per_source));
+        std::string etcd = args.get("etcd"), prefix = args.get("etcd-prefix", TH_DEFAULT_ETCD_PREFIX),
+                    advertise = args.get("advertise");
+        if (!etcd.empty()) cfg.etcd_endpoints = etcd.c_str();
+        cfg.etcd_prefix = prefix.c_str();
+        cfg.etcd_lease_ms = static_cast<uint32_t>(args.get_u64("etcd-lease-ms", cfg.etcd_lease_ms));
+        if (!advertise.empty()) cfg.advertise_url = advertise.c_str();
         std::string metrics = args.get("metrics-listen");
         if (!metrics.empty()) cfg.metrics_url = metrics.c_str();
         std::string token;  // read from a file, not argv: command lines are visible to every user

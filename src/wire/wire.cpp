@@ -23,7 +23,8 @@ const Envelope *verify(const uint8_t *data, size_t size) {
 Bytes error_reply(const Header &h, int32_t code, const std::string &message, ErrorFlags flags) {
     Builder b(256);
     auto msg = b.CreateString(message);
-    return finish(b, h, CreateErrorReply(b, code, msg, flags.unknown_worker, flags.stale_server, flags.rebuilding));
+    return finish(b, h, CreateErrorReply(b, code, msg, flags.unknown_worker, flags.stale_server, flags.rebuilding,
+                                                flags.not_leader));
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(

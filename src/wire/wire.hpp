@@ -46,6 +46,7 @@ struct ErrorFlags {
     bool unknown_worker = false;  // the server does not know the sender: say Hello again
     bool stale_server = false;    // the sender knows a newer epoch: fail over
     bool rebuilding = false;      // the server took over moments ago: ask again
+    bool not_leader = false;      // etcd mode: this server does not lead; ask etcd who does
 };
 
 Bytes error_reply(const Header &h, int32_t code, const std::string &message, ErrorFlags flags = {});

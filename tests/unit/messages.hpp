@@ -63,6 +63,11 @@ inline Bytes plan(uint64_t worker, uint64_t req, const std::string &model, uint6
                   CreatePlanFetch(b, b.CreateString(model), version, shard, 0, 0, d, replica_id, 0, given));
 }
 
+inline Bytes heartbeat(uint64_t worker, uint64_t req) {
+    Builder b;
+    return finish(b, hdr(worker, req), CreateHeartbeat(b));
+}
+
 inline Bytes status(uint64_t req = 1) {
     Builder b;
     return finish(b, hdr(0, req), CreateStatusQuery(b));

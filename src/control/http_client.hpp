@@ -1,4 +1,5 @@
-// One HTTP GET with NNG's HTTP client, for reading a server's /api/status.
+// One HTTP request with NNG's HTTP client: GET for reading a server's
+// /api/status, POST for etcd's JSON gateway (control/etcd.hpp).
 #pragma once
 
 #include <cstdint>
@@ -10,5 +11,8 @@ namespace th {
 // reached, TH_ERR_TIMEOUT past timeout_ms, TH_ERR_PROTOCOL for a status other
 // than 200.
 std::string http_get(const std::string &url, uint32_t timeout_ms);
+
+// The body of POST url with a JSON body; fails as http_get does.
+std::string http_post_json(const std::string &url, const std::string &body, uint32_t timeout_ms);
 
 }  // namespace th
