@@ -7,7 +7,8 @@
 set -euo pipefail
 
 debs=(build-essential cmake pkg-config libucx-dev ucx-utils libnng-dev libflatbuffers-dev
-      flatbuffers-compiler libgtest-dev nlohmann-json3-dev libmbedtls-dev libxxhash-dev iproute2 gdb python3 python3-pip)
+      flatbuffers-compiler libgtest-dev nlohmann-json3-dev libmbedtls-dev libxxhash-dev iproute2 gdb python3 python3-pip
+      etcd-server)
 [ "${TH_SETUP_GO:-1}" = 1 ] && debs+=(golang-go)
 # Headless Chromium for the live page's test (skipped without it).
 [ "${TH_SETUP_CHROMIUM:-1}" = 1 ] && debs+=(chromium)

@@ -26,7 +26,7 @@ if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
     # so that the path older UCX takes stays tested too.
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTH_SANITIZE=address -DTH_WITH_CUDA=OFF -DTH_UCX=system >/dev/null
     cmake --build build-asan -j "${TH_JOBS:-$(nproc)}" --target th_unit_tests th_sim_tests th_integration_tests th_header_test \
-        th_fuzz_replay_server th_fuzz_replay_client th_test_worker tensorhub
+        th_fuzz_replay_server th_fuzz_replay_client th_fuzz_replay_etcd th_test_worker tensorhub
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --output-on-failure --timeout 300 -L unit -E "^(exports|readme_snippets)$" &&
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -47,13 +47,13 @@ void Holdings::forget(Replica *r) {
     held_.erase(r->id());
 }
 
-void Holdings::declare(const Replica &r, const Deadline &deadline, bool recover) {
+void Holdings::declare(const Replica &r, const Deadline &deadline, bool recover, bool again) {
     std::vector<TensorSpec> specs = r.specs();
     Bytes reply = session_.call(
         [&](Builder &b, const Header &h) {
             auto body = CreatePublish(b, b.CreateString(r.model()), r.version(), r.shard(), r.num_shards(),
                                       r.chunk_bytes(), put_tensors(b, specs), put_desc(b, r.desc()), r.id(), r.owned(),
-                                      r.checksums().empty() ? 0 : b.CreateVector(r.checksums()));
+                                      r.checksums().empty() ? 0 : b.CreateVector(r.checksums()), again);
             return finish(b, h, body);
         },
         deadline, recover);
@@ -326,7 +326,7 @@ void Holdings::register_again(const std::function<void()> &hello, const Deadline
     for (auto &[id, r] : held_) {
         if (!r->complete() || r->mutating()) continue;
         try {
-            declare(*r, deadline, /*recover=*/false);
+            declare(*r, deadline, /*recover=*/false, /*again=*/true);
         } catch (const Error &e) {
             // The server moved past this version while it did not know us
             // and has forgotten it (nobody else held it): it is no longer a

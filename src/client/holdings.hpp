@@ -48,8 +48,9 @@ class Holdings : public SessionListener {
     // Gives a replica that never became held (its publish or fetch failed)
     // its control word back.
     void abandon(std::unique_ptr<Replica> replica);
-    // Sends Publish for r: declares it (again) to the server.
-    void declare(const Replica &r, const Deadline &deadline, bool recover = true);
+    // Sends Publish for r: declares it (again: to a server that took over) to
+    // the server.
+    void declare(const Replica &r, const Deadline &deadline, bool recover = true, bool again = false);
     // Held: released at shutdown and declared again on re-registration.
     void remember(Replica *r);
     // What the memory for owned copies holds now.

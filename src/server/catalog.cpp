@@ -146,7 +146,7 @@ void Catalog::check_agrees(const Publication &p) const {
     const ModelInfo &mi = mit->second;
     auto vit = mi.versions.find(k.version);
     if (vit == mi.versions.end()) {
-        if (mi.latest && k.version < *mi.latest)
+        if (mi.latest && k.version < *mi.latest && !p.again)
             fail(TH_ERR_CONFLICT, "version ", k.version, " of model '", k.model,
                  "' is older than the latest committed version ", *mi.latest);
         return;
@@ -273,7 +273,7 @@ void Catalog::remove_replica(uint64_t id) {
     prune(m);
 }
 
-MutationCheck Catalog::begin_mutation(ReplicaInfo &r) {
+MutationCheck Catalog::begin_mutation(ReplicaInfo &r, bool rebuilding) {
     const ModelInfo &m = models_.at(r.key.model);
     const VersionInfo &v = m.versions.at(r.key.version);
     MutationCheck out;
@@ -282,7 +282,7 @@ MutationCheck Catalog::begin_mutation(ReplicaInfo &r) {
         if (id == r.id || o.mutating || o.holder->suspect) continue;
         (o.complete ? others : out.filling)++;
     }
-    out.last_copy = r.complete && v.committed && others == 0 && is_required(m, v);
+    out.last_copy = r.complete && v.committed && others == 0 && (rebuilding || is_required(m, v));
     out.active_reads = r.active_reads;
     // The last copy stays routable while its holder copies it (or waits for
     // another to complete); the holder asks again once it has.
@@ -290,8 +290,9 @@ MutationCheck Catalog::begin_mutation(ReplicaInfo &r) {
     return out;
 }
 
-std::vector<uint64_t> Catalog::unneeded_owned_copies(uint64_t worker) const {
+std::vector<uint64_t> Catalog::unneeded_owned_copies(uint64_t worker, bool rebuilding) const {
     std::vector<uint64_t> drop;
+    if (rebuilding) return drop;
     for (const ReplicaInfo *r : workers_.at(worker).held) {
         if (!r->owned) continue;
         const ModelInfo &m = models_.at(r->key.model);

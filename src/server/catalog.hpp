@@ -33,6 +33,9 @@ struct Publication {
     Layout layout;
     uint64_t replica_id = 0;
     bool owned = false;  // a library-owned copy made for retention
+    // Declared again to a server that took over moments ago: an older
+    // version than the latest is accepted (its holders re-declare in any order).
+    bool again = false;
     ReplicaDesc desc;
     std::vector<uint64_t> checksums;  // per chunk, or empty
 };
@@ -101,9 +104,11 @@ class Catalog {
     void remove_replica(uint64_t id);
     // Stops routing to r unless it is the last complete copy of a required
     // version (its holder copies it first, then asks again).
-    MutationCheck begin_mutation(ReplicaInfo &r);
+    // rebuilding: the server took over moments ago and does not know yet
+    // which versions are being read: every committed one counts as required.
+    MutationCheck begin_mutation(ReplicaInfo &r, bool rebuilding = false);
     // The worker's owned copies whose version nobody requires any more.
-    std::vector<uint64_t> unneeded_owned_copies(uint64_t worker) const;
+    std::vector<uint64_t> unneeded_owned_copies(uint64_t worker, bool rebuilding = false) const;
 
     // ---- reads
     // The reader's read of key's shard goes to src from now on.

@@ -108,7 +108,7 @@ void Leadership::campaign() {
                               last ? last->mod_revision : 0, std::to_string(epoch)))
         return;  // another server was faster
     leading_ = true;
-    service_.lead(epoch, lease_sure_until_ms_);
+    service_.lead(epoch, lease_sure_until_ms_, /*after_another=*/last.has_value());
     TH_LOG(Info, "leading with epoch ", epoch, " at ", cfg_.advertise_url, " (term starts at ", wall_ms(now_ms()),
            " ms)");
 }

@@ -61,8 +61,10 @@ Service::Service(ServiceConfig cfg)
 
 Bytes Service::handle(const uint8_t *data, size_t size) {
     Header h;
+    Body type = Body::NONE;
     try {
         const Envelope *env = verify(data, size);
+        type = env->body_type();
         h.request_id = env->request_id();
         h.worker_id = env->worker_id();
         std::lock_guard lk(mu_);
@@ -80,7 +82,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         if (mutating(env->body_type()) && h.worker_id != 0) replies_.remember(h, reply);
         return reply;
     } catch (const Error &e) {
-        return refuse(h, e);
+        return refuse(h, e, type);
     } catch (const std::exception &e) {
         h.epoch = epoch_;
         TH_LOG(Error, "request failed: ", e.what());
@@ -94,12 +96,12 @@ Catalog Service::empty_catalog() {
     });
 }
 
-void Service::lead(uint64_t epoch, uint64_t until_ms) {
+void Service::lead(uint64_t epoch, uint64_t until_ms, bool after_another) {
     std::lock_guard lk(mu_);
     catalog_ = empty_catalog();
     replies_ = ReplyCache(kReplyCacheSize);
     epoch_ = epoch;
-    took_over_ms_ = std::max<uint64_t>(clock_ms(), 1);
+    took_over_ms_ = after_another ? std::max<uint64_t>(clock_ms(), 1) : 0;
     lead_until_ms_ = until_ms;
 }
 
@@ -136,18 +138,25 @@ std::optional<std::string> Service::unknown_sender(const Envelope &env, const He
     return std::nullopt;
 }
 
-Bytes Service::refuse(Header h, const Error &e) {
+// Just after a takeover, or on a standby before its first one: what we do not
+// know may only not be re-declared yet.
+bool Service::rebuilding() const {
+    uint64_t took_over = took_over_ms_;
+    return took_over == 0 ? cfg_.standby : clock_ms() < took_over + cfg_.lease_ms;
+}
+
+Bytes Service::refuse(Header h, const Error &e, Body type) {
     h.epoch = epoch_;
     if (e.code() == TH_ERR_PROTOCOL) {
         metrics_.bad_requests++;
         TH_LOG(Warn, "bad request from worker ", h.worker_id, ": ", e.what());
     }
     // Just after a takeover, or on a standby before its first one,
-    // "unknown" may only mean "not re-declared yet".
+    // "unknown" may only mean "not re-declared yet". Not for a holder asking
+    // about its own replica: it has re-declared all it will.
     bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
-    uint64_t took_over = took_over_ms_;
-    bool rebuilding = missing && (took_over == 0 ? cfg_.standby : clock_ms() < took_over + cfg_.lease_ms);
-    return error_reply(h, e.code(), e.what(), {.rebuilding = rebuilding});
+    bool own = type == Body::Release || type == Body::BeginMutation || type == Body::CancelMutation;
+    return error_reply(h, e.code(), e.what(), {.rebuilding = missing && !own && rebuilding()});
 }
 
 Bytes Service::dispatch(const Envelope &env, const Header &h) {
@@ -205,9 +214,11 @@ Bytes Service::on_goodbye(const Header &h) {
 }
 
 Bytes Service::on_heartbeat(const Header &h) {
-    // Owned copies whose version nobody needs any more can be freed.
+    // Owned copies whose version nobody needs any more can be freed (not
+    // while rebuilding: readers have not told us yet what they read).
     Builder b(64);
-    return finish(b, h, CreateHeartbeatReply(b, b.CreateVector(catalog_.unneeded_owned_copies(h.worker_id))));
+    return finish(b, h,
+                  CreateHeartbeatReply(b, b.CreateVector(catalog_.unneeded_owned_copies(h.worker_id, rebuilding()))));
 }
 
 Bytes Service::on_publish(const Envelope &env, const Header &h) {
@@ -224,6 +235,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     check_desc(p.desc, p.layout.tensors());
     p.replica_id = m->replica_id();
     p.owned = m->owned();
+    p.again = m->again() && rebuilding();
     if (const auto *sums = aligned(m->checksums(), "checksum list"); sums && sums->size() > 0) {
         if (sums->size() != p.layout.num_chunks())
             fail(TH_ERR_PROTOCOL, "publish with ", sums->size(), " checksums for ", p.layout.num_chunks(), " chunks");
@@ -333,7 +345,7 @@ Bytes Service::on_release(const Envelope &env, const Header &h) {
 
 Bytes Service::on_begin_mutation(const Envelope &env, const Header &h) {
     ReplicaInfo &r = catalog_.replica(env.body_as_BeginMutation()->replica_id(), h.worker_id);
-    MutationCheck c = catalog_.begin_mutation(r);
+    MutationCheck c = catalog_.begin_mutation(r, rebuilding());
     Builder b(64);
     return finish(b, h, CreateBeginMutationReply(b, c.active_reads, c.last_copy, c.filling));
 }

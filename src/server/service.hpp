@@ -57,9 +57,10 @@ class Service {
 
     // etcd mode: this server was elected with `epoch` (above every earlier
     // leader's and its own) and may serve until `until_ms` (now_ms()), which
-    // renew() moves on. It forgets what it knew from an earlier term and
-    // rebuilds from workers registering again, as after a takeover.
-    void lead(uint64_t epoch, uint64_t until_ms);
+    // renew() moves on. It forgets what it knew from an earlier term and,
+    // after_another leader, rebuilds from workers registering again, as
+    // after a takeover.
+    void lead(uint64_t epoch, uint64_t until_ms, bool after_another);
     void renew(uint64_t until_ms) { lead_until_ms_ = until_ms; }
     // etcd mode: stop answering now (resigning, or the lease is lost).
     void step_down() { lead_until_ms_ = 0; }
@@ -79,7 +80,8 @@ class Service {
     std::optional<wire::Bytes> fence(const Env &env, Header &h);
     // Why the sender must register (again) before this request, or nullopt.
     std::optional<std::string> unknown_sender(const Env &env, const Header &h);
-    wire::Bytes refuse(Header h, const Error &e);
+    bool rebuilding() const;
+    wire::Bytes refuse(Header h, const Error &e, wire::Body type);
     wire::Bytes dispatch(const Env &env, const Header &h);
     wire::Bytes on_hello(const Env &env, const Header &h);
     wire::Bytes on_publish(const Env &env, const Header &h);

@@ -129,7 +129,7 @@ TEST(Etcd, TheServiceAnswersOnlyWhileItLeads) {
     EXPECT_TRUE(env(r)->body_as_ErrorReply()->not_leader());
 
     uint64_t first = svc.epoch() + 5;
-    svc.lead(first, now_ms() + 60000);
+    svc.lead(first, now_ms() + 60000, false);
     EXPECT_TRUE(svc.leading());
     ASSERT_EQ(error_code(call(hello(1, 2))), 0);
     ASSERT_EQ(error_code(call(publish(1, 3, "m", 1, 0, 1, specs(4096), 100))), 0);
@@ -140,12 +140,12 @@ TEST(Etcd, TheServiceAnswersOnlyWhileItLeads) {
     EXPECT_TRUE(env(call(heartbeat(1, 4)))->body_as_ErrorReply()->not_leader());
 
     // A term that ran out answers no more, without a step_down().
-    svc.lead(first + 1, now_ms() + 50);
+    svc.lead(first + 1, now_ms() + 50, true);
     EXPECT_EQ(error_code(call(hello(1, 5))), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(80));
     EXPECT_TRUE(env(call(heartbeat(1, 6)))->body_as_ErrorReply()->not_leader());
 
-    svc.lead(first + 2, now_ms() + 60000);
+    svc.lead(first + 2, now_ms() + 60000, true);
     EXPECT_EQ(env(call(hello(3, 1)))->epoch(), first + 2);
     Bytes unknown = call(heartbeat(1, 7));  // forgotten with the earlier term
     EXPECT_TRUE(env(unknown)->body_as_ErrorReply()->unknown_worker());

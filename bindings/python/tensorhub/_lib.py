@@ -131,6 +131,10 @@ class ServerConfig(Structure):
         ("token", c_char_p),
         ("metrics_url", c_char_p),
         ("standby", c_uint32),
+        ("etcd_endpoints", c_char_p),
+        ("etcd_prefix", c_char_p),
+        ("etcd_lease_ms", c_uint32),
+        ("advertise_url", c_char_p),
     ]
 
 

@@ -27,6 +27,14 @@ class Server:
         max_readers_per_source: fan-out cap per source while other sources exist.
         token: cluster token; when set, only peers with it are served
             (default $TENSORHUB_TOKEN).
+        etcd: "host:port,..." of an etcd: campaign for leadership there and
+            serve only while leading (high availability). Clients then use
+            ``"etcd://<etcd>/<prefix>"`` as their server.
+        etcd_prefix: the cluster's keys in etcd (default "/tensorhub").
+        etcd_lease_ms: the leader's etcd lease; a dead leader is replaced
+            within about this long.
+        advertise: the URL clients reach this server at, published in etcd
+            (default: the bound URL).
 
         Settings left at None take the library's defaults (TH_DEFAULT_* in
         tensorhub.h, read back from th_server_config_init): a free port on
@@ -34,7 +42,9 @@ class Server:
     """
 
     def __init__(self, listen: str | None = None, lease_ms: int | None = None,
-                 max_readers_per_source: int | None = None, token: str | None = None) -> None:
+                 max_readers_per_source: int | None = None, token: str | None = None,
+                 etcd: str | None = None, etcd_prefix: str | None = None, etcd_lease_ms: int | None = None,
+                 advertise: str | None = None) -> None:
         cfg = new_config(ServerConfig, lib.th_server_config_init)
         if listen is not None:
             cfg.listen_url = encode(listen, "listen")
@@ -44,6 +54,14 @@ class Server:
             cfg.max_readers_per_source = u32(max_readers_per_source, "max_readers_per_source")
         if token is not None:
             cfg.token = encode(token, "token")
+        if etcd is not None:
+            cfg.etcd_endpoints = encode(etcd, "etcd")
+        if etcd_prefix is not None:
+            cfg.etcd_prefix = encode(etcd_prefix, "etcd_prefix")
+        if etcd_lease_ms is not None:
+            cfg.etcd_lease_ms = u32(etcd_lease_ms, "etcd_lease_ms")
+        if advertise is not None:
+            cfg.advertise_url = encode(advertise, "advertise")
         out = ctypes.c_void_p()
         check(lib.th_server_create(ctypes.byref(out), ctypes.byref(cfg)))
         # Read once: th_server_url may not run concurrently with destroy.

@@ -105,6 +105,10 @@ pub struct th_server_config {
     pub token: *const c_char,
     pub metrics_url: *const c_char,
     pub standby: u32,
+    pub etcd_endpoints: *const c_char,
+    pub etcd_prefix: *const c_char,
+    pub etcd_lease_ms: u32,
+    pub advertise_url: *const c_char,
 }
 
 #[repr(C)]
