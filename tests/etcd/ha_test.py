@@ -122,15 +122,35 @@ class Cluster:
             time.sleep(0.1)
         raise SystemExit(f"no leader{' ' + url if url else ''} in etcd after {timeout} s")
 
-    def start_worker(self, name, host, role, seconds):
+    def start_worker(self, name, host, role):
         out = os.path.join(self.tmp, f"{name}.jsonl")
         p = self.start(host, [sys.executable, os.path.join(HERE, "worker.py"), "--url",
                               f"etcd://{self.etcd_endpoint}{PREFIX}", "--role", role, "--name", name,
-                              "--seconds", str(seconds), "--timeout", str(CLIENT_TIMEOUT_S)],
+                              "--stop", os.path.join(self.tmp, "stop"), "--timeout", str(CLIENT_TIMEOUT_S)],
                        out, self.worker_env)
         self.workers[name] = (p, out)
 
+    def done(self, name, after=0.0):
+        """The worker's successful publishes and fetches that ended after `after`."""
+        recs = [json.loads(line) for line in open(self.workers[name][1]) if line.startswith("{")]
+        return [r for r in recs if r["ok"] and r["op"] in ("publish", "fetch") and r["end"] > after]
+
+    def wait_for_ops(self, n, after, timeout, why):
+        """Until every worker did n operations after `after` (a slow machine
+        takes its time starting Python workers: the test waits, not guesses)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if all(len(self.done(w, after)) >= n for w in self.workers):
+                return
+            for w, (p, out) in self.workers.items():
+                if p.poll() is not None:
+                    raise SystemExit(f"worker {w} exited {why}: " + open(out).read()[-2000:])
+            time.sleep(0.2)
+        counts = {w: len(self.done(w, after)) for w in self.workers}
+        print(f"workers did not all do {n} operations {why} within {timeout} s: {counts}")
+
     def finish_workers(self, timeout):
+        open(os.path.join(self.tmp, "stop"), "w").close()
         for name, (p, out) in self.workers.items():
             try:
                 p.wait(timeout=timeout)
@@ -224,13 +244,14 @@ def scenario_kill(args, tmp):
         first = c.start_server("s1", here)
         c.wait_for_leader(first)
         c.start_server("s2", here)
-        c.start_worker("pub", here, "publish", 20)
+        c.start_worker("pub", here, "publish")
         for i in range(3):
-            c.start_worker(f"r{i}", here, "read", 20)
-        time.sleep(7)
+            c.start_worker(f"r{i}", here, "read")
+        c.wait_for_ops(3, 0, 120, "before the fault")
         fault_at = time.time()
         os.killpg(c.servers["s1"][0].pid, signal.SIGKILL)
         print(f"killed the leader {first} with transfers in flight", flush=True)
+        c.wait_for_ops(5, fault_at, REREGISTER_BOUND_S + 30, "after the fault")
         c.finish_workers(timeout=60)
         return check(c, fault_at, killed="s1")
     finally:
@@ -256,10 +277,10 @@ def scenario_partition(args, tmp):
             first = c.start_server("s1", hosts["s1"])
             c.wait_for_leader(first)
             c.start_server("s2", hosts["s2"])
-            c.start_worker("pub", hosts["c1"], "publish", 24)
+            c.start_worker("pub", hosts["c1"], "publish")
             for i, h in enumerate(("c2", "c3", "c4")):
-                c.start_worker(f"r{i}", hosts[h], "read", 24)
-            time.sleep(7)
+                c.start_worker(f"r{i}", hosts[h], "read")
+            c.wait_for_ops(3, 0, 120, "before the fault")
             # s1 loses etcd and half the workers (the publisher's host among
             # them); the other half still reach it.
             cut = ["etcd", "c1", "c2"]
@@ -270,13 +291,15 @@ def scenario_partition(args, tmp):
                 subprocess.run(hosts[other].prefix + ["ip", "route", "add", "blackhole", f"{hosts['s1'].ip}/32"],
                                check=True)
             print(f"cut {first} off from {', '.join(cut)}", flush=True)
-            time.sleep(9)
+            c.wait_for_ops(5, fault_at, REREGISTER_BOUND_S + 30, "after the fault")
+            time.sleep(max(0.0, fault_at + 9 - time.time()))
             for other in cut:
                 subprocess.run(hosts["s1"].prefix + ["ip", "route", "del", "blackhole", f"{hosts[other].ip}/32"],
                                check=True)
                 subprocess.run(hosts[other].prefix + ["ip", "route", "del", "blackhole", f"{hosts['s1'].ip}/32"],
                                check=True)
             print("healed the partition", flush=True)
+            c.wait_for_ops(3, time.time(), 60, "after the partition healed")
             c.finish_workers(timeout=60)
             problems, report = check(c, fault_at)
             # Healed, the old leader stays a follower: one term only.

@@ -1,10 +1,11 @@
 """One worker of the etcd HA test (ha_test.py): a publisher that keeps
 publishing versions, or a reader that keeps fetching the latest one and checks
-every byte. Each operation is one JSON line on stdout: op, start and end
+every byte, until the file --stop exists. Each operation is one JSON line on stdout: op, start and end
 (wall-clock seconds), and ok / corrupt / the error's text."""
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -24,7 +25,7 @@ def emit(**rec):
 def publisher(client, args):
     version, held = 0, None
     end = time.time() + args.seconds
-    while time.time() < end:
+    while time.time() < end and not os.path.exists(args.stop):
         version += 1
         t0 = time.time()
         try:
@@ -41,7 +42,7 @@ def publisher(client, args):
 def reader(client, args):
     dst = {"w": np.zeros(args.bytes, dtype=np.uint8)}
     end = time.time() + args.seconds
-    while time.time() < end:
+    while time.time() < end and not os.path.exists(args.stop):
         t0 = time.time()
         try:
             version = client.fetch(args.model, into=dst, serve=False)
@@ -62,7 +63,8 @@ def main():
     p.add_argument("--name", required=True)
     p.add_argument("--model", default="m")
     p.add_argument("--bytes", type=int, default=16 << 20)
-    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--stop", required=True, help="stop once this file exists")
+    p.add_argument("--seconds", type=float, default=600, help="stop after this long in any case")
     p.add_argument("--period", type=float, default=0.2)
     p.add_argument("--timeout", type=float, default=10.0)
     args = p.parse_args()
