@@ -26,18 +26,19 @@ namespace {
 constexpr KindInfo kKinds[] = {
     {Kind::SourceKill, "source-kill"},   {Kind::SourceStop, "source-stop"},       {Kind::ServerKill, "server-kill"},
     {Kind::Mutation, "mutation"},        {Kind::ControlFaults, "control-faults"}, {Kind::ReaderKill, "reader-kill"},
-    {Kind::SpotLoss, "spot-loss"},       {Kind::Chaos, "chaos"},
+    {Kind::SpotLoss, "spot-loss"},       {Kind::Chaos, "chaos"},                  {Kind::ChaosEtcd, "chaos-etcd"},
 };
-// Runs without --kinds: every kind but chaos, which is long and runs only
-// when named.
+// Runs without --kinds: every kind but the chaos kinds, which are long and
+// run only when named.
 constexpr size_t kDefaultKinds = 7;
 
 const char *kUsage =
     "usage: th_fault_driver --server-bin PATH --worker-bin PATH\n"
     "                       [--seed S] [--kinds k1,k2] [--runs N] [--long] [--log-dir DIR] [--keep-logs]\n"
     "                       [--chaos-seconds N]\n"
-    "  kinds (names or 1-8): source-kill source-stop server-kill mutation control-faults reader-kill\n"
-    "                       spot-loss, and chaos (only when named: --chaos-seconds long, default 20)\n"
+    "  kinds (names or 1-9): source-kill source-stop server-kill mutation control-faults reader-kill\n"
+    "                       spot-loss, and chaos, chaos-etcd (only when named: --chaos-seconds long,\n"
+    "                       default 20; chaos-etcd needs etcd on PATH)\n"
     "  --runs N     runs per kind (default 2; --long: 100)\n"
     "  --seed S     run i of a kind uses seed S+i: '--seed S+i --kinds K --runs 1' replays it\n"
     "  --keep-logs  keep every run's logs (by default only failed runs' logs are kept)\n";
@@ -92,7 +93,8 @@ void run_scenario(Run &run, Kind kind, const Options &opt) {
     case Kind::ControlFaults: return control_faults(run);
     case Kind::ReaderKill: return reader_kill(run);
     case Kind::SpotLoss: return spot_loss(run);
-    case Kind::Chaos: return chaos(run, opt.chaos_seconds);
+    case Kind::Chaos: return chaos(run, opt.chaos_seconds, false);
+    case Kind::ChaosEtcd: return chaos(run, opt.chaos_seconds, true);
     }
 }
 

@@ -11,6 +11,8 @@ void mutation(Run &run);                  // (4)
 void control_faults(Run &run);            // (5)
 void reader_kill(Run &run);               // (6)
 void spot_loss(Run &run);                 // (7)
-void chaos(Run &run, int seconds);        // (8)
+// (8) chaos, servers failing over along a list; (9) chaos-etcd, servers
+// electing a leader in etcd.
+void chaos(Run &run, int seconds, bool etcd);
 
 }  // namespace th_fault

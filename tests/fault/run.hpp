@@ -17,8 +17,12 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "child.hpp"
 #include "tcp_proxy.hpp"
@@ -35,7 +39,7 @@ inline int64_t ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration_cast<Ms>(b - a).count();
 }
 
-enum class Kind { SourceKill, SourceStop, ServerKill, Mutation, ControlFaults, ReaderKill, SpotLoss, Chaos };
+enum class Kind { SourceKill, SourceStop, ServerKill, Mutation, ControlFaults, ReaderKill, SpotLoss, Chaos, ChaosEtcd };
 
 struct KindInfo {
     Kind kind;
@@ -212,9 +216,10 @@ class Run {
     // A tensorhub-server process; returns its URL ("" and a violation if it
     // does not come up).
     std::string start_server(const std::string &name, uint32_t lease_ms, bool standby = false,
-                             const std::string &listen = "tcp://127.0.0.1:0") {
+                             const std::string &listen = "tcp://127.0.0.1:0", const std::vector<std::string> &more = {}) {
         std::vector<std::string> args = {"--listen", listen, "--lease-ms", std::to_string(lease_ms)};
         if (standby) args.push_back("--standby");
+        args.insert(args.end(), more.begin(), more.end());
         Child &c = spawn(name, opt_.server_bin, args);
         std::string l = c.line(10000);
         if (l.rfind("listening on ", 0) != 0) {
@@ -225,6 +230,42 @@ class Run {
         return l.substr(13);
     }
     Child *server(const std::string &name) { return servers_[name]; }
+    // An etcd of this run's own (etcd-server from Debian, on PATH), data in
+    // the run's folder; returns its "127.0.0.1:port" ("" and a violation if
+    // it does not come up).
+    std::string start_etcd(const std::string &name) {
+        auto port = [] {
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            sockaddr_in a{};
+            a.sin_family = AF_INET;
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            socklen_t len = sizeof a;
+            bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a);
+            getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
+            close(fd);
+            return std::to_string(ntohs(a.sin_port));
+        };
+        std::string client = "127.0.0.1:" + port(), peer = "http://127.0.0.1:" + port();
+        Child &c = spawn(name, "etcd",
+                         {"--name", "t", "--data-dir", dir_ + "/" + name + ".data", "--listen-client-urls",
+                          "http://" + client, "--advertise-client-urls", "http://" + client, "--listen-peer-urls", peer,
+                          "--initial-advertise-peer-urls", peer, "--initial-cluster", "t=" + peer});
+        for (auto until = Clock::now() + Ms(20000); Clock::now() < until; sleep_ms(100)) {
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            sockaddr_in a{};
+            a.sin_family = AF_INET;
+            a.sin_port = htons(static_cast<uint16_t>(std::stoul(client.substr(10))));
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            bool up = connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0;
+            close(fd);
+            if (up) {
+                infra_.insert(&c);
+                return client;
+            }
+        }
+        violation("etcd did not start (Debian: apt-get install etcd-server)", &c);
+        return "";
+    }
     // A proxy in front of a server; it lives as long as the run, so that the
     // workers still reach the server through it when they shut down.
     TcpProxy &start_proxy(const std::string &server_url) {
@@ -448,18 +489,21 @@ class Run {
     // Then any process that died on its own and was not reported yet (a
     // crash) is a violation.
     void finish() {
-        std::vector<Child *> workers, servers;
+        std::vector<Child *> workers, servers, infra;
         for (auto &c : children_)
             if (!c->killed_by_fault() && !c->ended()) {
                 bool is_server =
                     std::any_of(servers_.begin(), servers_.end(), [&](auto &s) { return s.second == c.get(); });
-                (is_server ? servers : workers).push_back(c.get());
+                (infra_.count(c.get()) ? infra : is_server ? servers : workers).push_back(c.get());
             }
         terminate(workers);
         terminate(servers);
+        terminate(infra);  // etcd last: servers resign there as they stop
         for (auto &c : children_) {
             if (c->killed_by_fault() || reported_.count(c.get())) continue;
-            if (auto how = c->ended(); how && *how != "exit 0")
+            auto how = c->ended();
+            if (infra_.count(c.get()) && how == "signal 15") continue;  // etcd re-raises SIGTERM
+            if (how && *how != "exit 0")
                 violation(c->name() + " ended with " + *how + (how->rfind("signal", 0) == 0 ? " (crash)" : ""),
                           c.get());
         }
@@ -509,6 +553,7 @@ class Run {
     std::vector<std::unique_ptr<Child>> children_;
     std::vector<std::shared_future<Outcome>> watchers_;
     std::map<std::string, Child *> servers_;
+    std::set<const Child *> infra_;  // not ours (etcd): stopped last, SIGTERM is a clean end
     std::set<const Child *> reported_;  // failures already reported
     std::unique_ptr<TcpProxy> proxy_;
     std::vector<std::string> client_opts_;

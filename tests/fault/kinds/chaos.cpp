@@ -36,12 +36,43 @@ void send_garbage(const std::string &url, Run &run, size_t n) {
 // garbage on a server's port. What must hold: no reader ever returns wrong or
 // mixed bytes, no reader hangs or fails while holders live, and the trainer's
 // last version is fetchable at the end.
-void chaos(Run &run, int seconds) {
+//
+// etcd: the two servers elect their leader in an etcd of the run's own and the
+// clients follow it (server_url etcd://...); the server killed is the leader,
+// restarted on its port to campaign again. Without: clients fail over along
+// the list of the two, the killed one restarted as a standby. A list cannot
+// tell a dead server from one a single worker could not reach: that worker
+// moves alone to the other server, which takes over while the first still
+// serves everyone else (docs/reliability.md, "Chaos").
+void chaos(Run &run, int seconds, bool etcd) {
     const uint32_t lease = 3000;
-    std::string urls[2] = {run.start_server("serverA0", lease), run.start_server("serverB0", lease, /*standby=*/true)};
+    std::vector<std::string> etcd_args;
+    std::string both;
+    if (etcd) {
+        std::string endpoint = run.start_etcd("etcd");
+        if (endpoint.empty()) return;
+        etcd_args = {"--etcd", endpoint, "--etcd-lease-ms", "2000"};
+        both = "etcd://" + endpoint + "/tensorhub";
+    }
+    std::string urls[2] = {run.start_server("serverA0", lease, false, "tcp://127.0.0.1:0", etcd_args),
+                           run.start_server("serverB0", lease, /*standby=*/!etcd, "tcp://127.0.0.1:0", etcd_args)};
     if (urls[0].empty() || urls[1].empty()) return;
-    const std::string both = urls[0] + "," + urls[1];
-    run.set_client_options({"--heartbeat-ms", "200", "--timeout-ms", "2000", "--chunk-timeout-ms", "1000"});
+    if (!etcd) both = urls[0] + "," + urls[1];
+    // The server that answers (in etcd mode the other says it does not lead).
+    auto leader = [&]() -> int {
+        for (auto until = Clock::now() + Ms(15000); Clock::now() < until; sleep_ms(100))
+            for (int k = 0; k < 2; ++k)
+                if (server_status(urls[k], 500) != nullptr) return k;
+        return -1;
+    };
+    if (etcd && leader() < 0) {
+        run.violation("no server became the leader in etcd");
+        return;
+    }
+    // In etcd mode a call must outlast a failover: noticing the dead leader
+    // (half the timeout), etcd electing the next (its 2 s lease), registering.
+    run.set_client_options(
+        {"--heartbeat-ms", "200", "--timeout-ms", etcd ? "8000" : "2000", "--chunk-timeout-ms", "1000"});
     Layout layout;
     layout.shards = static_cast<uint32_t>(run.pick(1, 2));
     layout.shard_kb = 2048;
@@ -111,14 +142,19 @@ void chaos(Run &run, int seconds) {
             counts["SIGSTOP trainer"]++;
         } else if (what == 6 && Clock::now() - last_server_kill > Ms(6000)) {
             // Kill the server in use; the other takes over. The dead one comes
-            // back on its port as a standby, for the next kill to fall back on.
+            // back on its port (a standby, or a candidate in etcd), for the
+            // next kill to fall back on.
+            if (etcd && (active = leader()) < 0) {
+                run.violation("no server leads in etcd");
+                return;
+            }
             Child *victim = run.server(names[active]);
             if (victim == nullptr) continue;
             victim->signal(SIGKILL);
             counts["server kill"]++;
             sleep_ms(static_cast<int64_t>(lease));
             names[active] = std::string(active == 0 ? "serverA" : "serverB") + std::to_string(counts["server kill"]);
-            if (run.start_server(names[active], lease, /*standby=*/true, urls[active]).empty()) return;
+            if (run.start_server(names[active], lease, /*standby=*/!etcd, urls[active], etcd_args).empty()) return;
             active = 1 - active;
             last_server_kill = Clock::now();
         } else {  // garbage on a server's port
