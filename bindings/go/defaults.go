@@ -13,6 +13,8 @@ const (
 	DefaultListenURL           string        = C.TH_DEFAULT_LISTEN_URL
 	DefaultLease               time.Duration = C.TH_DEFAULT_LEASE_MS * time.Millisecond
 	DefaultMaxReadersPerSource uint32        = C.TH_DEFAULT_MAX_READERS_PER_SOURCE
+	DefaultEtcdPrefix          string        = C.TH_DEFAULT_ETCD_PREFIX
+	DefaultEtcdLease           time.Duration = C.TH_DEFAULT_ETCD_LEASE_MS * time.Millisecond
 	DefaultTimeout             time.Duration = C.TH_DEFAULT_TIMEOUT_MS * time.Millisecond
 	DefaultHeartbeat           time.Duration = C.TH_DEFAULT_HEARTBEAT_MS * time.Millisecond
 	DefaultChunkTimeout        time.Duration = C.TH_DEFAULT_CHUNK_TIMEOUT_MS * time.Millisecond

@@ -24,6 +24,8 @@ DEFAULTS = {
     "TH_DEFAULT_LEASE_MS": ("server", "lease_ms", (tensorhub.Server.__init__, "lease_ms")),
     "TH_DEFAULT_MAX_READERS_PER_SOURCE": ("server", "max_readers_per_source",
                                           (tensorhub.Server.__init__, "max_readers_per_source")),
+    "TH_DEFAULT_ETCD_PREFIX": ("server", "etcd_prefix", (tensorhub.Server.__init__, "etcd_prefix")),
+    "TH_DEFAULT_ETCD_LEASE_MS": ("server", "etcd_lease_ms", (tensorhub.Server.__init__, "etcd_lease_ms")),
     "TH_DEFAULT_TIMEOUT_MS": ("client", "timeout_ms", (tensorhub.Client.__init__, "timeout")),
     "TH_DEFAULT_HEARTBEAT_MS": ("client", "heartbeat_ms", (tensorhub.Client.__init__, "heartbeat")),
     "TH_DEFAULT_CHUNK_TIMEOUT_MS": ("client", "chunk_timeout_ms", (tensorhub.Client.__init__, "chunk_timeout")),
@@ -51,7 +53,8 @@ def header_defaults(tmp_path: Path) -> dict[str, str]:
     """Each TH_DEFAULT_* as the C compiler sees it, printed as text."""
     names = re.findall(r"#define\s+(TH_DEFAULT_\w+)", HEADER.read_text())
     assert set(names) == set(DEFAULTS), "a TH_DEFAULT_* was added or removed: update DEFAULTS"
-    lines = [f'printf("{n} %s\\n", {n});' if n == "TH_DEFAULT_LISTEN_URL"
+    strings = ("TH_DEFAULT_LISTEN_URL", "TH_DEFAULT_ETCD_PREFIX")
+    lines = [f'printf("{n} %s\\n", {n});' if n in strings
              else f'printf("{n} %llu\\n", (unsigned long long)({n}));' for n in names]
     out = run_c(tmp_path, "defaults", lines)
     return dict(line.split(" ", 1) for line in out.splitlines())

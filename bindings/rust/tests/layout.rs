@@ -43,7 +43,8 @@ fn sys_declarations_match_the_header() {
         structs {
             th_tensor { name, dtype, ndim, shape, data, nbytes, mem_kind, device }
             th_range { tensor, offset, row_bytes, rows, src_stride, dst, dst_stride, dst_bytes, mem_kind, device }
-            th_server_config { struct_size, listen_url, lease_ms, max_readers_per_source, token, metrics_url, standby }
+            th_server_config { struct_size, listen_url, lease_ms, max_readers_per_source, token, metrics_url, standby,
+                               etcd_endpoints, etcd_prefix, etcd_lease_ms, advertise_url }
             th_client_config { struct_size, server_url, worker_name, labels, timeout_ms, heartbeat_ms,
                                chunk_timeout_ms, max_inflight, retention, mutation_wait_ms, token, spill_pool_bytes }
             th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes, stats, checksums }
@@ -62,7 +63,7 @@ fn sys_declarations_match_the_header() {
             TH_MEM_HOST, TH_MEM_CUDA, TH_RETAIN_SPILL, TH_RETAIN_WAIT, TH_RETAIN_FAIL,
             TH_VERIFY_OFF, TH_VERIFY_SAMPLE, TH_VERIFY_ALL, TH_DEFAULT_CHECKSUMS, TH_DEFAULT_VERIFY,
             TH_VERSION_MAJOR, TH_VERSION_MINOR, TH_VERSION_PATCH, TH_VERSION_NUMBER, TH_MAX_DIMS, TH_LATEST,
-            TH_DEFAULT_LEASE_MS, TH_DEFAULT_MAX_READERS_PER_SOURCE, TH_DEFAULT_TIMEOUT_MS, TH_DEFAULT_HEARTBEAT_MS,
+            TH_DEFAULT_LEASE_MS, TH_DEFAULT_MAX_READERS_PER_SOURCE, TH_DEFAULT_ETCD_LEASE_MS, TH_DEFAULT_TIMEOUT_MS, TH_DEFAULT_HEARTBEAT_MS,
             TH_DEFAULT_CHUNK_TIMEOUT_MS, TH_DEFAULT_MAX_INFLIGHT, TH_DEFAULT_RETENTION, TH_DEFAULT_MUTATION_WAIT_MS,
             TH_DEFAULT_SPILL_POOL_BYTES,
             TH_DEFAULT_NUM_SHARDS, TH_DEFAULT_CHUNK_BYTES, TH_DEFAULT_PROGRESS_INTERVAL_MS,
@@ -94,10 +95,11 @@ fn sys_declarations_match_the_header() {
     assert!(diff.is_empty(), "sys.rs disagrees with tensorhub.h:\n{}", diff.join("\n"));
 }
 
-/// The one string constant: compared as text, not through the number probe.
+/// The string constants: compared as text, not through the number probe.
 #[test]
-fn default_listen_url_matches_the_header() {
+fn default_strings_match_the_header() {
     assert_eq!(c_probe("listen_url_probe", "fputs(TH_DEFAULT_LISTEN_URL, stdout);\n"), TH_DEFAULT_LISTEN_URL);
+    assert_eq!(c_probe("etcd_prefix_probe", "fputs(TH_DEFAULT_ETCD_PREFIX, stdout);\n"), TH_DEFAULT_ETCD_PREFIX);
 }
 
 /// Every TH_DEFAULT_* of the header is mirrored (the probe above only checks
