@@ -9,17 +9,50 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, Self
 
 from ._errors import Closed, InvalidArgument
 from ._lib import TH_LATEST
 
-__all__ = ["Handle", "close_at_exit", "LATEST", "to_ms", "u32", "version_arg", "encode"]
+__all__ = ["Handle", "HandleOwner", "close_at_exit", "LATEST", "to_ms", "u32", "version_arg", "encode"]
 
 LATEST: int = TH_LATEST
 """Pass as a version to mean the newest committed one (TH_LATEST)."""
 
 _U32_MAX = 2**32 - 1
+
+
+class HandleOwner:
+    """What Server and Client share: the URL they serve or use, their Handle,
+    and closing (close(), a `with` block, or garbage collection)."""
+
+    _url: str
+    _handle: Handle
+
+    @property
+    def url(self) -> str:
+        """The server's URL: where clients connect (with the real port)."""
+        return self._url
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        return not self._handle.is_open
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self.close()
 
 
 class Handle:

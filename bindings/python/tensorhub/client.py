@@ -7,12 +7,11 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from types import TracebackType
 from typing import Any, Literal, Union
 
 import numpy as np
 
-from ._common import LATEST, Handle, close_at_exit, encode, to_ms, u32, u64, version_arg
+from ._common import LATEST, Handle, HandleOwner, close_at_exit, encode, to_ms, u32, u64, version_arg
 from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
 from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
 from ._ranges import Range, to_c_ranges
@@ -62,7 +61,7 @@ def _progress_hook(progress: ProgressCallback | None, interval: float | None) ->
     return ProgressHook(progress, None if interval is None else to_ms(interval, "progress_interval"))
 
 
-class Client:
+class Client(HandleOwner):
     """A worker's connection to a tensorhub server.
 
     Creating it opens its data-plane worker and registers with the server. All
@@ -162,16 +161,6 @@ class Client:
         stats: dict[str, Any] | None = getattr(self._last, "stats", None)
         return dict(stats) if stats is not None else None
 
-    @property
-    def url(self) -> str:
-        """The server URL this client connected to."""
-        return self._url
-
-    @property
-    def closed(self) -> bool:
-        """Whether close() was called."""
-        return not self._handle.is_open
-
     def close(self) -> None:
         """Withdraws every replica this client still holds, disconnects and
         frees the client, as th_client_destroy does: the retention policy does
@@ -189,17 +178,6 @@ class Client:
             self._served.clear()
         for r in replicas:
             r._free_after_close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self.close()
 
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""

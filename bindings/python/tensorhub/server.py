@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import ctypes
-from types import TracebackType
 from typing import Any
 
-from ._common import Handle, close_at_exit, encode, to_ms, u32
+from ._common import Handle, HandleOwner, close_at_exit, encode, to_ms, u32
 from ._errors import check
 from ._lib import ServerConfig, lib, new_config, take_json
 
 __all__ = ["Server", "server_status"]
 
 
-class Server:
+class Server(HandleOwner):
     """A tensorhub metadata server running on threads of this process.
 
     It only tracks who holds which version; no weight byte passes through it.
@@ -69,31 +68,9 @@ class Server:
         self._handle = Handle(out.value or 0, lib.th_server_destroy, "server")
         close_at_exit(self, order=1)
 
-    @property
-    def url(self) -> str:
-        """The URL clients connect to, with the real port."""
-        return self._url
-
-    @property
-    def closed(self) -> bool:
-        """Whether close() was called."""
-        return not self._handle.is_open
-
     def close(self) -> None:
         """Stops the server. Idempotent."""
         self._handle.close()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        handle = getattr(self, "_handle", None)
-        if handle is not None:
-            handle.close()
 
     def __repr__(self) -> str:
         return f"<tensorhub.Server {self._url}{' closed' if self.closed else ''}>"
