@@ -126,7 +126,7 @@ class Cluster:
         out = os.path.join(self.tmp, f"{name}.jsonl")
         p = self.start(host, [sys.executable, os.path.join(HERE, "worker.py"), "--url",
                               f"etcd://{self.etcd_endpoint}{PREFIX}", "--role", role, "--name", name,
-                              "--stop", os.path.join(self.tmp, "stop"), "--timeout", str(CLIENT_TIMEOUT_S)],
+                              "--stop", os.path.join(self.tmp, f"stop-{role}"), "--timeout", str(CLIENT_TIMEOUT_S)],
                        out, self.worker_env)
         self.workers[name] = (p, out)
 
@@ -150,13 +150,22 @@ class Cluster:
         print(f"workers did not all do {n} operations {why} within {timeout} s: {counts}")
 
     def finish_workers(self, timeout):
-        open(os.path.join(self.tmp, "stop"), "w").close()
-        for name, (p, out) in self.workers.items():
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                raise SystemExit(f"worker {name} hung; its output:\n" + open(out).read()[-3000:])
+        """Readers first, then the publisher: a reader whose source leaves
+        mid-fetch would fail for a reason that is not this test's."""
+        self.stopped_at = time.time()
+        for role in ("read", "publish"):
+            open(os.path.join(self.tmp, f"stop-{role}"), "w").close()
+            for name, (p, out) in self.workers.items():
+                if (name == "pub") != (role == "publish"):
+                    continue
+                try:
+                    p.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    stacks = subprocess.run(["gdb", "-p", str(p.pid), "-batch", "-ex", "thread apply all bt"],
+                                            capture_output=True, text=True).stdout if shutil.which("gdb") else ""
+                    p.kill()
+                    raise SystemExit(f"worker {name} hung; its output:\n" + open(out).read()[-6000:] +
+                                     "\nits threads:\n" + stacks[-8000:])
 
     def stop(self):
         for p in self.procs:
@@ -238,7 +247,7 @@ def check(cluster, fault_at, killed=None):
 
 def scenario_kill(args, tmp):
     here = Host("local", "127.0.0.1", [])
-    c = Cluster(args.build, tmp, [here], {"TENSORHUB_LOG_LEVEL": os.environ.get("TH_WORKER_LOG", "warn")})
+    c = Cluster(args.build, tmp, [here], {"TENSORHUB_LOG_LEVEL": os.environ.get("TH_WORKER_LOG", "info")})
     try:
         c.start_etcd(here)
         first = c.start_server("s1", here)
@@ -270,7 +279,8 @@ def scenario_partition(args, tmp):
         for name in ("etcd", "s1", "s2", "c1", "c2", "c3", "c4"):
             h = net.add_host(name, "dc", 1.0)
             hosts[name] = Host(name, h.ip, net.exec_prefix(h))
-        env = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0", "UCX_WARN_UNUSED_ENV_VARS": "n"}
+        env = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0", "UCX_WARN_UNUSED_ENV_VARS": "n",
+               "TENSORHUB_LOG_LEVEL": os.environ.get("TH_WORKER_LOG", "info")}
         c = Cluster(args.build, tmp, hosts, env)
         try:
             c.start_etcd(hosts["etcd"])
