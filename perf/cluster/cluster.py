@@ -76,6 +76,8 @@ class Bench:
         floor, the ratios, and whether any run was CPU-bound."""
         th = runs["tensorhub"]
         entry["tensorhub_s"] = th.makespan_s
+        if "done_s" in th.detail:
+            entry["tensorhub_done_s"] = [round(t, 4) for t in th.detail["done_s"]]
         entry["ratio_tensorhub_floor"] = th.makespan_s / entry["floor_s"]
         for name, run in runs.items():
             if name != "tensorhub":

@@ -141,7 +141,9 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
         makespan, stall = _stalls(results, t0)
         ok = _verify(first + joiners, s.timeout)
         trainer_stall = 0.0 if holders else trainer_result["free"] - t0
-        detail = {"mutation_s": trainer_result["stall_s"]}
+        # When each reader held the bytes, in order: in a chain of ready
+        # readers the gaps between them are the per-hop lag.
+        detail = {"mutation_s": trainer_result["stall_s"], "done_s": sorted(r["done"] - t0 for r in results)}
         if not holders:
             detail["publish_s"] = trainer_result["published"] - t0
         return Run(makespan, stall, trainer_stall, busy, ok, detail)

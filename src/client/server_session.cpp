@@ -148,12 +148,24 @@ std::shared_ptr<RpcClient> ServerSession::rpc() {
 // (or a new term of the same one) the server must learn it all again.
 void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
                               const Deadline &deadline) {
+    // etcd is asked without the lock: a call with a shorter deadline must not
+    // wait behind this one's patience.
+    LeaderRecord next;
+    if (leader_) {
+        LeaderRecord seen;
+        {
+            std::lock_guard lk(rpc_mu_);
+            if (rpc_ != from) return;
+            seen = following_;
+        }
+        next = leader_->next(seen, deposed, deadline);
+    }
     {
         std::lock_guard lk(rpc_mu_);
         if (rpc_ != from) return;
         std::string to;
         if (leader_) {
-            following_ = leader_->next(following_, deposed, deadline);
+            following_ = next;
             to = following_.url;
         } else {
             current_ = (current_ + 1) % servers_.size();
