@@ -34,6 +34,7 @@ import netns  # noqa: E402
 SKIP = 77
 ETCD_LEASE_MS = 3000
 CLIENT_TIMEOUT_S = 10.0
+FETCH_DEADLINE_S = CLIENT_TIMEOUT_S * 6  # a whole fetch (th_fetch_config.timeout_ms 0)
 HEARTBEAT_S = 1.0
 # A worker notices a dead or cut-off leader within a heartbeat and half its
 # timeout; etcd names the next leader within the lease and a quarter; then
@@ -261,7 +262,7 @@ def scenario_kill(args, tmp):
         os.killpg(c.servers["s1"][0].pid, signal.SIGKILL)
         print(f"killed the leader {first} with transfers in flight", flush=True)
         c.wait_for_ops(5, fault_at, REREGISTER_BOUND_S + 30, "after the fault")
-        c.finish_workers(timeout=60)
+        c.finish_workers(timeout=FETCH_DEADLINE_S + 30)
         return check(c, fault_at, killed="s1")
     finally:
         c.stop()
@@ -310,7 +311,7 @@ def scenario_partition(args, tmp):
                                check=True)
             print("healed the partition", flush=True)
             c.wait_for_ops(3, time.time(), 60, "after the partition healed")
-            c.finish_workers(timeout=60)
+            c.finish_workers(timeout=FETCH_DEADLINE_S + 30)
             problems, report = check(c, fault_at)
             # Healed, the old leader stays a follower: one term only.
             if len(terms(c.servers["s1"][2], ended_at=time.time())) != 1:
