@@ -76,10 +76,15 @@ void Leadership::round() {
         lease_sure_until_ms_ = sent + ttl_ms_ - period_ms_;
         if (warned_) TH_LOG(Warn, "etcd answers again");
         warned_ = false;
-        if (leading_)
-            service_.renew(lease_sure_until_ms_);
-        else
+        if (!leading_) {
             campaign();
+        } else if (std::optional<EtcdKv> key = etcd_.get(leader_key_); !key || key->lease != lease_) {
+            // Only someone deleting the key by hand gets here (it lives as
+            // long as our lease): another server may be elected already.
+            stop_leading("the leader key in etcd is no longer ours");
+        } else {
+            service_.renew(lease_sure_until_ms_);
+        }
     } catch (const std::exception &e) {
         if (!warned_) TH_LOG(Warn, "etcd: ", e.what());
         warned_ = true;

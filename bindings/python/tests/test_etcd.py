@@ -6,12 +6,14 @@ tests/etcd/ha_test.py."""
 
 from __future__ import annotations
 
-import os
+import base64
+import json
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import numpy as np
@@ -104,3 +106,33 @@ def test_bad_etcd_settings_are_refused() -> None:
         tensorhub.Server(etcd="nohost")
     with pytest.raises(tensorhub.InvalidArgument, match="advertise_url"):
         tensorhub.Server(listen="tcp://0.0.0.0:0", etcd="127.0.0.1:1")
+
+
+def _etcd(endpoint: str, call: str, body: dict[str, str]) -> dict:
+    request = urllib.request.Request(f"http://{endpoint}/v3/{call}", data=json.dumps(body).encode())
+    return json.load(urllib.request.urlopen(request, timeout=5))
+
+
+def _leader_record(endpoint: str) -> dict | None:
+    kvs = _etcd(endpoint, "kv/range", {"key": base64.b64encode(b"/tensorhub/leader").decode()}).get("kvs")
+    return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+
+def test_a_leader_whose_key_is_deleted_ends_its_term(etcd: str) -> None:
+    with tensorhub.Server(etcd=etcd, etcd_lease_ms=2000) as server:
+        deadline = time.time() + 20
+        while _leader_record(etcd) is None and time.time() < deadline:
+            time.sleep(0.1)
+        first = _leader_record(etcd)
+        assert first is not None and first["url"] == server.url
+        _etcd(etcd, "kv/deleterange", {"key": base64.b64encode(b"/tensorhub/leader").decode()})
+        # The server notices within a renewal period, ends its term and, alone,
+        # is elected again: a new term with a newer epoch.
+        while time.time() < deadline:
+            again = _leader_record(etcd)
+            if again is not None and again["epoch"] > first["epoch"]:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the server did not start a new term after its key was deleted")
+        assert again["url"] == server.url
