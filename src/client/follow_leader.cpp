@@ -15,23 +15,23 @@ constexpr uint32_t kPollMs = 100;
 // same server is tried again.
 constexpr int32_t kSameLeaderWaitMs = 500;
 
-std::string endpoints_of(const std::string &url) {
+// "etcd://endpoints/prefix" -> endpoints, prefix (TH_DEFAULT_ETCD_PREFIX if none).
+std::pair<std::string, std::string> parse_url(const std::string &url) {
     std::string rest = url.substr(std::string("etcd://").size());
-    return rest.substr(0, rest.find('/'));
-}
-
-std::string prefix_of(const std::string &url) {
-    std::string rest = url.substr(std::string("etcd://").size());
-    size_t slash = rest.find('/');
-    std::string prefix = slash == std::string::npos ? "" : rest.substr(slash);
+    size_t slash = std::min(rest.find('/'), rest.size());
+    std::string prefix = rest.substr(slash);
     while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
-    return prefix.empty() || prefix == "/" ? TH_DEFAULT_ETCD_PREFIX : prefix;
+    return {rest.substr(0, slash), prefix.empty() || prefix == "/" ? TH_DEFAULT_ETCD_PREFIX : prefix};
 }
 
 }  // namespace
 
 FollowLeader::FollowLeader(const std::string &url, uint32_t timeout_ms)
-    : prefix_(prefix_of(url)), etcd_(endpoints_of(url), std::clamp<uint32_t>(timeout_ms / 4, 100, 2000)) {}
+    : FollowLeader(parse_url(url), timeout_ms) {}
+
+FollowLeader::FollowLeader(const std::pair<std::string, std::string> &endpoints_prefix, uint32_t timeout_ms)
+    : prefix_(endpoints_prefix.second),
+      etcd_(endpoints_prefix.first, std::clamp<uint32_t>(timeout_ms / 4, 100, 2000)) {}
 
 LeaderRecord FollowLeader::next(const LeaderRecord &after, bool must_change, const Deadline &deadline) {
     Deadline patience = must_change ? deadline : deadline.capped(kSameLeaderWaitMs);

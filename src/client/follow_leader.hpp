@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/deadline.hpp"
 #include "control/etcd.hpp"
@@ -29,6 +30,7 @@ class FollowLeader {
     const std::string &prefix() const { return prefix_; }
 
   private:
+    FollowLeader(const std::pair<std::string, std::string> &endpoints_prefix, uint32_t timeout_ms);
     std::string prefix_;
     EtcdClient etcd_;
 };

@@ -47,35 +47,29 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
     // With several servers, start with the one of the newest epoch: a server
     // that was paused or cut off and came back is behind the one that took
     // over. Otherwise the first that answers, each given its share of the time.
+    // In etcd mode, the leader etcd names; one that does not answer (or no
+    // longer leads) is asked again after a short wait for etcd to name another.
     Deadline deadline(cfg_.timeout_ms);
-    if (leader_) {
-        // A leader that does not answer (or no longer leads) is asked again
-        // after a short wait for etcd to name another.
-        for (;;) {
-            following_ = leader_->next(following_, false, deadline);
-            rpc_ = std::make_shared<RpcClient>(following_.url, cfg_.token);
-            try {
-                hello(deadline);
-                break;
-            } catch (const Error &e) {
-                if ((e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT) || deadline.expired()) throw;
-                TH_LOG(Info, "the leader etcd names, ", following_.url, ", did not answer: ", e.what());
-            }
-        }
-        heartbeat_ = std::thread([this] { heartbeat_loop(); });
-        return;
-    }
-    size_t first = servers_.size() > 1 ? newest_server(deadline) : 0;
+    size_t first = !leader_ && servers_.size() > 1 ? newest_server(deadline) : 0;
     for (size_t i = first;; ++i) {
-        current_ = i % servers_.size();
-        rpc_ = std::make_shared<RpcClient>(servers_[current_], cfg_.token);
-        try {
+        std::string url;
+        Deadline attempt = deadline;
+        if (leader_) {
+            following_ = leader_->next(following_, false, deadline);
+            url = following_.url;
+        } else {
+            current_ = i % servers_.size();
+            url = servers_[current_];
             size_t left = servers_.size() - std::min(i - first, servers_.size() - 1);
-            hello(deadline.capped(std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(left), 1)));
+            attempt = deadline.capped(std::max<uint32_t>(deadline.remaining_ms() / static_cast<uint32_t>(left), 1));
+        }
+        rpc_ = std::make_shared<RpcClient>(url, cfg_.token);
+        try {
+            hello(attempt);
             break;
         } catch (const Error &e) {
             if ((e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT) || deadline.expired()) throw;
-            TH_LOG(Info, "server ", servers_[current_], " did not answer: ", e.what());
+            TH_LOG(Info, "server ", url, " did not answer: ", e.what());
         }
     }
     heartbeat_ = std::thread([this] { heartbeat_loop(); });

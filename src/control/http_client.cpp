@@ -18,8 +18,9 @@ struct Freer {
 template <typename T, void (*Free)(T *)>
 using Owned = std::unique_ptr<T, Freer<T, Free>>;
 
-// method "GET" or "POST"; body is sent (as JSON) only with POST.
-std::string transact(const char *method, const std::string &url, const std::string *body, uint32_t timeout_ms) {
+// GET url, or POST body (JSON) to it when there is one.
+std::string transact(const std::string &url, const std::string *body, uint32_t timeout_ms) {
+    const char *method = body != nullptr ? "POST" : "GET";
     nng_url *raw_url = nullptr;
     if (int rv = nng_url_parse(&raw_url, url.c_str()); rv != 0) fail(TH_ERR_INVALID_ARG, "bad URL '", url, "': ", nng_error(rv));
     Owned<nng_url, nng_url_free> u(raw_url);
@@ -56,10 +57,10 @@ std::string transact(const char *method, const std::string &url, const std::stri
 
 }  // namespace
 
-std::string http_get(const std::string &url, uint32_t timeout_ms) { return transact("GET", url, nullptr, timeout_ms); }
+std::string http_get(const std::string &url, uint32_t timeout_ms) { return transact(url, nullptr, timeout_ms); }
 
 std::string http_post_json(const std::string &url, const std::string &body, uint32_t timeout_ms) {
-    return transact("POST", url, &body, timeout_ms);
+    return transact(url, &body, timeout_ms);
 }
 
 }  // namespace th

@@ -28,7 +28,13 @@ Leadership::Leadership(LeadershipConfig cfg, Service &service)
       etcd_(cfg_.endpoints, period_ms_),
       leader_key_(etcd::leader_key(cfg_.prefix)),
       epoch_key_(etcd::epoch_key(cfg_.prefix)) {
+    if (cfg_.prefix.empty() || cfg_.prefix[0] != '/')
+        fail(TH_ERR_INVALID_ARG, "etcd prefix '", cfg_.prefix, "' must start with '/'");
     if (cfg_.advertise_url.empty()) fail(TH_ERR_INVALID_ARG, "etcd mode needs the URL clients reach this server at");
+    if (cfg_.advertise_url.find("://0.0.0.0") != std::string::npos ||
+        cfg_.advertise_url.find("://[::]") != std::string::npos)
+        fail(TH_ERR_INVALID_ARG, "listening on ", cfg_.advertise_url,
+             ": set advertise_url to the address clients reach this server at");
     thread_ = std::thread([this] { loop(); });
 }
 

@@ -31,6 +31,7 @@ struct LeadershipConfig {
 class Leadership {
   public:
     // Starts campaigning for service, which must have await_leadership set.
+    // Bad settings (endpoints, prefix, advertise_url) fail TH_ERR_INVALID_ARG.
     Leadership(LeadershipConfig cfg, Service &service);
     // Resigns (the next server is elected at once, not a lease later).
     ~Leadership();

@@ -27,12 +27,7 @@ std::string events_listen_url(const std::string &url) {
 Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string token, const std::string &http_url,
                LeadershipConfig etcd)
     : token_(std::move(token)) {
-    if (!etcd.endpoints.empty()) {
-        cfg.await_leadership = true;
-        if (etcd.prefix.empty() || etcd.prefix[0] != '/')
-            fail(TH_ERR_INVALID_ARG, "etcd prefix '", etcd.prefix, "' must start with '/'");
-        etcd::parse_endpoints(etcd.endpoints);  // bad ones fail here, before anything starts
-    }
+    cfg.await_leadership = !etcd.endpoints.empty();
     if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
     nng_listener listener;
     std::string events = events_listen_url(listen_url);
@@ -64,11 +59,7 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
                           });
         if (!etcd.endpoints.empty()) {
             if (etcd.advertise_url.empty()) etcd.advertise_url = url();
-            if (etcd.advertise_url.find("://0.0.0.0") != std::string::npos ||
-                etcd.advertise_url.find("://[::]") != std::string::npos)
-                fail(TH_ERR_INVALID_ARG, "listening on ", etcd.advertise_url,
-                     ": set advertise_url to the address clients reach this server at");
-            leadership_ = std::make_unique<Leadership>(etcd, *service_);
+            leadership_ = std::make_unique<Leadership>(etcd, *service_);  // checks the settings
         }
     } catch (...) {
         http_.reset();
