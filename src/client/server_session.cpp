@@ -170,7 +170,9 @@ void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std:
         }
         TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", to);
         rpc_ = std::make_shared<RpcClient>(to, cfg_.token);
-        from->abandon();  // calls still waiting for it try the new server at once
+        // Calls still waiting on the old server end by their attempt deadline
+        // (at most half of what they had) and come here next.
+        from->abandon();
         rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
     }
     reregister(deadline);

@@ -58,13 +58,9 @@ RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), tok
     }
 }
 
-RpcClient::~RpcClient() {
-    if (!abandoned_) nng_close(sock_);
-}
-
-void RpcClient::abandon() {
-    if (!abandoned_.exchange(true)) nng_close(sock_);
-}
+// Callers hold the client through a shared_ptr while they call: no call is in
+// flight here.
+RpcClient::~RpcClient() { nng_close(sock_); }
 
 void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *self) {
     auto *c = static_cast<RpcClient *>(self);
@@ -73,6 +69,7 @@ void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *self) {
 }
 
 wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline) {
+    if (abandoned_) fail(TH_ERR_CLOSED, "the connection to ", url_, " was given up");
     Ctx ctx(sock_);
     Aio aio;
     nng_msg *msg = nullptr;

@@ -34,9 +34,12 @@ class RpcClient {
     const std::string &url() const { return url_; }
     bool connected() const { return pipes_.load() > 0; }
 
-    // The caller moved on to another server: calls in flight end now with
-    // TH_ERR_CLOSED, and so does every later one.
-    void abandon();
+    // The caller moved on to another server: later calls fail at once with
+    // TH_ERR_CLOSED. Calls in flight end as they would have (reply or
+    // deadline): NNG 1.5 can crash when a socket is closed while another
+    // thread uses one of its contexts, and can hang closing it after one of
+    // its requests was cancelled.
+    void abandon() { abandoned_ = true; }
     bool abandoned() const { return abandoned_.load(); }
 
   private:

@@ -1,0 +1,75 @@
+// Request/reply over NNG (control/rpc.hpp): giving up a connection while other
+// threads are still calling on it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "control/rpc.hpp"
+
+using namespace th;
+
+namespace {
+
+wire::Bytes echo(const uint8_t *data, size_t size) { return wire::Bytes(data, data + size); }
+
+}  // namespace
+
+// A call in flight when the connection is given up still gets its reply; a
+// later call fails at once with TH_ERR_CLOSED.
+TEST(Rpc, AbandonRefusesLaterCallsAndLetsCallsInFlightFinish) {
+    std::atomic<bool> hold{true};
+    RpcServer server("tcp://127.0.0.1:0", [&](const uint8_t *data, size_t size) {
+        while (hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return echo(data, size);
+    });
+    auto client = std::make_shared<RpcClient>(server.url());
+    wire::Bytes request{1, 2, 3}, reply;
+    std::thread caller([&] { reply = client->call(request, Deadline(30000)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    client->abandon();
+    EXPECT_TRUE(client->abandoned());
+    try {
+        client->call(request, Deadline(30000));
+        ADD_FAILURE() << "a call after abandon() went through";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.code(), TH_ERR_CLOSED) << e.what();
+    }
+    hold = false;
+    caller.join();
+    EXPECT_EQ(reply, request);
+}
+
+// Giving up a connection at any moment of the calls on it, over and over:
+// every call ends with its reply or TH_ERR_CLOSED, and closing the socket
+// afterwards neither hangs nor crashes.
+TEST(Rpc, AbandonRacesWithCallsSafely) {
+    RpcServer server("tcp://127.0.0.1:0", echo);
+    std::mt19937 rng(7);
+    for (int round = 0; round < 100; ++round) {
+        auto client = std::make_shared<RpcClient>(server.url());
+        std::atomic<int> unexpected{0};
+        std::vector<std::thread> callers;
+        for (int i = 0; i < 4; ++i)
+            callers.emplace_back([&unexpected, client, i] {
+                wire::Bytes request{uint8_t(i), 2, 3};
+                for (;;) {
+                    try {
+                        if (client->call(request, Deadline(10000)) != request) unexpected++;
+                    } catch (const Error &e) {
+                        if (e.code() != TH_ERR_CLOSED) unexpected++;
+                        return;
+                    }
+                }
+            });
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+        client->abandon();
+        for (auto &t : callers) t.join();
+        client.reset();
+        ASSERT_EQ(unexpected.load(), 0) << "round " << round;
+    }
+}
