@@ -47,17 +47,20 @@ void Holdings::forget(Replica *r) {
     held_.erase(r->id());
 }
 
-void Holdings::declare(const Replica &r, const Deadline &deadline, bool recover, bool again) {
+void Holdings::declare(Replica &r, const Deadline &deadline, bool recover, bool again) {
     std::vector<TensorSpec> specs = r.specs();
     Bytes reply = session_.call(
         [&](Builder &b, const Header &h) {
             auto body = CreatePublish(b, b.CreateString(r.model()), r.version(), r.shard(), r.num_shards(),
                                       r.chunk_bytes(), put_tensors(b, specs), put_desc(b, r.desc()), r.id(), r.owned(),
-                                      r.checksums().empty() ? 0 : b.CreateVector(r.checksums()), again);
+                                      r.checksums().empty() ? 0 : b.CreateVector(r.checksums()), again,
+                                      again && r.committed());
             return finish(b, h, body);
         },
         deadline, recover);
-    if (GetEnvelope(reply.data())->body_type() != Body::PublishReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Publish");
+    const Envelope *env = GetEnvelope(reply.data());
+    if (env->body_type() != Body::PublishReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Publish");
+    if (env->body_as_PublishReply()->committed()) r.mark_committed();
 }
 
 std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t version, uint32_t shard,
@@ -94,6 +97,13 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
     } catch (...) {
         abandon(std::move(r));
         throw;
+    }
+    // The last shard's publish commits the version: the other shards held
+    // here learn it too.
+    if (r->committed()) {
+        std::lock_guard lk(mu_);
+        for (auto &[id, other] : held_)
+            if (other->version() == r->version() && other->model() == r->model()) other->mark_committed();
     }
     remember(r.get());
     // Memory for the owned copy a mutation of it may need, made ready now,
@@ -268,6 +278,7 @@ void Holdings::spill(const Replica &r) {
     copy->set_checksums(r.checksums());
     copy->control_word()->chunks_done.store(Layout(copy->specs(), copy->chunk_bytes()).num_chunks());
     copy->mark_complete();
+    if (r.committed()) copy->mark_committed();
     declare(*copy, Deadline(cfg_.timeout_ms));
     remember(copy.get());
     std::lock_guard lk(mu_);

@@ -50,7 +50,8 @@ class Holdings : public SessionListener {
     void abandon(std::unique_ptr<Replica> replica);
     // Sends Publish for r: declares it (again: to a server that took over) to
     // the server.
-    void declare(const Replica &r, const Deadline &deadline, bool recover = true, bool again = false);
+    // Marks r committed when the reply says its version is.
+    void declare(Replica &r, const Deadline &deadline, bool recover = true, bool again = false);
     // Held: released at shutdown and declared again on re-registration.
     void remember(Replica *r);
     // What the memory for owned copies holds now.

@@ -4,6 +4,8 @@
 // release, mutation, spill) is the business of the Holdings it belongs to.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -57,6 +59,10 @@ class Replica {
     bool owned() const { return static_cast<bool>(storage_); }  // a copy in library memory, made for retention
     bool complete() const { return complete_; }
     bool mutating() const { return mutating_; }  // begin_mutation succeeded: its buffers may change
+    // Its version is known to be committed: it was read, or a publish of one
+    // of its shards answered committed. Declared with it again after a failover.
+    bool committed() const { return committed_.load(); }
+    void mark_committed() { committed_ = true; }
     // The holdings it belongs to, or nullptr once its client is destroyed.
     Holdings *holder() const { return holder_; }
 
@@ -91,6 +97,7 @@ class Replica {
     ControlPage::Slot ctrl_{};
     bool complete_ = false;
     bool mutating_ = false;
+    std::atomic<bool> committed_{false};
 };
 
 }  // namespace th

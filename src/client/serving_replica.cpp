@@ -27,6 +27,7 @@ void ServingReplica::filled(uint32_t chunks) {
 
 void ServingReplica::complete(uint32_t num_chunks) {
     replica_->mark_complete();
+    replica_->mark_committed();  // only a committed version is read
     replica_->control_word()->chunks_done.store(num_chunks, std::memory_order_release);
 }
 

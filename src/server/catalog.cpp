@@ -96,6 +96,10 @@ ShardInfo &Catalog::shard(VersionInfo &v, const std::string &model, uint32_t sha
     if (shard >= v.num_shards)
         fail(TH_ERR_INVALID_ARG, "shard ", shard, " is out of range: version ", v.number, " of '", model, "' has ",
              v.num_shards, " shards");
+    // Committed under an earlier server, but nobody declared this shard again.
+    if (!v.shards[shard].published)
+        fail(TH_ERR_UNAVAILABLE, "no live holder of model '", model, "' version ", v.number, " shard ", shard,
+             " (its holders let it go before this server took over)");
     return v.shards[shard];
 }
 
@@ -209,10 +213,12 @@ bool Catalog::publish(uint64_t worker, Publication p) {
     r.complete = true;
     r.chunks_done = s.num_chunks;
     index_replica(r);
-    if (!v.committed && v.published_shards() == v.num_shards) {
+    if (!v.committed && (v.published_shards() == v.num_shards || p.committed)) {
         v.committed = true;
         if (!mi.latest || v.number > *mi.latest) mi.latest = v.number;
-        TH_LOG(Info, "model '", k.model, "' version ", v.number, " committed (", v.num_shards, " shards)");
+        TH_LOG(Info, "model '", k.model, "' version ", v.number, " committed (", v.num_shards, " shards",
+               v.published_shards() == v.num_shards ? "" : str(", committed before; ", v.published_shards(), " declared again"),
+               ")");
         notify_(wire::EventKind::Committed, k.model, v.number, 0);
         prune(mi);
     }

@@ -36,6 +36,9 @@ struct Publication {
     // Declared again to a server that took over moments ago: an older
     // version than the latest is accepted (its holders re-declare in any order).
     bool again = false;
+    // With again: its holder saw the version committed. It is committed now
+    // even if some shard's holders moved on before the takeover.
+    bool committed = false;
     ReplicaDesc desc;
     std::vector<uint64_t> checksums;  // per chunk, or empty
 };

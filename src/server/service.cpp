@@ -236,6 +236,7 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
     p.replica_id = m->replica_id();
     p.owned = m->owned();
     p.again = m->again() && rebuilding();
+    p.committed = p.again && m->committed();
     if (const auto *sums = aligned(m->checksums(), "checksum list"); sums && sums->size() > 0) {
         if (sums->size() != p.layout.num_chunks())
             fail(TH_ERR_PROTOCOL, "publish with ", sums->size(), " checksums for ", p.layout.num_chunks(), " chunks");

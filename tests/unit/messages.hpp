@@ -45,11 +45,11 @@ inline th::ReplicaDesc desc_for(const std::vector<th::TensorSpec> &ts) {
 
 inline Bytes publish(uint64_t worker, uint64_t req, const std::string &model, uint64_t version, uint32_t shard,
                      uint32_t num_shards, const std::vector<th::TensorSpec> &ts, uint64_t replica_id,
-                     uint64_t chunk = 4096) {
+                     uint64_t chunk = 4096, bool again = false, bool committed = false) {
     Builder b;
     return finish(b, hdr(worker, req),
                   CreatePublish(b, b.CreateString(model), version, shard, num_shards, chunk, put_tensors(b, ts),
-                                put_desc(b, desc_for(ts)), replica_id));
+                                put_desc(b, desc_for(ts)), replica_id, false, 0, again, committed));
 }
 
 inline Bytes plan(uint64_t worker, uint64_t req, const std::string &model, uint64_t version, uint32_t shard,

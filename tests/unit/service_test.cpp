@@ -218,6 +218,30 @@ TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
     EXPECT_TRUE(rebuilding(2)) << "just after a takeover, unknown may mean not re-declared yet";
 }
 
+// After a takeover, a version its holders saw committed is committed again
+// even when one shard's holders moved on before: a reader of that shard hears
+// "no live holder", not "not committed".
+TEST_F(ServiceTest, AVersionDeclaredAgainAsCommittedStaysCommitted) {
+    uint64_t epoch = env(call(hello(1, req++)))->epoch();
+    ASSERT_EQ(error_code(call(hello(2, req++, {}, epoch + 10))), 0);  // takes over
+    // Shard 0 of versions 4 and 5 of 2 shards; only version 5's holder saw it committed.
+    ASSERT_EQ(error_code(call(publish(2, req++, "m", 5, 0, 2, specs(8192), 200, 4096, true, true))), 0);
+    ASSERT_EQ(error_code(call(publish(2, req++, "m", 4, 0, 2, specs(8192), 201, 4096, true, false))), 0);
+    Builder b;
+    Bytes r = call(finish(b, hdr(2, req++), CreateResolve(b, b.CreateString("m"), UINT64_MAX)));
+    ASSERT_EQ(env(r)->body_type(), Body::ResolveReply) << error_text(r);
+    EXPECT_EQ(env(r)->body_as_ResolveReply()->version(), 5u);
+    EXPECT_EQ(error_code(call(plan(1, req++, "m", 5, 0))), 0);
+    r = call(plan(1, req++, "m", 5, 1));
+    EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE);
+    EXPECT_NE(error_text(r).find("no live holder"), std::string::npos) << error_text(r);
+    EXPECT_EQ(error_code(call(plan(1, req++, "m", 4, 0))), TH_ERR_NOT_COMMITTED);
+    // Outside a rebuild the flag means nothing: a first publish commits only
+    // with every shard.
+    ASSERT_EQ(error_code(call(publish(2, req++, "n", 1, 0, 2, specs(8192), 300, 4096, false, true))), 0);
+    EXPECT_EQ(error_code(call(plan(1, req++, "n", 1, 0))), TH_ERR_NOT_COMMITTED);
+}
+
 TEST_F(ServiceTest, GarbageGetsAnErrorAndChangesNothing) {
     join(1);
     ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, specs(8192), 100))), 0);
