@@ -171,7 +171,7 @@ void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std:
         TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", to);
         rpc_ = std::make_shared<RpcClient>(to, cfg_.token);
         // Calls still waiting on the old server end by their attempt deadline
-        // (at most half of what they had) and come here next.
+        // (at most half a call's timeout) and come here next.
         from->abandon();
         rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
     }
@@ -194,8 +194,11 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         try {
             Builder b(512);
             // With servers to fail over to, one server may use only half of
-            // the time left, so that the next one still gets a chance.
-            Deadline attempt = recover && can_fail_over() ? deadline.capped(std::max(deadline.remaining_ms() / 2, 1)) : deadline;
+            // the time left, and never more than half a control call's
+            // timeout (a fetch's plans have the whole fetch's deadline): a
+            // call waiting on a server that died ends by then and goes on.
+            int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
+            Deadline attempt = recover && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
             reply = rpc->call(build(b, header()), attempt);
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.
