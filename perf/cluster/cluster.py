@@ -23,7 +23,7 @@ Needs root (namespaces, tc); exits 77 (skipped) without them.
 
   cluster.py [--smoke | --quick] [--bin-dir DIR] [--server-bin PATH]
              [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,elastic,cross_dc,prefetch]
-             [--chunk-kb C] [--inflight I] [--seed N] [--out results.json]
+             [--chunk-kb C] [--inflight I] [--nic-queue-ms Q] [--seed N] [--out results.json]
 """
 
 import argparse
@@ -78,6 +78,10 @@ class Bench:
         entry["tensorhub_s"] = th.makespan_s
         if "done_s" in th.detail:
             entry["tensorhub_done_s"] = [round(t, 4) for t in th.detail["done_s"]]
+        if "fetches" in th.detail:
+            entry["tensorhub_fetches"] = th.detail["fetches"]
+        if "mutation_s" in th.detail:
+            entry["tensorhub_mutation_s"] = th.detail["mutation_s"]
         entry["ratio_tensorhub_floor"] = th.makespan_s / entry["floor_s"]
         for name, run in runs.items():
             if name != "tensorhub":
@@ -123,7 +127,7 @@ class Bench:
         """One datacenter: the metadata host, the trainer and `readers` hosts,
         every NIC shaped to B; returns them with the run's setup."""
         a = self.args
-        net = netns.Network()
+        net = netns.Network(self.args.nic_queue_ms)
         self.networks.append(net)
         net.add_dc("dc1")
         meta = net.add_host("meta", "dc1", a.gbit)
@@ -192,7 +196,7 @@ class Bench:
 
     def cross_dc(self):
         a = self.args
-        net = netns.Network()
+        net = netns.Network(self.args.nic_queue_ms)
         self.networks.append(net)
         net.add_dc("dc1")
         net.add_dc("dc2")
@@ -306,6 +310,8 @@ def parse():
                    "version 2 is published, in units of S/B, e.g. 0.5,2")
     p.add_argument("--baselines", default="trainer_direct,mpi,redis",
                    help="standalone baselines to run (trainer_direct,mpi,redis)")
+    p.add_argument("--nic-queue-ms", type=int, default=50,
+                   help="how long an emulated NIC queues what waits for its shaper (tbf latency)")
     p.add_argument("--chunk-kb", type=int, default=512)
     p.add_argument("--inflight", type=int, default=8)
     p.add_argument("--trainer-keeps", action="store_true",

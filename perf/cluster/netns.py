@@ -63,12 +63,13 @@ def clean_stale():
             _ip("link", "del", name, check=False)
 
 
-def _shape(dev, gbit, ns=None):
+def _shape(dev, gbit, ns=None, queue_ms=50):
+    """tbf at gbit; what waits for it queues up to queue_ms (then drops)."""
     rate_bytes = gbit * 1e9 / 8
     burst = max(int(rate_bytes / 250), 128 * 1024)
     cmd = ["tc"] + (["-n", ns] if ns else []) + [
         "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(gbit * 1000)}mbit",
-        "burst", str(burst), "latency", "50ms"]
+        "burst", str(burst), "latency", f"{queue_ms}ms"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
@@ -84,7 +85,8 @@ class Network:
     """Build with add_dc / add_host / join_dcs; teardown() removes it all and
     may be called any number of times."""
 
-    def __init__(self):
+    def __init__(self, queue_ms=50):
+        self.queue_ms = queue_ms
         self.prefix = f"thc{os.getpid()}"
         self.hosts = []
         self._bridges = {}
@@ -113,8 +115,8 @@ class Network:
         _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
         _ip("-n", ns, "link", "set", "eth0", "up")
         _ip("-n", ns, "link", "set", "lo", "up")
-        _shape("eth0", gbit, ns)  # what the host sends
-        _shape(outside, gbit)     # what it receives
+        _shape("eth0", gbit, ns, self.queue_ms)  # what the host sends
+        _shape(outside, gbit, queue_ms=self.queue_ms)  # what it receives
         host = Host(name, ns, ip, dc)
         self.hosts.append(host)
         return host
@@ -128,7 +130,7 @@ class Network:
         for dev, dc in ((a, dc1), (b, dc2)):
             _ip("link", "set", dev, "master", self._bridges[dc])
             _ip("link", "set", dev, "up")
-            _shape(dev, gbit)
+            _shape(dev, gbit, queue_ms=self.queue_ms)
 
     def exec_prefix(self, host):
         return ["ip", "netns", "exec", host.ns]

@@ -164,14 +164,20 @@ int run_trainer(const Options &o) {
     return 0;
 }
 
-// Fetches `version` into shard, serving it on through *replica.
-void fetch_into(th_client *client, const Options &o, uint64_t version, Shard &shard, th_replica **replica) {
+// Fetches `version` into shard, serving it on through *replica. Returns the
+// fetch's figures as JSON fields (",\"sources\":..."), for the reader's line.
+std::string fetch_into(th_client *client, const Options &o, uint64_t version, Shard &shard, th_replica **replica) {
+    th_sync_stats stats;
+    th_sync_stats_init(&stats, sizeof stats);
     th_fetch_config fc;
     th_fetch_config_init(&fc, sizeof fc);
     fc.model = o.model.c_str();
     fc.version = version;
     fc.timeout_ms = deadline_ms(o.payload.bytes);
+    fc.stats = &stats;
     check(th_fetch(client, &fc, shard.views.data(), shard.views.size(), nullptr, replica), "fetching");
+    return str(",\"sources\":", stats.sources, ",\"replans\":", stats.replans, ",\"failed_sources\":",
+               stats.failed_sources, ",\"from_publisher\":", stats.bytes_from_publisher);
 }
 
 int run_reader(const Options &o) {
@@ -187,10 +193,10 @@ int run_reader(const Options &o) {
     check(th_wait_for_version(client.get(), o.model.c_str(), Payload::kVersion - 1, limit, &version),
           "waiting for the version");
     th_replica *replica = nullptr, *spare_replica = nullptr;
-    fetch_into(client.get(), o, version, live, &replica);
+    std::string figures = fetch_into(client.get(), o, version, live, &replica);
     double done = wall_now();
     emit(str("{\"role\":\"reader\",\"step\":", version - Payload::kVersion + 1, ",\"version\":", version, ",\"ready\":", fixed(ready), ",\"done\":", fixed(done),
-             ",\"bytes\":", o.payload.bytes, "}"));
+             ",\"bytes\":", o.payload.bytes, figures, "}"));
     Shard *held = &live, *other = spare.get();
     const uint64_t last = Payload::kVersion + o.versions - 1;
     for (uint64_t next = version + 1; next <= last; ++next) {
