@@ -301,3 +301,47 @@ TEST(Failover, ANewReaderReachingTheStandbyFirstWaitsForTheHolders) {
     EXPECT_GT(standby.epoch(), before);  // it took over when the trainer came
     EXPECT_EQ(pub.stop(), 0);
 }
+
+// After a takeover, a version committed under the dead server is committed
+// again even when only one of its two shards is declared again (the
+// publisher had let the other go): its reader of the missing shard hears
+// "no live holder", as before the takeover, not "not committed".
+TEST(Failover, AVersionCommittedBeforeATakeoverStaysCommittedWithAShardGone) {
+    ServerProc standby(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary;
+    const std::string both = primary.url + "," + standby.url;
+    const uint64_t kBytes = 256 << 10;
+    th_client *pub = connect(both, "trainer", 1500);
+    th_client *rd = connect(both, "reader", 1500);
+    Shard v1s0(2, kBytes, 1, 0), v1s1(2, kBytes, 1, 1), v2s0(2, kBytes, 2, 0), v2s1(2, kBytes, 2, 1);
+    th_replica *p10 = nullptr, *p11 = nullptr, *p20 = nullptr, *p21 = nullptr, *held = nullptr;
+    ASSERT_EQ(publish(pub, "two", 1, 0, 2, v1s0, &p10), TH_OK) << th_last_error();
+    ASSERT_EQ(publish(pub, "two", 1, 1, 2, v1s1, &p11), TH_OK) << th_last_error();
+    Shard got(2, kBytes);
+    ASSERT_EQ(fetch(rd, "two", 1, 0, got, nullptr, &held), TH_OK) << th_last_error();
+    ASSERT_EQ(publish(pub, "two", 2, 0, 2, v2s0, &p20), TH_OK) << th_last_error();
+    ASSERT_EQ(publish(pub, "two", 2, 1, 2, v2s1, &p21), TH_OK) << th_last_error();
+    // Version 1 is no longer the newest: the trainer lets it go; only the
+    // reader's copy of shard 0 is left.
+    ASSERT_EQ(th_replica_release(p10), TH_OK) << th_last_error();
+    ASSERT_EQ(th_replica_release(p11), TH_OK) << th_last_error();
+
+    kill(primary.proc.pid(), SIGKILL);
+    // Both clients move to the standby (heartbeats) and declare what they hold.
+    auto declared = [&](const nlohmann::json &s) {
+        int holders = 0;
+        for (const auto &w : s["workers"])
+            if (w["name"] == "reader" || w["name"] == "trainer") holders++;
+        return holders == 2;
+    };
+    ASSERT_TRUE(eventually(standby.url, declared));
+    th_client *late = connect(both, "late", 1500);
+    Shard s0(2, kBytes), s1(2, kBytes);
+    EXPECT_EQ(fetch(late, "two", 1, 0, s0), TH_OK) << th_last_error();
+    EXPECT_EQ(s0.first_wrong(1, 0), -1);
+    EXPECT_ERROR(fetch(late, "two", 1, 1, s1), TH_ERR_UNAVAILABLE, "no live holder");
+    EXPECT_EQ(fetch(late, "two", 2, 1, s1), TH_OK) << th_last_error();  // the newest is whole
+    for (th_replica *r : {held, p20, p21}) th_replica_release(r);
+    for (th_client *c : {late, rd, pub}) th_client_destroy(c);
+}
