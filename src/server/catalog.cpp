@@ -213,12 +213,12 @@ bool Catalog::publish(uint64_t worker, Publication p) {
     r.complete = true;
     r.chunks_done = s.num_chunks;
     index_replica(r);
-    if (!v.committed && (v.published_shards() == v.num_shards || p.committed)) {
+    uint32_t published = v.published_shards();
+    if (!v.committed && (published == v.num_shards || p.committed)) {
         v.committed = true;
         if (!mi.latest || v.number > *mi.latest) mi.latest = v.number;
         TH_LOG(Info, "model '", k.model, "' version ", v.number, " committed (", v.num_shards, " shards",
-               v.published_shards() == v.num_shards ? "" : str(", committed before; ", v.published_shards(), " declared again"),
-               ")");
+               published == v.num_shards ? "" : str(", committed before; ", published, " declared again"), ")");
         notify_(wire::EventKind::Committed, k.model, v.number, 0);
         prune(mi);
     }
