@@ -79,7 +79,7 @@ class Bench:
         if "done_s" in th.detail:
             entry["tensorhub_done_s"] = [round(t, 4) for t in th.detail["done_s"]]
         if "fetches" in th.detail:
-            entry["tensorhub_fetches"] = th.detail["fetches"]
+            entry["tensorhub_fetches"] = [dict(f, done_s=round(f["done_s"], 4)) for f in th.detail["fetches"]]
         if "mutation_s" in th.detail:
             entry["tensorhub_mutation_s"] = th.detail["mutation_s"]
         entry["ratio_tensorhub_floor"] = th.makespan_s / entry["floor_s"]
@@ -310,7 +310,7 @@ def parse():
                    "version 2 is published, in units of S/B, e.g. 0.5,2")
     p.add_argument("--baselines", default="trainer_direct,mpi,redis",
                    help="standalone baselines to run (trainer_direct,mpi,redis)")
-    p.add_argument("--nic-queue-ms", type=int, default=50,
+    p.add_argument("--nic-queue-ms", type=int, default=netns.QUEUE_MS,
                    help="how long an emulated NIC queues what waits for its shaper (tbf latency)")
     p.add_argument("--chunk-kb", type=int, default=512)
     p.add_argument("--inflight", type=int, default=8)

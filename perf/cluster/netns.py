@@ -63,7 +63,11 @@ def clean_stale():
             _ip("link", "del", name, check=False)
 
 
-def _shape(dev, gbit, ns=None, queue_ms=50):
+# How long an emulated NIC queues what waits for its shaper (tbf latency).
+QUEUE_MS = 50
+
+
+def _shape(dev, gbit, ns=None, queue_ms=QUEUE_MS):
     """tbf at gbit; what waits for it queues up to queue_ms (then drops)."""
     rate_bytes = gbit * 1e9 / 8
     burst = max(int(rate_bytes / 250), 128 * 1024)
@@ -85,7 +89,7 @@ class Network:
     """Build with add_dc / add_host / join_dcs; teardown() removes it all and
     may be called any number of times."""
 
-    def __init__(self, queue_ms=50):
+    def __init__(self, queue_ms=QUEUE_MS):
         self.queue_ms = queue_ms
         self.prefix = f"thc{os.getpid()}"
         self.hosts = []

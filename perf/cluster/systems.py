@@ -143,11 +143,11 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
         trainer_stall = 0.0 if holders else trainer_result["free"] - t0
         # When each reader held the bytes, in order: in a chain of ready
         # readers the gaps between them are the per-hop lag.
-        detail = {"mutation_s": trainer_result["stall_s"], "done_s": sorted(r["done"] - t0 for r in results),
-                  # Each reader's fetch, in the order they held the bytes.
-                  "fetches": [{"done_s": round(r["done"] - t0, 4), "sources": r.get("sources"),
-                               "replans": r.get("replans"), "from_publisher_mib": r.get("from_publisher", 0) >> 20}
-                              for r in sorted(results, key=lambda r: r["done"])]}
+        # Each reader's fetch, in the order they held the bytes.
+        fetches = [{"done_s": r["done"] - t0, "sources": r.get("sources"), "replans": r.get("replans"),
+                    "from_publisher_mib": r.get("from_publisher", 0) >> 20}
+                   for r in sorted(results, key=lambda r: r["done"])]
+        detail = {"mutation_s": trainer_result["stall_s"], "done_s": [f["done_s"] for f in fetches], "fetches": fetches}
         if not holders:
             detail["publish_s"] = trainer_result["published"] - t0
         return Run(makespan, stall, trainer_stall, busy, ok, detail)
