@@ -42,9 +42,12 @@ void Holdings::remember(Replica *r) {
     held_[r->id()] = r;
 }
 
-void Holdings::forget(Replica *r) {
-    std::lock_guard lk(mu_);
-    held_.erase(r->id());
+void Holdings::forget(Replica &r) {
+    {
+        std::lock_guard lk(mu_);
+        held_.erase(r.id());
+    }
+    page_.release(r.control_word());  // readers still on it see the generation change
 }
 
 void Holdings::declare(Replica &r, const Deadline &deadline, bool recover, bool again) {
@@ -137,8 +140,7 @@ void Holdings::release(Replica &r, bool retain) {
             if (e.code() != TH_ERR_NOT_FOUND) retention_failed = e;
         }
     }
-    forget(&r);
-    page_.release(r.control_word());  // readers still on it see the generation change
+    forget(r);
     // A deadline of its own: a spill before it may have taken any time.
     try {
         session_.call([&](Builder &b, const Header &h) { return finish(b, h, CreateRelease(b, r.id())); },
@@ -159,9 +161,20 @@ void Holdings::withdraw_all() {
         std::lock_guard lk(mu_);
         for (auto &[id, r] : held_) held.push_back(r);
     }
+    // One server that does not answer is enough: the others are withdrawn
+    // locally (their control words say so to readers still on them), and
+    // the server forgets them with this worker's lease.
+    bool server_answers = true;
     for (Replica *r : held) {
         try {
-            release(*r, /*retain=*/false);  // the process is going away: nothing to spill into
+            if (server_answers) {
+                release(*r, /*retain=*/false);  // the process is going away: nothing to spill into
+            } else {
+                forget(*r);
+            }
+        } catch (const Error &e) {
+            TH_LOG(Info, "releasing replica ", r->id(), " at shutdown: ", e.what());
+            server_answers = e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT;
         } catch (const std::exception &e) {
             TH_LOG(Info, "releasing replica ", r->id(), " at shutdown: ", e.what());
         }

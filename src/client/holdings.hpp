@@ -63,7 +63,9 @@ class Holdings : public SessionListener {
 
   private:
     uint64_t new_id();
-    void forget(Replica *r);
+    // No longer held: not declared again, and its control word tells readers
+    // still on it that it is gone.
+    void forget(Replica &r);
     // Asks the server to stop routing to r and applies the retention policy;
     // returns the number of reads still planned onto it.
     uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);

@@ -76,6 +76,7 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
 }
 
 void ServerSession::stop_heartbeats() {
+    leaving_ = true;
     {
         std::lock_guard lk(hb_mu_);
         stop_ = true;
@@ -187,8 +188,11 @@ void ServerSession::try_fail_over(const std::shared_ptr<RpcClient> &from, const 
     }
 }
 
-Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover) {
+Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover_asked) {
     for (int reregistered = 0;;) {
+        // A leaving worker (and a heartbeat in flight as it leaves) gives up
+        // where it would fail over or register again.
+        bool recover = recover_asked && !leaving_.load();
         std::shared_ptr<RpcClient> rpc = this->rpc();
         Bytes reply;
         try {
@@ -198,7 +202,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             // timeout (a fetch's plans have the whole fetch's deadline): a
             // call waiting on a server that died ends by then and goes on.
             int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
-            Deadline attempt = recover && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
+            Deadline attempt = recover_asked && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
             reply = rpc->call(build(b, header()), attempt);
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.

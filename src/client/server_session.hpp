@@ -52,6 +52,9 @@ class ServerSession {
     void connect(UcxWorker &ucx, SessionListener &listener);
     const ClientConfig &config() const { return cfg_; }
     // Ends heartbeats (and with them re-registration and owned-copy drops).
+    // From then on the worker is leaving: calls neither fail over nor
+    // register again, so that shutting down waits at most for the attempt
+    // in flight and never for a failover.
     void stop_heartbeats();
     // Tells the server this worker leaves, then drops the connections.
     void goodbye();
@@ -131,6 +134,7 @@ class ServerSession {
     std::mutex hb_mu_;
     std::condition_variable hb_cv_;
     bool stop_ = false;
+    std::atomic<bool> leaving_{false};  // set with stop_: no recovery from here on
     bool reregister_asked_ = false;  // the UCX worker has a new address
     std::thread heartbeat_;
 };

@@ -105,11 +105,17 @@ std::pair<ucp_worker_h, std::vector<uint8_t>> UcxWorker::create_worker() {
 
 UcxWorker::~UcxWorker() {
     {
+        // Forced closes complete locally; should one not, the worker's
+        // destruction below takes the endpoint with it after this bound.
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
         std::lock_guard lk(mu_);
         for (auto &[id, p] : peers_) {
             std::lock_guard plk(p->mu_);
             for (void *req : p->drop_endpoints(/*close=*/true)) {
-                while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+                while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
+                    ucp_worker_progress(worker_);
+                if (ucp_request_check_status(req) == UCS_INPROGRESS)
+                    TH_LOG(Warn, "closing the endpoint to worker ", id, " did not complete in time");
                 ucp_request_free(req);
             }
         }

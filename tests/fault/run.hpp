@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -517,7 +518,34 @@ class Run {
         std::string out = dir_ + "/" + c.name() + ".stacks";
         std::string cmd = "timeout 60 /usr/bin/gdb -p " + std::to_string(c.pid()) +
                           " -batch -ex 'thread apply all bt' >" + out + " 2>&1";
-        return std::system(cmd.c_str()) == 0 ? "; its stacks: " + out : "";
+        if (std::system(cmd.c_str()) != 0) return "";
+        return "; its stacks: " + out + "\n" + stack_summary(out);
+    }
+
+    // The frames of each thread, shortened to the function names, so that a
+    // hang reported from a machine whose files are out of reach still says
+    // where each thread was.
+    static std::string stack_summary(const std::string &path) {
+        std::ifstream in(path);
+        std::string line, out;
+        int frames = 0;
+        while (std::getline(in, line)) {
+            if (line.rfind("Thread ", 0) == 0) {
+                out += "      " + line.substr(0, line.find(" (")) + ":";
+                frames = 0;
+            } else if (line.rfind('#', 0) == 0 && frames < 12) {
+                // "#3  0x... in th::Foo::bar (this=...) at file:line" -> "th::Foo::bar"
+                size_t start = line.find_first_not_of(' ', line.find(' '));
+                if (line.compare(start, 2, "0x") == 0 && line.find(" in ", start) != std::string::npos)
+                    start = line.find(" in ", start) + 4;
+                std::string fn = line.substr(start, line.find(" (", start) - start);
+                out += (frames++ ? " < " : " ") + fn;
+            } else if (line.empty() && frames) {
+                out += "\n";
+                frames = 0;
+            }
+        }
+        return out;
     }
 
     Child &worker_from(const std::string &binary, const std::string &name, std::vector<std::string> args,

@@ -216,6 +216,30 @@ TEST(ServerErrors, ServerRestartedUnderTheClients) {
     th_server_destroy(b);
 }
 
+TEST(ServerErrors, ShutdownWithEveryServerGoneTriesNoFailover) {
+    // A worker leaving while no server of its list answers withdraws what it
+    // holds after one unanswered call, not one failover round per replica:
+    // destroying it takes at most a call's attempt, the goodbye and the
+    // heartbeat in flight, well within two call timeouts.
+    th_server *a = start_server(), *b = start_server();
+    std::string both = std::string(th_server_url(a)) + "," + th_server_url(b);
+    const uint32_t timeout_ms = 6000;
+    th_client *c = connect(both, "leaving", timeout_ms);
+    std::vector<th_replica *> held(3);
+    std::vector<Shard> shards;
+    shards.reserve(held.size());
+    for (uint32_t v = 0; v < held.size(); ++v) {
+        shards.emplace_back(1, 64 << 10, v);
+        ASSERT_EQ(publish(c, "m", v + 1, 0, 1, shards.back(), &held[v]), TH_OK) << th_last_error();
+    }
+    th_server_destroy(a);
+    th_server_destroy(b);
+    auto t0 = Clock::now();
+    th_client_destroy(c);
+    EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(2 * timeout_ms));
+    for (th_replica *r : held) EXPECT_EQ(th_replica_release(r), TH_OK);
+}
+
 TEST(ServerErrors, ClientDestroyedBeforeItsReplicaHandles) {
     // Destroying a client withdraws what it holds; the handles stay valid only
     // to be released afterwards.
