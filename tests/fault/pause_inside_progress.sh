@@ -16,16 +16,18 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null; sleep 0.2; kill -9 "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
 export UCX_TLS=tcp
-port=$((20000 + RANDOM % 20000))
-url=tcp://127.0.0.1:$port
-"$server_bin" --listen "$url" --lease-ms 1500 >"$dir/server.log" 2>&1 &
+# Port 0: the server picks a free one and says which.
+"$server_bin" --listen tcp://127.0.0.1:0 --lease-ms 1500 >"$dir/server.log" 2>&1 &
 pids+=($!)
+for _ in $(seq 100); do grep -q '^listening on ' "$dir/server.log" && break; sleep 0.1; done
+url=$(sed -n 's/^listening on //p' "$dir/server.log" | head -1)
+[ -n "$url" ] || { echo "FAIL: the server did not start"; cat "$dir/server.log"; exit 1; }
 common=(--server "$url" --model m --shard-kb 65536 --tensors 4 --chunk-timeout-ms 1000)
 "$worker_bin" publish "${common[@]}" --shards 1 --name holder --version 1 --heartbeat-ms 200 >"$dir/holder.out" 2>"$dir/holder.err" &
 holder=$!
 pids+=($holder)
-for _ in $(seq 100); do grep -q '^ready' "$dir/holder.out" && break; sleep 0.1; done
-grep -q '^ready' "$dir/holder.out" || { echo "FAIL: the holder did not start"; cat "$dir/holder.err"; exit 1; }
+for _ in $(seq 300); do grep -q '^ready' "$dir/holder.out" && break; sleep 0.1; done
+grep -q '^ready' "$dir/holder.out" || { echo "FAIL: the holder did not start"; tail -5 "$dir/holder.err" "$dir/server.log"; exit 1; }
 for i in 0 1; do
     TENSORHUB_FAULT_CHUNK_DELAY_US=2000 timeout 60 "$worker_bin" fetch "${common[@]}" --shards 0 --name slow$i --no-serve --exit \
         >"$dir/slow$i.out" 2>&1 &
