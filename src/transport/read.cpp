@@ -87,20 +87,20 @@ void UcxWorker::fail_reads(const Peer *peer, ucs_status_t status) {
 
 void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
                      uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
-    if (peer->path() == ReadPath::OneSided || n <= kMaxAnswer)
+    if (peer->path() == ReadPath::OneSided || n <= kMaxRead)
         return read_piece(peer, lane, local, n, local_region, remote, rkey, std::move(cb));
-    // Several answers; cb runs once, when the last is in, with the first
-    // failure if any.
+    // Longer than one request may ask for: several requests; cb runs once,
+    // when the last is in, with the first failure if any.
     struct Parts {
         std::atomic<uint64_t> left;
         std::atomic<const char *> error{nullptr};
         ReadCallback cb;
     };
     auto parts = std::make_shared<Parts>();
-    parts->left = (n + kMaxAnswer - 1) / kMaxAnswer;
+    parts->left = (n + kMaxRead - 1) / kMaxRead;
     parts->cb = std::move(cb);
-    for (uint64_t off = 0; off < n; off += kMaxAnswer) {
-        read_piece(peer, lane, static_cast<uint8_t *>(local) + off, std::min(kMaxAnswer, n - off), local_region,
+    for (uint64_t off = 0; off < n; off += kMaxRead) {
+        read_piece(peer, lane, static_cast<uint8_t *>(local) + off, std::min(kMaxRead, n - off), local_region,
                    remote + off, rkey, [parts](const char *error) {
                        const char *none = nullptr;
                        if (error != nullptr) parts->error.compare_exchange_strong(none, error);
@@ -220,25 +220,42 @@ ucs_status_t UcxWorker::on_read_reply(void *arg, const void *header, size_t head
     ReadReplyHeader h{};
     if (header_length != sizeof h) return UCS_OK;  // not an answer of ours
     std::memcpy(&h, header, sizeof h);
-    PendingRead *g = self->take_pending(h.id);
     ucs_status_t st = static_cast<ucs_status_t>(h.status);
     // Answers are sent eagerly; a rendezvous would need a receive posted.
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
         ucp_am_data_release(self->worker_.load(), data);
         st = UCS_ERR_UNSUPPORTED;
     }
-    if (g == nullptr) return UCS_OK;  // answered after it was given up
-    if (st == UCS_OK && length != g->length) st = UCS_ERR_MESSAGE_TRUNCATED;
-    if (st == UCS_OK && length > 0) {
+    if (PendingRead *g = self->place_answer(h.id, h.offset, data, length, &st)) finish(g, st);
+    return UCS_OK;
+}
+
+// Copies one answer into its read, under pending_mu_: a read failed by
+// another thread meanwhile (its peer closed, the process restarted) is
+// finished only after the copy, so that its buffer is never written once its
+// owner was told. Returns the read when it is over (all bytes in, or *st an
+// error), taken out of pending_; nullptr while pieces are missing or when
+// nobody waits for it (answered after it was given up).
+UcxWorker::PendingRead *UcxWorker::place_answer(uint64_t id, uint64_t offset, const void *data, uint64_t length,
+                                                ucs_status_t *st) {
+    std::lock_guard lk(pending_mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return nullptr;
+    PendingRead *g = it->second;
+    if (*st == UCS_OK && (offset > g->length || length > g->length - offset || (length == 0 && g->length > 0)))
+        *st = UCS_ERR_MESSAGE_TRUNCATED;
+    if (*st == UCS_OK && length > 0) {
         try {
-            copy_from_host(g->local, data, length, g->kind);
+            copy_from_host(static_cast<uint8_t *>(g->local) + offset, data, length, g->kind);
+            g->received += length;
         } catch (const std::exception &e) {
             TH_LOG(Error, "cannot place ", length, " bytes read: ", e.what());
-            st = UCS_ERR_IO_ERROR;
+            *st = UCS_ERR_IO_ERROR;
         }
     }
-    finish(g, st);
-    return UCS_OK;
+    if (*st == UCS_OK && g->received < g->length) return nullptr;
+    pending_.erase(it);
+    return g;
 }
 
 }  // namespace th

@@ -132,6 +132,7 @@ class UcxWorker {
     static void finish(PendingRead *g, ucs_status_t status);
     static ucs_status_t on_read_reply(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                       const ucp_am_recv_param_t *param);
+    PendingRead *place_answer(uint64_t id, uint64_t offset, const void *data, uint64_t length, ucs_status_t *st);
     // serve.cpp
     static ucs_status_t on_read_request(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                         const ucp_am_recv_param_t *param);

@@ -80,16 +80,26 @@ TEST_P(Lanes, ReadsTheBytesOnTheLanesPath) {
         GTEST_SKIP() << "this UCX (" << UcxWorker::describe_ucx() << ") refuses shared memory with peer error handling";
     Pair p(lane);
     EXPECT_EQ(p.peer->path(), one_sided ? ReadPath::OneSided : ReadPath::ActiveMessage) << p.peer->transports();
-    constexpr size_t kBytes = 3 << 20;  // longer than one active-message answer
+    constexpr size_t kBytes = 4 << 20;
     Mapping src(kBytes), dst(kBytes);
     ASSERT_TRUE(src.data && dst.data);
     for (size_t i = 0; i < kBytes; ++i) src.data[i] = static_cast<uint8_t>(i * 131 + 7);
     RegionRef exposed = p.holder.register_memory(src.data, kBytes, TH_MEM_HOST, /*expose=*/true);
     RegionRef local = p.reader.register_memory(dst.data, kBytes, TH_MEM_HOST);
-    auto error = read(p, dst.data, kBytes, local.get(), exposed->base, exposed->rkey);
-    ASSERT_TRUE(error.has_value()) << "no completion";
-    EXPECT_EQ(*error, "");
-    EXPECT_EQ(std::memcmp(src.data, dst.data, kBytes), 0);
+    // On the active-message path: one answer, exactly one answer's worth,
+    // between that and what is answered whole, just past it (split), and
+    // many answers ending in a short one; each at an offset of its own.
+    for (size_t n : {size_t{1}, size_t{128} << 10, size_t{150} << 10, size_t{192} << 10, (size_t{192} << 10) + 1,
+                     (size_t{3} << 20) + 12345}) {
+        size_t at = 4096 + n % 977;
+        std::memset(dst.data, 0, kBytes);
+        auto error = read(p, dst.data + at, n, local.get(), exposed->base + at, exposed->rkey);
+        ASSERT_TRUE(error.has_value()) << "no completion for " << n << " bytes";
+        EXPECT_EQ(*error, "") << n << " bytes";
+        EXPECT_EQ(std::memcmp(src.data + at, dst.data + at, n), 0) << n << " bytes";
+        EXPECT_EQ(dst.data[at - 1], 0) << "written before the read's destination (" << n << " bytes)";
+        EXPECT_EQ(dst.data[at + n], 0) << "written past the read's destination (" << n << " bytes)";
+    }
 }
 
 // The holder refuses what no replica of it serves: a range outside the
