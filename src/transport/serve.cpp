@@ -78,17 +78,20 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
     // Answered here, inside the handler: the reply endpoint is only known to
     // be valid until the handler returns.
     if (!region) {
+        self->answers_sent_++;
         send_answer(param->reply_ep, reply, nullptr, nullptr, 0);
         return UCS_OK;
     }
     // served() counted the first answer; each further one is counted once it
     // holds the region (so that withdraw_unused never sees fewer holders
-    // than answers).
+    // than answers), and the last takes this handler's reference: none is
+    // left here once the reader may have its bytes.
     uint64_t piece = h.length > kAnsweredWhole ? kMaxAnswer : h.length;
     for (uint64_t off = 0; off < h.length; off += piece) {
         reply.offset = static_cast<uint32_t>(off);
-        RegionRef held = region;
-        if (off > 0) region->answering++;
+        RegionRef held = off + piece >= h.length ? std::move(region) : region;
+        if (off > 0) held->answering++;
+        self->answers_sent_++;  // before it may arrive
         if (!send_answer(param->reply_ep, reply, std::move(held), reinterpret_cast<const void *>(h.remote + off),
                          std::min(piece, h.length - off)))
             break;  // the endpoint failed: the reader sees it, or its deadline passes

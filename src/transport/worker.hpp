@@ -75,6 +75,8 @@ class UcxWorker {
     std::vector<uint8_t> address();
     // How many times a pause made the worker start afresh.
     uint64_t restarts() const { return restarts_.load(); }
+    // Answers this process posted to read requests (active-message path).
+    uint64_t answers_sent() const { return answers_sent_.load(); }
 
     // See Registry. expose: the rkey is handed to readers.
     RegionRef register_memory(void *ptr, uint64_t n, th_mem_kind kind, bool expose = false) {
@@ -144,6 +146,7 @@ class UcxWorker {
     std::thread progress_;
     std::atomic<bool> stop_{false};
     std::atomic<uint64_t> restarts_{0};
+    std::atomic<uint64_t> answers_sent_{0};
     // When the progress thread last began a turn of its loop (steady clock).
     std::atomic<std::chrono::steady_clock::rep> last_turn_{0};
 
