@@ -279,7 +279,10 @@ TH_API th_status th_client_create(th_client **out, const th_client_config *cfg);
 /* Withdraws every replica the client still holds, disconnects and frees it.
  * Replica handles obtained from this client stay valid only to be passed to
  * th_replica_release (which then just frees them). Must not race with other
- * calls on the same client. */
+ * calls on the same client. A leaving client never fails over: with no server
+ * answering it waits for at most one call's attempt (timeout_ms, halved when
+ * it has servers to fail over to), a heartbeat in flight and a 1 s goodbye,
+ * and the server forgets it with its lease. */
 TH_API void th_client_destroy(th_client *client);
 
 /* The worker id the server knows this client by (stable for its lifetime). */
