@@ -76,7 +76,6 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
 }
 
 void ServerSession::stop_heartbeats() {
-    leaving_ = true;
     {
         std::lock_guard lk(hb_mu_);
         stop_ = true;
@@ -192,7 +191,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
     for (int reregistered = 0;;) {
         // A leaving worker (and a heartbeat in flight as it leaves) gives up
         // where it would fail over or register again.
-        bool recover = recover_asked && !leaving_.load();
+        bool recover = recover_asked && !stop_.load();
         std::shared_ptr<RpcClient> rpc = this->rpc();
         Bytes reply;
         try {

@@ -133,8 +133,9 @@ class ServerSession {
 
     std::mutex hb_mu_;
     std::condition_variable hb_cv_;
-    bool stop_ = false;
-    std::atomic<bool> leaving_{false};  // set with stop_: no recovery from here on
+    // Set under hb_mu_ (the heartbeat thread waits on it); read without it
+    // by calls, which stop recovering once the worker is leaving.
+    std::atomic<bool> stop_{false};
     bool reregister_asked_ = false;  // the UCX worker has a new address
     std::thread heartbeat_;
 };
