@@ -15,6 +15,7 @@ const (
 	DefaultMaxReadersPerSource uint32        = C.TH_DEFAULT_MAX_READERS_PER_SOURCE
 	DefaultEtcdPrefix          string        = C.TH_DEFAULT_ETCD_PREFIX
 	DefaultEtcdLease           time.Duration = C.TH_DEFAULT_ETCD_LEASE_MS * time.Millisecond
+	DefaultStripes             uint32        = C.TH_DEFAULT_STRIPES
 	DefaultTimeout             time.Duration = C.TH_DEFAULT_TIMEOUT_MS * time.Millisecond
 	DefaultHeartbeat           time.Duration = C.TH_DEFAULT_HEARTBEAT_MS * time.Millisecond
 	DefaultChunkTimeout        time.Duration = C.TH_DEFAULT_CHUNK_TIMEOUT_MS * time.Millisecond
@@ -42,6 +43,7 @@ func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig) {
 			ListenURL:           C.GoString(s.listen_url),
 			Lease:               ms(s.lease_ms),
 			MaxReadersPerSource: uint32(s.max_readers_per_source),
+			Stripes:             uint32(s.stripes),
 		}, ClientConfig{
 			Timeout:        ms(c.timeout_ms),
 			Heartbeat:      ms(c.heartbeat_ms),

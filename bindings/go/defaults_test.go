@@ -6,7 +6,8 @@ import "testing"
 // exactly those values.
 func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
 	server, client, publish := libraryDefaults()
-	want := ServerConfig{ListenURL: DefaultListenURL, Lease: DefaultLease, MaxReadersPerSource: DefaultMaxReadersPerSource}
+	want := ServerConfig{ListenURL: DefaultListenURL, Lease: DefaultLease, MaxReadersPerSource: DefaultMaxReadersPerSource,
+		Stripes: DefaultStripes}
 	if server != want {
 		t.Errorf("server defaults: library %+v, constants %+v", server, want)
 	}

@@ -23,6 +23,10 @@ type ServerConfig struct {
 	// MaxReadersPerSource caps the fan-out per source while others exist.
 	// Default DefaultMaxReadersPerSource.
 	MaxReadersPerSource uint32
+	// Stripes: readers that serve read a shard in this many stripes, each
+	// relayed along its own tree (1: chains; at most 11). Default
+	// DefaultStripes (0: 8 once 24 workers are registered, else chains).
+	Stripes uint32
 }
 
 // Server is a metadata server running in this process on its own threads.
@@ -58,6 +62,9 @@ func NewServerWithConfig(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxReadersPerSource != 0 {
 		raw.max_readers_per_source = C.uint32_t(cfg.MaxReadersPerSource)
+	}
+	if cfg.Stripes != 0 {
+		raw.stripes = C.uint32_t(cfg.Stripes)
 	}
 	var ptr *C.th_server
 	if err := call(func() C.th_status { return C.th_server_create(&ptr, &raw) }); err != nil {

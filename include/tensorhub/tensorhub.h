@@ -152,6 +152,7 @@ typedef struct th_server th_server;
 #define TH_DEFAULT_ETCD_PREFIX "/tensorhub"
 #define TH_DEFAULT_ETCD_LEASE_MS 3000
 #define TH_DEFAULT_MAX_READERS_PER_SOURCE 2
+#define TH_DEFAULT_STRIPES 0
 
 typedef struct th_server_config {
     size_t struct_size;     /* set by th_server_config_init */
@@ -189,6 +190,17 @@ typedef struct th_server_config {
     const char *advertise_url;  /* the URL clients reach this server at, published
                                    in etcd. Default NULL: the bound URL, which must
                                    then not be a wildcard address (0.0.0.0). */
+    uint32_t stripes;           /* readers that serve others read a shard in this
+                                   many stripes, each relayed along a tree of its
+                                   own, so that N readers ready at once are about
+                                   log N hops from the publisher instead of a chain
+                                   of N. A stripe flows at 1/stripes of a link, so
+                                   each hop costs stripes times more: trees pay off
+                                   from a few dozen readers on. 1: chains; 2-11:
+                                   that many (fewer for shards of few chunks);
+                                   0: 8 for a shard published while 24 workers or
+                                   more are registered, else chains.
+                                   Default TH_DEFAULT_STRIPES (0). */
 } th_server_config;
 
 /* Fills cfg (a struct of `size` bytes: pass sizeof *cfg) with defaults and

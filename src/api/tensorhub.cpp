@@ -10,6 +10,7 @@
 #include "client/queries.hpp"
 #include "common/error.hpp"
 #include "common/fork_guard.hpp"
+#include "common/stripes.hpp"
 #include "server/server.hpp"
 #include "wire/auth.hpp"
 
@@ -212,6 +213,7 @@ void th_server_config_init(th_server_config *cfg, size_t size) {
         c.listen_url = TH_DEFAULT_LISTEN_URL;
         c.lease_ms = TH_DEFAULT_LEASE_MS;
         c.max_readers_per_source = TH_DEFAULT_MAX_READERS_PER_SOURCE;
+        c.stripes = TH_DEFAULT_STRIPES;
         c.etcd_prefix = TH_DEFAULT_ETCD_PREFIX;
         c.etcd_lease_ms = TH_DEFAULT_ETCD_LEASE_MS;
     });
@@ -226,10 +228,13 @@ th_status th_server_create(th_server **out, const th_server_config *cfg) {
         if (c.listen_url == nullptr || *c.listen_url == '\0') fail(TH_ERR_INVALID_ARG, "listen_url is empty");
         if (c.lease_ms < 10) fail(TH_ERR_INVALID_ARG, "lease_ms must be at least 10");
         if (c.max_readers_per_source == 0) fail(TH_ERR_INVALID_ARG, "max_readers_per_source must be positive");
+        if (c.stripes > th::kMaxStripes)
+            fail(TH_ERR_INVALID_ARG, "stripes must be 0 (automatic) to ", th::kMaxStripes, ", got ", c.stripes);
         th::ServiceConfig sc;
         sc.lease_ms = c.lease_ms;
         sc.heartbeat_ms = std::max<uint32_t>(c.lease_ms / 10, 1);
         sc.policy.max_readers_per_source = c.max_readers_per_source;
+        sc.policy.stripes = c.stripes;
         sc.standby = c.standby != 0;
         th::LeadershipConfig etcd;
         if (c.etcd_endpoints != nullptr && *c.etcd_endpoints != '\0') {

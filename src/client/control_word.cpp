@@ -1,6 +1,7 @@
 #include "client/control_word.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "common/error.hpp"
@@ -14,6 +15,7 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : slots_(slots) {
         new (&words_[i]) ControlWord{};
         words_[i].generation.store(0);
         words_[i].chunks_done.store(0);
+        words_[i].stripes.store(0);
         free_.push_back(static_cast<uint32_t>(slots - 1 - i));
     }
     region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
@@ -33,6 +35,8 @@ ControlPage::Slot ControlPage::acquire() {
     uint64_t g = w->generation.load();
     w->generation.store((g + 2) & ~uint64_t(1));
     w->chunks_done.store(0);
+    w->stripes.store(0);
+    for (auto &d : w->stripe_done) d.store(0);
     return {w, uint64_t(i) * sizeof(ControlWord)};
 }
 
@@ -41,6 +45,44 @@ void ControlPage::release(ControlWord *word) {
     word->generation.fetch_add(1);
     std::lock_guard lk(mu_);
     free_.push_back(static_cast<uint32_t>(word - words_));
+}
+
+}  // namespace th
+
+namespace th {
+
+FillLevel FillLevel::decode(const uint8_t *block, uint32_t bytes, uint32_t num_chunks) {
+    FillLevel f;
+    uint64_t leading = 0;
+    std::memcpy(&leading, block + 8, 8);
+    f.leading = static_cast<uint32_t>(std::min<uint64_t>(leading, num_chunks));
+    if (bytes < kControlBlockBytes) return f;
+    uint32_t k = 0;
+    std::memcpy(&k, block + 16, 4);
+    if (k < 2 || k > kMaxStripes || k > num_chunks) return f;
+    f.stripes = k;
+    std::memcpy(f.done, block + 20, sizeof f.done);
+    for (uint32_t i = 0; i < k; ++i)
+        f.done[i] = std::min(f.done[i], stripe_begin(num_chunks, k, i + 1) - stripe_begin(num_chunks, k, i));
+    return f;
+}
+
+uint32_t FillLevel::held_until(uint32_t from, uint32_t end, uint32_t num_chunks) const {
+    if (stripes == 0) return std::max(from, std::min(end, leading));
+    // A chunk is held when it is inside the leading run or inside its
+    // stripe's filled start; walk from `from` while that holds.
+    uint32_t c = from;
+    while (c < end) {
+        if (c < leading) {
+            c = std::min(end, leading);
+            continue;
+        }
+        uint32_t i = stripe_of(num_chunks, stripes, c);
+        uint32_t held = stripe_begin(num_chunks, stripes, i) + done[i];
+        if (c >= held) break;
+        c = std::min(end, held);
+    }
+    return c;
 }
 
 }  // namespace th

@@ -3,6 +3,12 @@
 // (a seqlock): the generation turns odd before the replica's bytes change, so a
 // reader that sees it change discards what it read. chunks_done is the number
 // of leading chunks a still-filling replica already holds.
+//
+// The word is the head of a 64-byte block: a replica filled stripe by stripe
+// (docs/design.md, "Fan-out depth") also says, per stripe, how many of the
+// stripe's leading chunks it holds, so that readers of one stripe follow it
+// before the stripes ahead of it are done. Readers of older versions read the
+// first 16 bytes only, which keep their meaning.
 #pragma once
 
 #include <atomic>
@@ -11,15 +17,35 @@
 #include <mutex>
 #include <vector>
 
+#include "common/stripes.hpp"
 #include "transport/worker.hpp"
 
 namespace th {
 
-struct alignas(16) ControlWord {
+struct alignas(64) ControlWord {
     std::atomic<uint64_t> generation;
     std::atomic<uint64_t> chunks_done;
+    std::atomic<uint32_t> stripes;  // 0: no per-stripe levels, read chunks_done
+    std::atomic<uint32_t> stripe_done[kMaxStripes];  // chunks held from each stripe's start
 };
-static_assert(sizeof(ControlWord) == 16);
+static_assert(sizeof(ControlWord) == 64);
+// What a reader reads of a source's block: the word alone, or all of it.
+constexpr uint32_t kControlWordBytes = 16;
+constexpr uint32_t kControlBlockBytes = sizeof(ControlWord);
+
+// How far a source holds a shard's chunks, as its control block says.
+struct FillLevel {
+    uint32_t leading = 0;  // chunks_done
+    uint32_t stripes = 0;  // 0: leading only
+    uint32_t done[kMaxStripes] = {};
+
+    // Decodes a block read from a source (the word only when bytes == 16);
+    // a count above kMaxStripes, from a peer that writes no such thing, means
+    // no per-stripe levels.
+    static FillLevel decode(const uint8_t *block, uint32_t bytes, uint32_t num_chunks);
+    // The end of the run of chunks held from `from`, at most `end`.
+    uint32_t held_until(uint32_t from, uint32_t end, uint32_t num_chunks) const;
+};
 
 // A registered page of control words handed out to replicas. Slots are reused,
 // but a slot's generation only ever grows, so a reader of an old replica never
@@ -33,7 +59,7 @@ class ControlPage {
         ControlWord *word;
         uint64_t offset;  // inside region()
     };
-    Slot acquire();  // the word starts at an even generation, chunks_done 0
+    Slot acquire();  // the word starts at an even generation, nothing held
     void release(ControlWord *word);
     const RegionRef &region() const { return region_; }
 

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
+#include "common/stripes.hpp"
 #include "wire/replica_desc.hpp"
 
 namespace th {
@@ -81,6 +82,35 @@ void Fetch::plan(const Deadline &deadline) {
             }
         count = hi - lo;
     }
+    // Only a fetch that serves, and only its first plan, may be striped: the
+    // server gives it a stripe to relay.
+    ask(deadline, lo, count, !have_layout_ && serve_ ? PlanMode::Striped : PlanMode::Single, true);
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> Fetch::uncovered() const {
+    std::vector<uint8_t> covered(end_chunk_ - first_chunk_, 0);
+    for (const auto &sp : sources_)
+        if (!sp->failed)
+            for (uint32_t c = std::max(sp->next, first_chunk_); c < std::min(sp->end, end_chunk_); ++c)
+                covered[c - first_chunk_] = 1;
+    std::vector<std::pair<uint32_t, uint32_t>> runs;
+    for (uint32_t c = first_chunk_; c < end_chunk_; ++c) {
+        if (state_[c - first_chunk_] != Missing || covered[c - first_chunk_]) continue;
+        if (!runs.empty() && runs.back().first + runs.back().second == c)
+            runs.back().second++;
+        else
+            runs.push_back({c, 1});
+    }
+    return runs;
+}
+
+void Fetch::plan_uncovered(const Deadline &deadline) {
+    bool replan = source_lost_;
+    replan_due_ = source_lost_ = false;
+    for (auto [lo, count] : uncovered()) ask(deadline, lo, count, PlanMode::StripedNow, replan);
+}
+
+void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode mode, bool replan) {
     std::vector<TensorSpec> given;
     if (!target_.partial())
         for (const Buffer &b : target_.buffers()) given.push_back(b.spec);
@@ -98,7 +128,7 @@ void Fetch::plan(const Deadline &deadline) {
                     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
                     if (!target_.partial()) specs = put_tensors(b, given);
                     auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, serving_ ? serving_->replica().id() : 0, ex, specs,
-                                                ex_replicas);
+                                                ex_replicas, mode);
                     return wire::finish(b, h, body);
                 },
                 deadline);
@@ -128,10 +158,19 @@ void Fetch::plan(const Deadline &deadline) {
             checksums_.assign(sums->begin(), sums->end());
             if (serving_) serving_->set_checksums(checksums_);
         }
+        // Planned per stripe: the replica tells its followers how far each
+        // stripe has filled, for the count the server plans with.
+        uint32_t k = p->stripes();
+        if (serving_ && mode == PlanMode::Striped && k > 1 && k <= kMaxStripes && k <= target_.layout().num_chunks()) {
+            striped_ = true;
+            stripes_ = k;
+            stripe_served_.assign(k, 0);
+            serving_->set_stripes(k);
+        }
     }
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
-    plans_++;
+    if (replan) plans_++;
     if (serving_) serving_->start_reporting();
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<FetchSource>();
@@ -143,6 +182,7 @@ void Fetch::plan(const Deadline &deadline) {
         check_desc(s->desc, target_.layout().tensors());
         if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
         s->complete = r->complete();
+        s->num_chunks = target_.layout().num_chunks();
         uint32_t first = std::max(r->first_chunk(), first_chunk_);
         s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
         s->next = first;
@@ -156,6 +196,11 @@ void Fetch::plan(const Deadline &deadline) {
         TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,
                ") from worker ", s->worker, s->complete ? "" : " (filling)");
         sources_.push_back(std::move(s));
+    }
+    // Stripes left out wait for their relays, briefly.
+    if (mode == PlanMode::Striped && striped_ && !uncovered().empty()) {
+        replan_due_ = true;
+        replan_at_ = Clock::now() + kStripeWait;
     }
     if (faults().plan_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().plan_delay_us));
 }
@@ -220,7 +265,7 @@ void Fetch::handle(const ReadEvent &e) {
         return;
     }
     if (s.failed) return;
-    std::string changed = s.check_generation(e.ctrl[0]);
+    std::string changed = s.check_generation(e.generation);
     if (!changed.empty()) {
         fail_source(s, changed);
         s.report = false;
@@ -230,7 +275,7 @@ void Fetch::handle(const ReadEvent &e) {
         advance_served_prefix();
         return;
     }
-    s.saw_fill_level(e.ctrl[1], target_.layout().num_chunks());
+    s.saw_fill_level(e.level);
     advance_served_prefix();
 }
 
@@ -291,6 +336,7 @@ void Fetch::retire_failed_sources() {
         if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight) continue;
         s.retired = true;
         failed_sources_++;
+        source_lost_ = true;
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
@@ -317,6 +363,15 @@ void Fetch::advance_served_prefix() {
     uint32_t before = served_prefix_;
     while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
     if (served_prefix_ != before) serving_->filled(served_prefix_);
+    uint32_t n = end_chunk_;  // a fetch that serves reads the whole shard
+    for (uint32_t i = 0; i < stripe_served_.size(); ++i) {
+        uint32_t begin = stripe_begin(n, stripes_, i), end = stripe_begin(n, stripes_, i + 1);
+        uint32_t c = begin + stripe_served_[i];
+        while (c < end && state_[c] == Confirmed) ++c;
+        if (c - begin == stripe_served_[i]) continue;
+        stripe_served_[i] = c - begin;
+        serving_->stripe_filled(i, c - begin);
+    }
 }
 
 FetchResult Fetch::run() {
@@ -332,6 +387,9 @@ FetchResult Fetch::run() {
                 issue(*s);
                 if (!s->failed && s->starving()) wait = std::min(wait, s->follow_poll);
             }
+            if (replan_due_)
+                wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(replan_at_ - Clock::now()),
+                                  std::chrono::microseconds(0), wait);
             ucx_.wake();
             for (const ReadEvent &e : mailbox_->take(wait)) handle(e);
             report_progress(false);
@@ -363,7 +421,12 @@ FetchResult Fetch::run() {
                 return !s->failed && (s->next < s->end || s->chunk_inflight > 0 || s->ctrl_inflight || !s->unconfirmed.empty());
             });
             bool draining = std::any_of(sources_.begin(), sources_.end(), [](auto &s) { return s->failed && !s->retired; });
-            if (!done() && !active && !draining) plan(deadline);
+            if (done() || draining) continue;
+            if (!striped_) {
+                if (!active) plan(deadline);
+            } else if (!active || source_lost_ || (replan_due_ && Clock::now() >= replan_at_)) {
+                plan_uncovered(deadline);
+            }
         }
     } catch (...) {
         drain();

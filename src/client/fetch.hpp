@@ -2,7 +2,10 @@
 // sources straight into the caller's buffers (see fetch_source.hpp for the
 // reads and the seqlock check), re-plans the chunks still missing around
 // sources that fail or stall, and tells the server how it went. A fetch that
-// serves fills a replica others can read from meanwhile (serving_replica.hpp).
+// serves fills a replica others can read from meanwhile (serving_replica.hpp);
+// it is planned per stripe (docs/design.md, "Fan-out depth"): a source per
+// stripe, stripes without a relay yet asked for again shortly, and its own
+// per-stripe fill levels in its control word.
 #pragma once
 
 #include <chrono>
@@ -27,6 +30,11 @@
 
 namespace th {
 
+// How long a striped reader leaves stripes the server could not give a
+// relay yet before asking again: readers that become ready together plan
+// within this, and a reader alone loses nothing (one stripe fills its link).
+constexpr std::chrono::milliseconds kStripeWait{2};
+
 struct FetchResult {
     uint64_t version = 0;
     std::unique_ptr<Replica> replica;  // set when the fetch was asked to serve
@@ -43,7 +51,15 @@ class Fetch {
   private:
     enum ChunkState : uint8_t { Missing, InFlight, Got, Confirmed };
 
+    // Plans what is not confirmed yet, as one range.
     void plan(const Deadline &deadline);
+    // Striped: plans each run of chunks no live source is assigned.
+    void plan_uncovered(const Deadline &deadline);
+    // One PlanFetch for chunks [lo, lo + count) (count 0 and no layout yet:
+    // the whole shard); adds its sources. replan: counts in the stats' replans.
+    void ask(const Deadline &deadline, uint32_t lo, uint32_t count, wire::PlanMode mode, bool replan);
+    // Runs of needed chunks that no live source is assigned: (first, count).
+    std::vector<std::pair<uint32_t, uint32_t>> uncovered() const;
     void apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors);
     void issue(FetchSource &s);
     void issue_chunk(FetchSource &s, uint32_t chunk);
@@ -80,6 +96,14 @@ class Fetch {
     std::vector<uint8_t> state_;                 // per chunk in [first_chunk_, end_chunk_)
     uint32_t needed_ = 0, confirmed_ = 0;
     uint32_t served_prefix_ = 0;
+    // Striped (the server plans this fetch per stripe): how many stripes,
+    // how far each is confirmed from its start, and when uncovered chunks
+    // are to be asked for again.
+    bool striped_ = false;
+    uint32_t stripes_ = 1;
+    std::vector<uint32_t> stripe_served_;
+    bool replan_due_ = false, source_lost_ = false;
+    Clock::time_point replan_at_{};
     std::vector<uint64_t> exclude_;           // workers that failed
     std::vector<uint64_t> exclude_replicas_;  // replicas that changed under us
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from_;  // (worker, replica) -> bytes confirmed

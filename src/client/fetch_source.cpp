@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "common/error.hpp"
 
@@ -30,15 +31,23 @@ void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbo
     struct Op {
         std::shared_ptr<Mailbox> box;
         FetchSource *source;
-        alignas(16) uint64_t word[2];
+        uint32_t bytes, num_chunks;
+        alignas(64) uint8_t block[kControlBlockBytes];
     };
     auto op = std::make_shared<Op>();
     op->box = box;
     op->source = this;
+    op->num_chunks = num_chunks;
+    // A filling source's per-stripe levels come with the word, where it has them.
+    op->bytes = !complete && desc.ctrl_bytes >= kControlBlockBytes ? kControlBlockBytes : kControlWordBytes;
     const RegionDesc &reg = desc.regions[desc.ctrl_region];
-    ucx.read(peer, Lane::Control, op->word, sizeof op->word, nullptr, reg.address + desc.ctrl_offset, reg.rkey,
+    ucx.read(peer, Lane::Control, op->block, op->bytes, nullptr, reg.address + desc.ctrl_offset, reg.rkey,
              [op](const char *error) {
-                 ReadEvent e{ReadEvent::Ctrl, op->source, 0, error, {op->word[0], op->word[1]}};
+                 ReadEvent e{ReadEvent::Ctrl, op->source, 0, error};
+                 if (error == nullptr) {
+                     std::memcpy(&e.generation, op->block, 8);
+                     e.level = FillLevel::decode(op->block, op->bytes, op->num_chunks);
+                 }
                  op->box->post(e);
              });
 }
@@ -65,10 +74,11 @@ void FetchSource::read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box
         ucx.read(peer, Lane::Data, p.local, p.length, p.region, remote, desc.regions[place.region].rkey,
                  [op](const char *error) {
                      if (error != nullptr) op->error = error;
-                     if (--op->left == 0)
-                         op->box->post(ReadEvent{ReadEvent::Chunk, op->source, op->chunk, op->error.load(), {},
-                                                 std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() -
-                                                                                                       op->asked)});
+                     if (--op->left == 0) {
+                         ReadEvent e{ReadEvent::Chunk, op->source, op->chunk, op->error.load()};
+                         e.latency = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->asked);
+                         op->box->post(e);
+                     }
                  });
     }
 }
@@ -88,8 +98,8 @@ std::string FetchSource::check_generation(uint64_t generation) {
     return "";
 }
 
-void FetchSource::saw_fill_level(uint64_t chunks, uint32_t num_chunks) {
-    uint32_t held = static_cast<uint32_t>(std::min<uint64_t>(chunks, num_chunks));
+void FetchSource::saw_fill_level(const FillLevel &level) {
+    uint32_t held = level.held_until(next, end, num_chunks);
     if (held > avail) {
         avail = held;
         last_progress = Clock::now();

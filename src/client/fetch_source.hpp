@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/control_word.hpp"
 #include "client/read_window.hpp"
 #include "common/deadline.hpp"
 #include "transport/peer.hpp"
@@ -42,7 +43,8 @@ struct ReadEvent {
     FetchSource *source;
     uint32_t chunk;
     const char *error;  // nullptr: the read completed
-    uint64_t ctrl[2];  // the control word read, for Ctrl events
+    uint64_t generation = 0;  // Ctrl events: the control word's generation,
+    FillLevel level{};        // and how much of the shard the source holds
     std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
 };
 
@@ -72,9 +74,10 @@ struct FetchSource {
     PeerRef peer;
     th::ReplicaDesc desc;
     bool complete = false;
+    uint32_t num_chunks = 0;  // of the shard
     uint32_t end = 0;    // assigned chunks end here (exclusive)
     uint32_t next = 0;   // next chunk to consider
-    uint32_t avail = 0;  // chunks the source holds, from its control word
+    uint32_t avail = 0;  // the source holds [next, avail), from its control word
     bool gen_known = false;
     uint64_t gen = 0;
     bool ctrl_inflight = false;
@@ -103,8 +106,8 @@ struct FetchSource {
     // what was read since the previous check is the version's bytes, else why
     // not (the replica changed under us: the source must be dropped).
     std::string check_generation(uint64_t generation);
-    // Its control word said it holds `chunks` leading chunks.
-    void saw_fill_level(uint64_t chunks, uint32_t num_chunks);
+    // Its control word said how far it holds the shard.
+    void saw_fill_level(const FillLevel &level);
 };
 
 }  // namespace th

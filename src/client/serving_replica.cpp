@@ -25,6 +25,14 @@ void ServingReplica::filled(uint32_t chunks) {
     replica_->control_word()->chunks_done.store(chunks, std::memory_order_release);
 }
 
+void ServingReplica::set_stripes(uint32_t k) {
+    replica_->control_word()->stripes.store(k, std::memory_order_release);
+}
+
+void ServingReplica::stripe_filled(uint32_t stripe, uint32_t chunks) {
+    replica_->control_word()->stripe_done[stripe].store(chunks, std::memory_order_release);
+}
+
 void ServingReplica::complete(uint32_t num_chunks) {
     replica_->mark_complete();
     replica_->mark_committed();  // only a committed version is read

@@ -35,6 +35,10 @@ class ServingReplica {
     void stop_reporting() { reporter_.reset(); }
     // The first `chunks` chunks are confirmed: followers may read them.
     void filled(uint32_t chunks);
+    // The fetch is planned in k stripes: the control word says how far each
+    // has filled (stripe_filled), for followers of one stripe.
+    void set_stripes(uint32_t k);
+    void stripe_filled(uint32_t stripe, uint32_t chunks);
     void complete(uint32_t num_chunks);
     // The fetch failed: the replica is dropped, its control word given back.
     void abandon();

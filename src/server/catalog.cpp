@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/stripes.hpp"
 #include "common/log.hpp"
 
 namespace th {
@@ -42,7 +43,7 @@ void Catalog::remove_worker(uint64_t id) {
     for (const ReplicaInfo *r : it->second.held) gone.push_back(r->id);
     for (uint64_t rid : gone) remove_replica(rid);
     std::vector<ReadKey> reads;
-    for (const auto &[key, source] : reads_)
+    for (const auto &[key, sources] : reads_)
         if (std::get<3>(key) == id) reads.push_back(key);
     for (const ReadKey &key : reads) end_read(key);
     for (auto &[name, m] : models_) {
@@ -205,6 +206,10 @@ bool Catalog::publish(uint64_t worker, Publication p) {
         s.tensors = p.layout.tensors();
         s.total_bytes = p.layout.total_bytes();
         s.num_chunks = p.layout.num_chunks();
+        uint32_t wanted = policy_.stripes != 0 ? policy_.stripes
+                          : workers_.size() >= kAutoStripesWorkers ? kAutoStripes
+                                                                   : 1;
+        s.stripes = stripes_for(s.num_chunks, wanted);
     }
     if (s.checksums.empty()) s.checksums = std::move(p.checksums);
     ReplicaInfo &r = new_replica(s, k, worker, p.replica_id, std::move(p.desc));
@@ -310,19 +315,45 @@ std::vector<uint64_t> Catalog::unneeded_owned_copies(uint64_t worker, bool rebui
 // ---- reads
 
 void Catalog::start_read(uint64_t reader, const ReplicaKey &key, ReplicaInfo &src) {
-    ReadKey read{key.model, key.version, key.shard, reader};
-    end_read(read);
+    end_read({key.model, key.version, key.shard, reader});
+    add_read(reader, key, src);
+}
+
+void Catalog::add_read(uint64_t reader, const ReplicaKey &key, ReplicaInfo &src) {
     src.holder->active_reads++;
     src.active_reads++;
     rerank(*src.holder);
-    reads_[read] = src.id;
+    reads_[{key.model, key.version, key.shard, reader}].push_back(src.id);
+}
+
+void Catalog::drop_reads(uint64_t reader, const ReplicaKey &key, const std::vector<uint64_t> &workers,
+                         const std::vector<uint64_t> &replicas) {
+    auto it = reads_.find({key.model, key.version, key.shard, reader});
+    if (it == reads_.end()) return;
+    std::vector<uint64_t> ended;
+    auto &sources = it->second;
+    auto keep = std::remove_if(sources.begin(), sources.end(), [&](uint64_t id) {
+        auto rit = replicas_.find(id);
+        bool drop = rit == replicas_.end() ||
+                    std::find(workers.begin(), workers.end(), rit->second->worker) != workers.end() ||
+                    std::find(replicas.begin(), replicas.end(), id) != replicas.end();
+        if (drop) ended.push_back(id);
+        return drop;
+    });
+    sources.erase(keep, sources.end());
+    if (sources.empty()) reads_.erase(it);
+    for (uint64_t id : ended) end_source(id);
 }
 
 void Catalog::end_read(const ReadKey &key) {
     auto it = reads_.find(key);
     if (it == reads_.end()) return;
-    uint64_t id = it->second;
+    std::vector<uint64_t> ids = std::move(it->second);
     reads_.erase(it);
+    for (uint64_t id : ids) end_source(id);
+}
+
+void Catalog::end_source(uint64_t id) {
     auto rit = replicas_.find(id);
     if (rit == replicas_.end()) return;  // removed meanwhile; its counts went with it
     ReplicaInfo &r = *rit->second;
@@ -332,6 +363,13 @@ void Catalog::end_read(const ReadKey &key) {
         rerank(*r.holder);
     }
     if (r.mutating && r.active_reads == 0) notify_(wire::EventKind::Drained, r.key.model, r.key.version, id);
+}
+
+void Catalog::set_relay(ReplicaInfo &r, uint32_t home, uint32_t depth) {
+    unfile(r);
+    r.home = static_cast<int32_t>(home);
+    r.depth = depth;
+    file(r);
 }
 
 std::vector<std::pair<const char *, uint64_t>> Catalog::finish_read(uint64_t reader, const ReplicaKey &key, bool ok,
@@ -369,15 +407,25 @@ std::vector<std::pair<const char *, uint64_t>> Catalog::finish_read(uint64_t rea
 // ---- indexes
 
 void Catalog::file(ReplicaInfo &r) {
-    r.rank = load_rank(candidate(r), policy_);
+    Candidate c = candidate(r);
+    r.rank = load_rank(c, policy_);
     r.shard->by_load[r.holder->place.dc].insert({r.rank, r.id});
+    if (r.home >= 0 && !r.complete) {
+        r.relay_rank = relay_rank(c, r.depth, r.shard->stripes, policy_);
+        r.shard->relays[{r.holder->place.dc, static_cast<uint32_t>(r.home)}].insert({r.relay_rank, r.id});
+    }
 }
 
 void Catalog::unfile(ReplicaInfo &r) {
-    auto it = r.shard->by_load.find(r.holder->place.dc);
-    if (it == r.shard->by_load.end()) return;
-    it->second.erase({r.rank, r.id});
-    if (it->second.empty()) r.shard->by_load.erase(it);
+    if (auto it = r.shard->by_load.find(r.holder->place.dc); it != r.shard->by_load.end()) {
+        it->second.erase({r.rank, r.id});
+        if (it->second.empty()) r.shard->by_load.erase(it);
+    }
+    if (r.home < 0) return;
+    if (auto it = r.shard->relays.find({r.holder->place.dc, static_cast<uint32_t>(r.home)}); it != r.shard->relays.end()) {
+        it->second.erase({r.relay_rank, r.id});
+        if (it->second.empty()) r.shard->relays.erase(it);
+    }
 }
 
 void Catalog::rerank(WorkerInfo &w) {

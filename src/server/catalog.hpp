@@ -116,14 +116,23 @@ class Catalog {
     // ---- reads
     // The reader's read of key's shard goes to src from now on.
     void start_read(uint64_t reader, const ReplicaKey &key, ReplicaInfo &src);
+    // A striped read: src serves the reader a range besides its other
+    // sources, which keep counting until the read ends or drop_reads.
+    void add_read(uint64_t reader, const ReplicaKey &key, ReplicaInfo &src);
+    // The reader's sources on these workers or replicas stop counting (it
+    // failed to read them, or they changed under it).
+    void drop_reads(uint64_t reader, const ReplicaKey &key, const std::vector<uint64_t> &workers,
+                    const std::vector<uint64_t> &replicas);
+    // r relays stripe `home` of its shard at `depth` in that stripe's tree.
+    void set_relay(ReplicaInfo &r, uint32_t home, uint32_t depth);
     // The reader is done with key's shard: what each source served is
     // credited to it, and the reader's own replica (own_replica, 0: none)
     // completes when ok, else goes. Returns the bytes by replica_kind().
     std::vector<std::pair<const char *, uint64_t>> finish_read(uint64_t reader, const ReplicaKey &key, bool ok,
                                                                const std::vector<SourceRead> &from,
                                                                uint64_t own_replica);
-    // Source replica of each read in flight.
-    const std::map<ReadKey, uint64_t> &reads() const { return reads_; }
+    // Source replicas of each read in flight.
+    const std::map<ReadKey, std::vector<uint64_t>> &reads() const { return reads_; }
 
   private:
     VersionInfo *find_version(const ReplicaKey &key);
@@ -131,6 +140,7 @@ class Catalog {
     // Records a replica; the caller sets what ranks it, then indexes it.
     ReplicaInfo &new_replica(ShardInfo &s, const ReplicaKey &key, uint64_t worker, uint64_t id, ReplicaDesc desc);
     void end_read(const ReadKey &key);
+    void end_source(uint64_t id);  // one reader's read of replica id ended
     void prune(ModelInfo &m);
     // Keep ShardInfo::nearby and by_load and WorkerInfo::held in step with
     // the replicas; rerank() after a change to a worker's load or to whether
@@ -148,7 +158,7 @@ class Catalog {
     std::unordered_map<uint64_t, WorkerInfo> workers_;
     std::map<std::string, ModelInfo> models_;
     std::unordered_map<uint64_t, ReplicaInfo *> replicas_;  // every replica, by id
-    std::map<ReadKey, uint64_t> reads_;
+    std::map<ReadKey, std::vector<uint64_t>> reads_;
     uint64_t next_seq_ = 1;
 };
 

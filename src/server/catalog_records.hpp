@@ -21,6 +21,12 @@ namespace th {
 struct ReplicaInfo;
 struct ShardInfo;
 
+// The depth of a relay whose own stripe has no source yet: ranks last.
+constexpr uint32_t kNoDepth = UINT32_MAX;
+// The depth of a relay that follows another reader for its own stripe, and
+// of its descendants beyond it: rank after relays fed from a complete holder.
+constexpr uint32_t kFollowing = 1u << 20;
+
 // Where a replica lives.
 struct ReplicaKey {
     std::string model;
@@ -56,6 +62,14 @@ struct ReplicaInfo {
     uint32_t active_reads = 0;
     bool complete = false;
     uint32_t chunks_done = 0;
+    // Striped plans (docs/design.md, "Fan-out depth"): the stripe this filling
+    // replica relays to others (-1: none), its depth in that stripe's tree
+    // (1: read from a complete holder), the stripes it has sources for, and
+    // where it is filed among the stripe's relays.
+    int32_t home = -1;
+    uint32_t depth = kNoDepth;
+    uint32_t planned = 0;  // bit i: it has a source for stripe i
+    RelayRank relay_rank{};
     uint64_t seq = 0;
     uint64_t bytes_served = 0;
     ReplicaDesc desc;
@@ -73,6 +87,9 @@ struct ShardInfo {
     // XXH3-64 of each chunk, from the first publish that carried them; a
     // replica declaring others holds other bytes under the same version.
     std::vector<uint64_t> checksums;
+    // Stripes readers that serve are planned in (1: none), fixed when it is
+    // first published (PolicyConfig::stripes).
+    uint32_t stripes = 1;
     std::map<uint64_t, ReplicaInfo> replicas;  // by replica id
     // Replicas by the host, rack and zone keys of their workers, so that a
     // plan finds a reader's neighbours without looking at every holder.
@@ -81,6 +98,10 @@ struct ShardInfo {
     // with no eligible neighbour takes the first eligible one in its own
     // datacenter (else the best first of the others) without weighing all.
     std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> by_load;
+    // Filling replicas that relay a stripe, per (datacenter, stripe), the
+    // shallowest with room first; and the home stripe the next one gets.
+    std::map<std::pair<std::string, uint32_t>, std::set<std::pair<RelayRank, uint64_t>>> relays;
+    uint32_t next_home = 0;
 };
 
 struct ReadRecord {

@@ -3,10 +3,16 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/stripes.hpp"
 
 namespace th {
 
 ReplicaInfo &Planner::choose(const Request &req, const WorkerInfo &reader, ShardInfo &s, const ReplicaKey &key) const {
+    if (ReplicaInfo *chosen = find(req, reader, s)) return *chosen;
+    unavailable(req, s, key);
+}
+
+ReplicaInfo *Planner::find(const Request &req, const WorkerInfo &reader, ShardInfo &s) const {
     // The policy ranks by distance first, so the best eligible holder on the
     // reader's host, else in its rack or zone, is the best of all; only when
     // there is none does the plan go by load.
@@ -22,13 +28,105 @@ ReplicaInfo &Planner::choose(const Request &req, const WorkerInfo &reader, Shard
     ReplicaInfo *chosen = same_host.empty() ? nullptr : pick(req, same_host);
     if (!chosen && !same_rack.empty()) chosen = pick(req, same_rack);
     if (!chosen) chosen = pick_by_load(req, s, reader.place.dc);
-    if (chosen) return *chosen;
-    size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(),
-                                   [&](auto &kv) { return routable(kv.second) && kv.second.worker != reader.id; });
+    return chosen;
+}
+
+void Planner::unavailable(const Request &req, const ShardInfo &s, const ReplicaKey &key) const {
+    size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(), [&](auto &kv) {
+        return routable(kv.second) && kv.second.worker != req.reader_worker;
+    });
     if (holders == 0)
         fail(TH_ERR_UNAVAILABLE, "no live holder of model '", key.model, "' version ", key.version, " shard ", key.shard);
     fail(TH_ERR_UNAVAILABLE, "every holder of model '", key.model, "' version ", key.version, " shard ", key.shard,
          " failed this reader (", holders, " tried)");
+}
+
+std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerInfo &reader, ShardInfo &s,
+                                              const ReplicaKey &key, const ReplicaInfo &mine, uint32_t first,
+                                              uint32_t count, bool may_defer, uint32_t *home_depth) const {
+    uint32_t k = s.stripes;
+    Request whole = req;
+    whole.complete_only = true;
+    ReplicaInfo *holder = find(whole, reader, s);
+    // Re-planning its own stripe, a relay only moves up its tree: a parent
+    // deeper than itself could be its own descendant.
+    uint32_t depth = mine.depth;
+    std::vector<Assignment> out;
+    uint32_t end = first + count;
+    for (uint32_t i = stripe_of(s.num_chunks, k, first); i < k && stripe_begin(s.num_chunks, k, i) < end; ++i) {
+        uint32_t a = std::max(first, stripe_begin(s.num_chunks, k, i));
+        uint32_t b = std::min(end, stripe_begin(s.num_chunks, k, i + 1));
+        bool home = mine.home == static_cast<int32_t>(i);
+        Role role;
+        ReplicaInfo *src = stripe_source(req, reader, s, holder, i, home, depth, may_defer, &role);
+        if (src == nullptr) unavailable(req, s, key);
+        if (may_defer && !home && (role == Role::Root || role == Role::Follower)) continue;
+        if (home) *home_depth = role == Role::Relay ? src->depth + 1 : role == Role::Follower ? kFollowing : 1;
+        if (!out.empty() && out.back().source == src && out.back().first + out.back().count == a)
+            out.back().count += b - a;
+        else
+            out.push_back({src, a, b - a});
+    }
+    return out;
+}
+
+ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *holder,
+                                    uint32_t stripe, bool home, uint32_t depth, bool first_plan, Role *role) const {
+    // A complete holder in the reader's datacenter with room serves every
+    // stripe: the plan is today's single source (late joiners, staggered
+    // readers). The publisher's side only when no relay of the stripe can.
+    if (holder != nullptr && !holder->publisher && !holder->owned &&
+        holder->holder->place.dc == reader.place.dc &&
+        holder->holder->active_reads < policy_.max_readers_per_source) {
+        *role = Role::Holder;
+        return holder;
+    }
+    // A relay that follows another reader for its own stripe (depth
+    // kFollowing and beyond) only serves readers registered after it:
+    // whoever it follows registered before it, so no reader waits on itself.
+    // Readers of another stripe (leaves of this tree) take half a relay's
+    // room in their first plan: the rest is kept for relays of the stripe
+    // planning after them, which keeps the tree shallow. They take the rest
+    // when they ask again. Room is tight (N places for N - 1 readers), so a
+    // reader re-planning after a relay failed may take up to twice the room:
+    // a relay sending more for a while beats a chain of followers.
+    uint32_t cap = stripe_room(s.stripes, policy_), half = std::max<uint32_t>(cap / 2, 1);
+    std::vector<uint32_t> rooms;
+    if (first_plan)
+        rooms = {home ? cap : half};
+    else
+        rooms = home ? std::vector<uint32_t>{cap, 2 * cap} : std::vector<uint32_t>{half, cap, 2 * cap};
+    if (auto it = s.relays.find({reader.place.dc, stripe}); it != s.relays.end())
+        for (uint32_t room : rooms)
+            for (const auto &[rank, id] : it->second) {
+                ReplicaInfo &r = s.replicas.at(id);
+                if (std::get<0>(rank) && room <= cap) break;  // the rest are full too
+                if (!routable(r) || excluded(req, candidate(r)) || r.holder->active_reads >= room ||
+                    (home && r.depth >= depth) || (r.depth >= kFollowing && r.seq >= req.reader_seq))
+                    continue;
+                *role = Role::Relay;
+                return &r;
+            }
+    // No relay of the stripe: a replica filling ahead of the reader (it
+    // reads every stripe, from a complete holder or following in turn) is
+    // followed rather than have the holder send the stripe once per reader;
+    // registered before the reader, so followers never form a cycle. For its
+    // own stripe, a reader follows only one that has a source for it already:
+    // readers ready together would otherwise all wait on the first. A relay
+    // re-planning its own stripe does not follow: readers registered before
+    // it may already read that stripe from it.
+    if (!home || depth == kNoDepth)
+        if (auto it = s.by_load.find(reader.place.dc); it != s.by_load.end())
+            for (const auto &[rank, id] : it->second) {
+                ReplicaInfo &r = s.replicas.at(id);
+                if (r.complete || (home && !(r.planned & (1u << stripe))) || !routable(r) || excluded(req, candidate(r)) ||
+                    r.seq >= req.reader_seq)
+                    continue;
+                *role = Role::Follower;
+                return &r;
+            }
+    *role = Role::Root;
+    return holder;
 }
 
 ReplicaInfo *Planner::pick(const Request &req, const std::vector<Group> &groups) const {

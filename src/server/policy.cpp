@@ -45,12 +45,26 @@ Distance distance(const Labels &a, const Labels &b) {
     return Distance::SameDc;
 }
 
+bool excluded(const Request &req, const Candidate &c) {
+    return c.worker_id == req.reader_worker ||
+           std::find(req.exclude.begin(), req.exclude.end(), c.worker_id) != req.exclude.end() ||
+           std::find(req.exclude_replicas.begin(), req.exclude_replicas.end(), c.replica_id) != req.exclude_replicas.end();
+}
+
 bool eligible(const Request &req, const Candidate &c) {
-    if (c.worker_id == req.reader_worker) return false;
-    if (std::find(req.exclude.begin(), req.exclude.end(), c.worker_id) != req.exclude.end()) return false;
-    if (std::find(req.exclude_replicas.begin(), req.exclude_replicas.end(), c.replica_id) != req.exclude_replicas.end())
-        return false;
+    if (excluded(req, c)) return false;
+    if (req.complete_only && !c.complete) return false;
     return c.complete || req.reader_seq == 0 || c.seq < req.reader_seq;
+}
+
+uint32_t stripe_room(uint32_t stripes, const PolicyConfig &cfg) {
+    return std::max<uint32_t>(1, cfg.max_readers_per_source * stripes / 2);
+}
+
+RelayRank relay_rank(const Candidate &c, uint32_t depth, uint32_t stripes, const PolicyConfig &cfg) {
+    bool full = c.active_reads >= stripe_room(stripes, cfg);
+    if (full) return {true, c.active_reads, depth, c.seq};
+    return {false, depth, c.active_reads, c.seq};
 }
 
 LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg) {

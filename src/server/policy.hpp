@@ -47,6 +47,10 @@ struct PolicyConfig {
     // A source with this many active readers is skipped while another source
     // at the same distance has room.
     uint32_t max_readers_per_source = TH_DEFAULT_MAX_READERS_PER_SOURCE;
+    // Stripes a shard is cut into for readers that serve (1: none; 0: 8 when
+    // the cluster has kAutoStripesWorkers workers or more, else none); fewer
+    // when the shard has few chunks (common/stripes.hpp).
+    uint32_t stripes = TH_DEFAULT_STRIPES;
 };
 
 struct Request {
@@ -58,14 +62,38 @@ struct Request {
     uint64_t reader_seq = 0;
     std::vector<uint64_t> exclude;           // workers that failed this reader
     std::vector<uint64_t> exclude_replicas;  // replicas that changed under it
+    bool complete_only = false;  // only holders of every chunk
 };
 
+// With stripes = 0, a shard published while at least this many workers are
+// registered is striped in kAutoStripes: a stripe flows at 1/K of a link, so
+// each hop of its tree waits K times longer for a chunk than a chain link
+// does, and trees of depth d only beat a chain of N when N > d x K.
+constexpr uint32_t kAutoStripes = 8;
+constexpr uint32_t kAutoStripesWorkers = 24;
+
+// Whether req rules c out by name: c is the reader, or failed or changed under it.
+bool excluded(const Request &req, const Candidate &c);
 // Whether c may serve req at all, whatever its distance and load.
 bool eligible(const Request &req, const Candidate &c);
 
 // How the policy ranks eligible sources at the same distance: smaller first.
 using LoadRank = std::tuple<bool, uint32_t, bool, bool, uint64_t, uint64_t>;
 LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg);
+
+// How many readers of its stripe a relay takes: a reader of one of K stripes
+// costs it S/K of upload, so K of them are one shard's worth, what a chain
+// link sends (max_readers_per_source / 2 shards' worth: one by default).
+// With N readers, N/K relays of a stripe have N places for its N - 1
+// readers: every relay sends about S, and none more.
+uint32_t stripe_room(uint32_t stripes, const PolicyConfig &cfg);
+// How relays of one stripe rank for a reader of that stripe, smaller first:
+// those with room, the shallowest in the stripe's tree first, then the
+// fewest active readers; then full ones, the least loaded first (a reader
+// taken beyond a relay's room is spread, not piled on the top of the tree);
+// then the oldest.
+using RelayRank = std::tuple<bool, uint32_t, uint32_t, uint64_t>;
+RelayRank relay_rank(const Candidate &c, uint32_t depth, uint32_t stripes, const PolicyConfig &cfg);
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.
 // Order: distance; then sources under the fan-out cap; then fewest active

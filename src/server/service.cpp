@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/stripes.hpp"
 #include "server/status_report.hpp"
 #include "wire/status_json.hpp"
 
@@ -280,8 +281,9 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     if (const auto *ex = aligned(m->exclude_replicas(), "exclude list")) req.exclude_replicas.assign(ex->begin(), ex->end());
     // A reader that will serve becomes a filling replica now, so later readers
     // can follow it.
+    ReplicaInfo *mine = nullptr;
     if (m->replica_id() != 0) {
-        ReplicaInfo *mine = catalog_.find_replica(m->replica_id(), h.worker_id);
+        mine = catalog_.find_replica(m->replica_id(), h.worker_id);
         if (mine == nullptr) {
             ReplicaDesc desc = get_desc(m->replica());
             check_desc(desc, s.tensors);
@@ -291,17 +293,40 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
         }
         req.reader_seq = mine->seq;
     }
-    ReplicaInfo &src = planner_.choose(req, reader, s, key);
-    catalog_.start_read(h.worker_id, key, src);
+    // A reader that serves and reads several ranges at once is planned per
+    // stripe; its earlier sources keep counting unless it gave them up.
+    uint32_t stripes = s.stripes;
+    bool striped = mine != nullptr && m->mode() != PlanMode::Single && stripes > 1;
+    std::vector<Assignment> plan;
+    if (striped) {
+        if (mine->home < 0) catalog_.set_relay(*mine, s.next_home++ % stripes, kNoDepth);
+        catalog_.drop_reads(h.worker_id, key, req.exclude, req.exclude_replicas);
+        uint32_t depth = mine->depth;
+        plan = planner_.plan_stripes(req, reader, s, key, *mine, first, count, m->mode() == PlanMode::Striped, &depth);
+        if (depth != mine->depth) catalog_.set_relay(*mine, static_cast<uint32_t>(mine->home), depth);
+        for (const Assignment &a : plan) {
+            catalog_.add_read(h.worker_id, key, *a.source);
+            for (uint32_t i = stripe_of(s.num_chunks, stripes, a.first);
+                 i < stripes && stripe_begin(s.num_chunks, stripes, i) < a.first + a.count; ++i)
+                mine->planned |= 1u << i;
+        }
+    } else {
+        ReplicaInfo &src = planner_.choose(req, reader, s, key);
+        catalog_.start_read(h.worker_id, key, src);
+        plan.push_back({&src, first, count});
+    }
 
     Builder b(1024);
-    auto range = CreateSourceRange(b, src.worker, b.CreateVector(src.holder->ucx_address), put_desc(b, src.desc),
-                                   src.complete, first, count, src.id, src.publisher);
-    std::vector<flatbuffers::Offset<SourceRange>> ranges{range};
+    std::vector<flatbuffers::Offset<SourceRange>> ranges;
+    for (const Assignment &a : plan) {
+        const ReplicaInfo &src = *a.source;
+        ranges.push_back(CreateSourceRange(b, src.worker, b.CreateVector(src.holder->ucx_address), put_desc(b, src.desc),
+                                           src.complete, a.first, a.count, src.id, src.publisher));
+    }
     flatbuffers::Offset<flatbuffers::Vector<uint64_t>> sums;
     if (!s.checksums.empty()) sums = b.CreateVector(s.checksums.data() + first, count);
     auto reply = CreatePlanReply(b, v.number, v.chunk_bytes, s.total_bytes, put_tensors(b, s.tensors), b.CreateVector(ranges),
-                                 v.num_shards, sums);
+                                 v.num_shards, sums, striped ? stripes : 1);
     Bytes out = finish(b, h, reply);
     metrics_.plan_seconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
     return out;

@@ -42,7 +42,9 @@ fb::Offset<fb::Vector<fb::Offset<ReadStatus>>> put_reads(Builder &b, const Catal
     const auto &running = catalog.reads();
     for (auto it = running.lower_bound({m.name, v.number, 0, 0});
          it != running.end() && std::get<0>(it->first) == m.name && std::get<1>(it->first) == v.number; ++it) {
-        if (const ReplicaInfo *source = catalog.replica(it->second)) {
+        for (uint64_t id : it->second) {
+            const ReplicaInfo *source = catalog.replica(id);
+            if (source == nullptr) continue;
             ReadStatusBuilder rs(b);
             rs.add_reader(std::get<3>(it->first));
             rs.add_source(source->worker);

@@ -16,7 +16,7 @@ static volatile sig_atomic_t g_stop = 0;
 static void on_signal(int) { g_stop = 1; }
 
 static const std::string kUsage =
-    "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N] [--standby]\n"
+    "usage: tensorhub-server [--listen URL] [--lease-ms N] [--max-readers-per-source N] [--stripes K] [--standby]\n"
     "                        [--etcd HOST:PORT,... [--etcd-prefix P] [--etcd-lease-ms N] [--advertise URL]]\n"
     "  --listen URL    NNG URL to serve on (default tcp://0.0.0.0:7070; port 0 picks one)\n"
     "  --lease-ms N    a worker silent this long loses its replicas (default " +
@@ -25,6 +25,8 @@ static const std::string kUsage =
     "  --max-readers-per-source N   fan-out cap per source (default " +
     std::to_string(TH_DEFAULT_MAX_READERS_PER_SOURCE) +
     ")\n"
+    "  --stripes K     readers that serve read a shard in K stripes, each relayed along its own\n"
+    "                  tree (1: chains; at most 11; default 0: 8 once 24 workers are registered)\n"
     "  --metrics-listen URL  serve HTTP there (e.g. http://0.0.0.0:9090): Prometheus metrics at\n"
     "                  URL/metrics, the live page at URL/, its status document at URL/api/status\n"
     "  --standby       this server waits to take over from another: until it has,\n"
@@ -48,7 +50,7 @@ int main(int argc, char **argv) {
             std::fputs(kUsage.c_str(), stdout);
             return 0;
         }
-        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "token-file", "metrics-listen", "standby",
+        auto bad = args.unknown({"listen", "lease-ms", "max-readers-per-source", "stripes", "token-file", "metrics-listen", "standby",
                                  "etcd", "etcd-prefix", "etcd-lease-ms", "advertise"});
         if (!bad.empty() || !args.positional().empty()) {
             std::fprintf(stderr, "tensorhub-server: unknown argument%s\n%s",
@@ -62,6 +64,7 @@ int main(int argc, char **argv) {
         cfg.lease_ms = static_cast<uint32_t>(args.get_u64("lease-ms", cfg.lease_ms));
         cfg.standby = args.has("standby") ? 1 : 0;
         cfg.max_readers_per_source = static_cast<uint32_t>(args.get_u64("max-readers-per-source", cfg.max_readers_per_source));
+        cfg.stripes = static_cast<uint32_t>(args.get_u64("stripes", cfg.stripes));
         std::string etcd = args.get("etcd"), prefix = args.get("etcd-prefix", TH_DEFAULT_ETCD_PREFIX),
                     advertise = args.get("advertise");
         if (!etcd.empty()) cfg.etcd_endpoints = etcd.c_str();

@@ -13,7 +13,7 @@ flatbuffers::Offset<wire::ReplicaDesc> put_desc(Builder &b, const th::ReplicaDes
     std::vector<flatbuffers::Offset<TensorPlace>> places;
     for (const auto &p : d.places) places.push_back(CreateTensorPlace(b, p.region, p.offset));
     return CreateReplicaDesc(b, b.CreateVector(regions), b.CreateVector(places), d.ctrl_region, d.ctrl_offset,
-                             d.ctrl_generation);
+                             d.ctrl_generation, d.ctrl_bytes);
 }
 
 th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
@@ -30,6 +30,10 @@ th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
     out.ctrl_region = d->ctrl_region();
     out.ctrl_offset = d->ctrl_offset();
     out.ctrl_generation = d->ctrl_generation();
+    // Older holders send no size: theirs is the word alone.
+    out.ctrl_bytes = d->ctrl_bytes() == 0 ? 16 : d->ctrl_bytes();
+    if (out.ctrl_bytes != 16 && out.ctrl_bytes != 64)
+        fail(TH_ERR_PROTOCOL, "control word of ", out.ctrl_bytes, " bytes (16 or 64 expected)");
     return out;
 }
 
@@ -45,7 +49,7 @@ void check_desc(const ReplicaDesc &d, const std::vector<TensorSpec> &tensors) {
             fail(TH_ERR_PROTOCOL, "tensor '", tensors[i].name, "' lies outside its memory region");
     }
     if (d.ctrl_region >= d.regions.size() || d.ctrl_offset > d.regions[d.ctrl_region].length ||
-        d.regions[d.ctrl_region].length - d.ctrl_offset < 16)
+        d.regions[d.ctrl_region].length - d.ctrl_offset < d.ctrl_bytes)
         fail(TH_ERR_PROTOCOL, "control word lies outside its memory region");
 }
 

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "harness.hpp"
@@ -71,32 +72,51 @@ std::map<uint64_t, std::string> worker_dcs(const nlohmann::json &s) {
     return out;
 }
 
-}  // namespace
+// A publisher of one shard of `mib` MiB (256 KiB chunks) and six readers
+// fetching it at once (env: theirs), every byte checked by the worker; the
+// version's status once all of them hold it.
+struct FanOut {
+    uint64_t publisher = 0;
+    uint64_t shard_bytes = 0;
+    nlohmann::json version;
+};
 
-TEST(Cluster, ReadersStartedTogetherFormChainsInsteadOfHittingThePublisher) {
-    ServerGuard srv;
-    const std::string kb = std::to_string(32 * 1024);
+FanOut six_readers(const ServerGuard &srv, uint64_t mib, int tensors, const std::vector<std::string> &env = {}) {
+    FanOut out;
+    const std::string kb = std::to_string(mib * 1024), n = std::to_string(tensors);
     Process pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--model", "p", "--version", "1",
-                     "--shard-kb", kb, "--tensors", "4", "--chunk-kb", "256"}));
+                        "--shard-kb", kb, "--tensors", n, "--chunk-kb", "256"}));
     std::string ready = pub.line();
-    ASSERT_EQ(ready.rfind("ready", 0), 0u) << ready;
-    uint64_t publisher = field(ready, "worker");
+    EXPECT_EQ(ready.rfind("ready", 0), 0u) << ready;
+    out.publisher = field(ready, "worker");
     std::vector<std::unique_ptr<Process>> readers;
     for (int i = 0; i < 6; ++i)
-        readers.push_back(std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "r" + std::to_string(i),
-                                                         "--model", "p", "--shard-kb", kb, "--tensors", "4"})));
+        readers.push_back(std::make_unique<Process>(worker(
+            {"fetch", "--server", srv.url, "--name", "r" + std::to_string(i), "--model", "p", "--shard-kb", kb, "--tensors", n},
+            env)));
     for (auto &r : readers) {
         std::string l = r->line(120000);
-        ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
+        EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
     }
-    auto v = version_status(server_status(srv.url), "p", 1);
+    out.version = version_status(server_status(srv.url), "p", 1);
+    out.shard_bytes = (mib << 20) / tensors / 2 * 2 * tensors;  // as the worker sizes it
+    for (auto &r : readers) EXPECT_EQ(r->stop(), 0);
+    return out;
+}
+
+}  // namespace
+
+TEST(Cluster, ReadersStartedTogetherReadFromEachOtherInsteadOfHittingThePublisher) {
+    ServerGuard srv;
+    FanOut f = six_readers(srv, 32, 4);
+    const nlohmann::json &v = f.version;
     ASSERT_FALSE(v.is_null());
-    const uint64_t shard = (32ull << 20) / 4 / 2 * 2 * 4;
+    const uint64_t shard = f.shard_bytes;
     std::map<uint64_t, uint64_t> from_publisher, total;
     for (const auto &r : v["reads"]) {
         uint64_t reader = r["reader"], bytes = r["bytes"];
         total[reader] += bytes;
-        if (r["source"].get<uint64_t>() == publisher) from_publisher[reader] += bytes;
+        if (r["source"].get<uint64_t>() == f.publisher) from_publisher[reader] += bytes;
     }
     ASSERT_EQ(total.size(), 6u);
     uint64_t publisher_bytes = 0;
@@ -110,11 +130,41 @@ TEST(Cluster, ReadersStartedTogetherFormChainsInsteadOfHittingThePublisher) {
     // the publisher's uplink carried at most about twice the shard.
     EXPECT_GE(mostly_from_readers, 5) << v.dump(1);
     EXPECT_LE(publisher_bytes, 2 * shard) << v.dump(1);
-    for (auto &r : readers) EXPECT_EQ(r->stop(), 0);
 }
 
-TEST(Cluster, OnlyOneReaderPerShardCrossesToTheOtherDatacenter) {
-    ServerGuard srv;
+// Readers that fetch at the same time (slowed, so that they overlap) read
+// each stripe from the reader relaying it, while it fills: every reader has
+// several sources, the publisher sends about the shard once, and every byte
+// is the publisher's (the worker checks them).
+TEST(Cluster, ReadersFetchingTogetherReadEachStripeFromItsRelay) {
+    ServerGuard srv(8);
+    FanOut f = six_readers(srv, 16, 3, {"TENSORHUB_FAULT_CHUNK_DELAY_US=5000"});
+    const nlohmann::json &v = f.version;
+    ASSERT_FALSE(v.is_null());
+    std::map<uint64_t, std::set<uint64_t>> sources;
+    std::map<uint64_t, uint64_t> total;
+    uint64_t publisher_bytes = 0;
+    for (const auto &r : v["reads"]) {
+        uint64_t reader = r["reader"], bytes = r["bytes"], source = r["source"];
+        total[reader] += bytes;
+        if (bytes > 0) sources[reader].insert(source);
+        if (source == f.publisher) publisher_bytes += bytes;
+    }
+    ASSERT_EQ(total.size(), 6u);
+    int several = 0;
+    for (auto &[reader, bytes] : total) {
+        EXPECT_EQ(bytes, f.shard_bytes);
+        several += sources[reader].size() >= 3;
+    }
+    // One source per reader would be a chain; stripes come from their relays.
+    EXPECT_GE(several, 4) << v.dump(1);
+    EXPECT_LE(publisher_bytes, f.shard_bytes + f.shard_bytes / 2) << v.dump(1);
+}
+
+// Readers plan per stripe, so several may cross, each for its own stripes:
+// what counts is that every byte of a shard crosses once.
+TEST(Cluster, EachByteOfAShardCrossesToTheOtherDatacenterOnce) {
+    ServerGuard srv(8);
     const std::string kb = std::to_string(8 * 1024);
     Process pub(worker({"publish", "--server", srv.url, "--name", "publisher", "--labels", "dc=east,rack=e1,host=p",
                      "--model", "x", "--version", "1", "--shards", "2", "--shard-kb", kb, "--chunk-kb", "256"}));
@@ -134,11 +184,12 @@ TEST(Cluster, OnlyOneReaderPerShardCrossesToTheOtherDatacenter) {
     auto s = server_status(srv.url);
     auto dcs = worker_dcs(s);
     auto v = version_status(s, "x", 1);
-    int crossings[2] = {0, 0};
+    uint64_t crossed[2] = {0, 0};
     for (const auto &r : v["reads"])
-        if (dcs[r["reader"].get<uint64_t>()] != dcs[r["source"].get<uint64_t>()]) crossings[r["shard"].get<int>()]++;
-    EXPECT_EQ(crossings[0], 1) << v.dump(1);
-    EXPECT_EQ(crossings[1], 1) << v.dump(1);
+        if (dcs[r["reader"].get<uint64_t>()] != dcs[r["source"].get<uint64_t>()])
+            crossed[r["shard"].get<int>()] += r["bytes"].get<uint64_t>();
+    EXPECT_EQ(crossed[0], 8u << 20) << v.dump(1);
+    EXPECT_EQ(crossed[1], 8u << 20) << v.dump(1);
     for (auto &r : readers) EXPECT_EQ(r->stop(), 0);
 }
 

@@ -36,20 +36,23 @@ struct Shard : th_support::HostShard {
 };
 
 // http: also serve the HTTP endpoint (/metrics, the live page) on a free port.
-inline th_server *start_server(const char *url = nullptr, bool http = false, uint32_t lease_ms = 0) {
+inline th_server *start_server(const char *url = nullptr, bool http = false, uint32_t lease_ms = 0,
+                               uint32_t stripes = TH_DEFAULT_STRIPES) {
     th_server_config sc;
     th_server_config_init(&sc, sizeof sc);
     if (url) sc.listen_url = url;
     if (http) sc.metrics_url = "http://127.0.0.1:0";
     if (lease_ms) sc.lease_ms = lease_ms;
+    sc.stripes = stripes;
     th_server *s = nullptr;
     EXPECT_EQ(th_server_create(&s, &sc), TH_OK) << th_last_error();
     return s;
 }
 
-// An embedded server for one test.
+// An embedded server for one test (stripes: th_server_config.stripes).
 struct ServerGuard {
-    th_server *server = start_server();
+    explicit ServerGuard(uint32_t stripes = TH_DEFAULT_STRIPES) : server(start_server(nullptr, false, 0, stripes)) {}
+    th_server *server;
     std::string url = th_server_url(server);
     ~ServerGuard() { th_server_destroy(server); }
 };

@@ -135,6 +135,7 @@ class ServerConfig(Structure):
         ("etcd_prefix", c_char_p),
         ("etcd_lease_ms", c_uint32),
         ("advertise_url", c_char_p),
+        ("stripes", c_uint32),
     ]
 
 

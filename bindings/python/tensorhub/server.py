@@ -34,6 +34,9 @@ class Server(HandleOwner):
             within about this long.
         advertise: the URL clients reach this server at, published in etcd
             (default: the bound URL).
+        stripes: readers that serve read a shard in this many stripes, each
+            relayed along its own tree (1: chains; 0: 8 once 24 workers are
+            registered, else chains; at most 11).
 
         Settings left at None take the library's defaults (TH_DEFAULT_* in
         tensorhub.h, read back from th_server_config_init): a free port on
@@ -43,7 +46,7 @@ class Server(HandleOwner):
     def __init__(self, listen: str | None = None, lease_ms: int | None = None,
                  max_readers_per_source: int | None = None, token: str | None = None,
                  etcd: str | None = None, etcd_prefix: str | None = None, etcd_lease_ms: int | None = None,
-                 advertise: str | None = None) -> None:
+                 advertise: str | None = None, stripes: int | None = None) -> None:
         cfg = new_config(ServerConfig, lib.th_server_config_init)
         if listen is not None:
             cfg.listen_url = encode(listen, "listen")
@@ -61,6 +64,8 @@ class Server(HandleOwner):
             cfg.etcd_lease_ms = u32(etcd_lease_ms, "etcd_lease_ms")
         if advertise is not None:
             cfg.advertise_url = encode(advertise, "advertise")
+        if stripes is not None:
+            cfg.stripes = u32(stripes, "stripes")
         out = ctypes.c_void_p()
         check(lib.th_server_create(ctypes.byref(out), ctypes.byref(cfg)))
         # Read once: th_server_url may not run concurrently with destroy.

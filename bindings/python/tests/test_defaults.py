@@ -26,6 +26,7 @@ DEFAULTS = {
                                           (tensorhub.Server.__init__, "max_readers_per_source")),
     "TH_DEFAULT_ETCD_PREFIX": ("server", "etcd_prefix", (tensorhub.Server.__init__, "etcd_prefix")),
     "TH_DEFAULT_ETCD_LEASE_MS": ("server", "etcd_lease_ms", (tensorhub.Server.__init__, "etcd_lease_ms")),
+    "TH_DEFAULT_STRIPES": ("server", "stripes", (tensorhub.Server.__init__, "stripes")),
     "TH_DEFAULT_TIMEOUT_MS": ("client", "timeout_ms", (tensorhub.Client.__init__, "timeout")),
     "TH_DEFAULT_HEARTBEAT_MS": ("client", "heartbeat_ms", (tensorhub.Client.__init__, "heartbeat")),
     "TH_DEFAULT_CHUNK_TIMEOUT_MS": ("client", "chunk_timeout_ms", (tensorhub.Client.__init__, "chunk_timeout")),

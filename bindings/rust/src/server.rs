@@ -17,6 +17,9 @@ pub struct ServerConfig {
     pub lease: Duration,
     /// Fan-out cap per source while other sources exist.
     pub max_readers_per_source: u32,
+    /// Readers that serve read a shard in this many stripes, each relayed
+    /// along its own tree (1: chains; 0: 8 once 24 workers are registered).
+    pub stripes: u32,
 }
 
 impl Default for ServerConfig {
@@ -27,6 +30,7 @@ impl Default for ServerConfig {
             listen_url: unsafe { CStr::from_ptr(raw.listen_url) }.to_string_lossy().into_owned(),
             lease: Duration::from_millis(raw.lease_ms.into()),
             max_readers_per_source: raw.max_readers_per_source,
+            stripes: raw.stripes,
         }
     }
 }
@@ -55,6 +59,7 @@ impl Server {
         raw_cfg.listen_url = listen.as_ptr();
         raw_cfg.lease_ms = millis(config.lease);
         raw_cfg.max_readers_per_source = config.max_readers_per_source;
+        raw_cfg.stripes = config.stripes;
         let mut out = ptr::null_mut();
         // SAFETY: the config and the string it points to outlive the call.
         check(unsafe { sys::th_server_create(&mut out, &raw_cfg) })?;

@@ -71,6 +71,7 @@ pub const TH_DEFAULT_LEASE_MS: u32 = 10000;
 pub const TH_DEFAULT_MAX_READERS_PER_SOURCE: u32 = 2;
 pub const TH_DEFAULT_ETCD_PREFIX: &str = "/tensorhub";
 pub const TH_DEFAULT_ETCD_LEASE_MS: u32 = 3000;
+pub const TH_DEFAULT_STRIPES: u32 = 0;
 pub const TH_DEFAULT_TIMEOUT_MS: u32 = 10000;
 pub const TH_DEFAULT_HEARTBEAT_MS: u32 = 1000;
 pub const TH_DEFAULT_CHUNK_TIMEOUT_MS: u32 = 5000;
@@ -111,6 +112,7 @@ pub struct th_server_config {
     pub etcd_prefix: *const c_char,
     pub etcd_lease_ms: u32,
     pub advertise_url: *const c_char,
+    pub stripes: u32,
 }
 
 #[repr(C)]

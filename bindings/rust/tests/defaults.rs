@@ -16,6 +16,7 @@ fn configs_start_from_the_headers_defaults() {
     assert_eq!(server.listen_url, TH_DEFAULT_LISTEN_URL);
     assert_eq!(server.lease, ms(TH_DEFAULT_LEASE_MS));
     assert_eq!(server.max_readers_per_source, TH_DEFAULT_MAX_READERS_PER_SOURCE);
+    assert_eq!(server.stripes, TH_DEFAULT_STRIPES);
 
     let client = ClientConfig::new("tcp://127.0.0.1:1");
     assert_eq!(client.timeout, ms(TH_DEFAULT_TIMEOUT_MS));
