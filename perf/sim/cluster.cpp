@@ -7,8 +7,10 @@
 #include <limits>
 #include <queue>
 #include <random>
+#include <set>
 #include <stdexcept>
 
+#include "client/fetch.hpp"
 #include "common/labels.hpp"
 #include "control.hpp"
 #include "network.hpp"
@@ -39,6 +41,23 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr uint64_t kVersion = 1;
 
+// One range of chunks a worker reads from one source, as a client's
+// FetchSource does: a tensorhub reader planned per stripe has one per run of
+// stripes; every other reader one for the whole shard. A lane whose source
+// is lost is cut where it got to (end = what it read) and its rest planned
+// anew.
+struct Lane {
+    uint32_t first = 0, end = 0;  // chunks [first, end)
+    int src = -1;
+    uint64_t src_replica = 0;
+    int flow = -1;
+    double bytes = 0;       // absolute position in the shard (settled while it has no flow)
+    double seg_start = 0;   // bytes when the current flow started
+    uint32_t limit = 0;     // chunk the current flow may read up to
+    bool done = false;
+    uint32_t gen = 0;       // bumped when the lane stops: stale wake-ups are ignored
+};
+
 struct Worker {
     uint64_t id = 0;  // the server's worker id
     int dc = 0;
@@ -48,17 +67,11 @@ struct Worker {
     double ready = 0, done = -1;
     bool holds = false;  // a complete copy
     bool gone = false;
-    int depth = 0;
-    // The fetch in progress.
-    int src = -1;
-    uint64_t src_replica = 0;
-    uint32_t limit = 0;  // chunks it may read from src
-    int flow = -1;
-    double bytes = 0;      // read so far (settled while it has no flow)
-    double seg_start = 0;  // bytes when the current flow started
+    int depth = -1;          // hops from the trainer (computed at the end)
+    std::vector<Lane> lanes;  // the fetch in progress
+    bool replan_pending = false;
     uint64_t replica = 0;  // its own replica id (tensorhub: serves while filling)
-    uint32_t gen = 0;      // bumped when its fetch changes source: stale wake-ups are ignored
-    std::vector<int> waiters;  // readers waiting for its next chunks
+    std::vector<std::pair<int, int>> waiters;  // (worker, lane) waiting for its next chunks
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from;
     std::vector<uint64_t> exclude, exclude_replicas;
 };
@@ -85,25 +98,35 @@ class Sim {
         return bytes >= total_ - 1.0 ? nchunks_ : static_cast<uint32_t>((bytes + 1.0) / chunk_);
     }
     double bytes_of(uint32_t chunks) const { return std::min(total_, double(chunks) * chunk_); }
-    double progress(int w) const;
-    uint32_t visible(int w) const;
+    double position(const Lane &l) const { return l.flow >= 0 ? net_.bytes_at(l.flow, now_) : l.bytes; }
+    // The end of the run of chunks from `from` (at most `end`) worker w holds,
+    // as its control word says: each lane holds what it read from its start.
+    uint32_t held(int w, uint32_t from, uint32_t end) const;
+    // The same, as far as its lanes have read (whatever others may see).
+    uint32_t read_until(int w, uint32_t from, uint32_t end) const;
 
     void setup();
     void start_fetch(int w);
     void plan_and_read(int w);
-    void read(int w);
-    void end_segment(int w);
+    // Plans the chunks no lane of w is assigned (tensorhub).
+    void plan_uncovered(int w, bool replan);
+    void add_lanes(int w, const Plan &p);
+    void read(int w, int lane);
+    void end_segment(int w, int lane);
+    // The lane's source is gone or changed: the lane stops where it got to.
+    void cut(int w, int lane);
     void set_mark(int s);
     void notify(int s);
+    void lane_done(int w, int lane);
     void finish(int w);
     void on_target(int flow);
-    void on_mark(int flow) { notify(owner_[flow]); }
+    void on_mark(int flow) { notify(owner_.at(flow).first); }
     void lose(int x);
     void preempt();
     void source_lost(int w, int lost);
     void mutate_trainer(double since);
     void heartbeat();
-    void check_follow(int w, uint32_t limit);
+    int depth_of(int w, uint32_t c, std::vector<std::vector<int>> &memo);
     void violation(std::string what) {
         if (res_.violations.size() < 20) res_.violations.push_back(std::move(what));
     }
@@ -111,7 +134,7 @@ class Sim {
     Setup s_;
     Method m_;
     double total_, chunk_;
-    uint32_t nchunks_, batch_;
+    uint32_t nchunks_;
     double now_ = 0;
     uint64_t seq_ = 0;
     std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
@@ -119,8 +142,8 @@ class Sim {
     std::vector<Worker> w_;
     std::vector<int> up_, down_, rack_up_, rack_down_;
     std::map<std::pair<int, int>, int> wan_;
-    std::unordered_map<int, int> owner_;  // flow -> worker
-    std::vector<double> served_;          // bytes each worker served
+    std::unordered_map<int, std::pair<int, int>> owner_;  // flow -> (worker, lane)
+    std::vector<double> served_;                          // bytes each worker served
     std::unique_ptr<Control> ctl_;
     Result res_;
     int trainer_ = 0, store_ = -1;
@@ -138,9 +161,9 @@ Sim::Sim(const Setup &s, Method m) : s_(s), m_(m) {
     // control-word read, on an endpoint of its own, fetch_source.cpp), so chunks
     // become visible to followers one by one, as a store value or a
     // broadcast segment does; the read itself is the delay of notify().
-    batch_ = 1;
     if (m == Method::TensorHub)
-        ctl_ = std::make_unique<Control>([this] { return static_cast<uint64_t>(now_ * 1000); }, s.max_readers_per_source);
+        ctl_ = std::make_unique<Control>([this] { return static_cast<uint64_t>(now_ * 1000); }, s.max_readers_per_source,
+                                         s.stripes);
 }
 
 int Sim::add_worker(int dc, bool reader) {
@@ -178,132 +201,158 @@ std::vector<int> Sim::path(int src, int dst) const {
     return p;
 }
 
-double Sim::progress(int w) const {
+uint32_t Sim::held(int w, uint32_t from, uint32_t end) const {
     const Worker &x = w_[w];
-    if (x.holds) return total_;
-    return x.flow >= 0 ? net_.bytes_at(x.flow, now_) : x.bytes;
-}
-
-uint32_t Sim::visible(int w) const {
-    const Worker &x = w_[w];
-    if (x.gone) return 0;
-    if (x.holds) return nchunks_;
+    if (x.gone) return from;
+    if (x.holds) return end;
     // Push then pull: readers of a store start once the whole push is in.
-    if (w == store_ && !s_.store_pipelined) return 0;
-    uint32_t got = chunks_of(progress(w));
-    // While GETs are in flight the confirmed prefix trails in batches; an
-    // idle reader confirms everything it has.
-    return x.flow >= 0 && got < nchunks_ ? got / batch_ * batch_ : got;
+    if (w == store_ && !s_.store_pipelined) return from;
+    return read_until(w, from, end);
 }
 
-// The invariant pipelined replication rests on: a reader only reads chunks
-// its source already holds. Checked against the source's byte count, not
-// against what visible() promised.
-void Sim::check_follow(int w, uint32_t limit) {
-    int src = w_[w].src;
-    if (w_[src].holds) return;
-    uint32_t has = chunks_of(progress(src));
-    if (limit > has)
-        violation(std::string("worker ") + std::to_string(w) + " may read " + std::to_string(limit) + " chunks but its source " +
-                  std::to_string(src) + " holds " + std::to_string(has) + " at t=" + std::to_string(now_));
+uint32_t Sim::read_until(int w, uint32_t from, uint32_t end) const {
+    const Worker &x = w_[w];
+    uint32_t c = from;
+    while (c < end) {
+        uint32_t best = c;
+        for (const Lane &l : x.lanes)
+            if (l.first <= c && c < std::max(l.end, l.first + 1))
+                best = std::max(best, std::min(l.end, chunks_of(position(l))));
+        if (best <= c) break;
+        c = std::min(end, best);
+    }
+    return c;
 }
 
 void Sim::set_mark(int s) {
     Worker &x = w_[s];
-    if (x.flow < 0 || x.waiters.empty()) return;
-    uint32_t got = chunks_of(net_.bytes_at(x.flow, now_));
-    uint32_t next = std::min(nchunks_, (got / batch_ + 1) * batch_);
-    net_.set_mark(x.flow, bytes_of(next));
+    if (x.waiters.empty()) return;
+    for (Lane &l : x.lanes) {
+        if (l.flow < 0) continue;
+        uint32_t got = chunks_of(net_.bytes_at(l.flow, now_));
+        net_.set_mark(l.flow, bytes_of(std::min(l.end, got + 1)));
+    }
 }
 
 void Sim::notify(int s) {
-    std::vector<int> keep;
-    for (int w : w_[s].waiters) {
+    std::vector<std::pair<int, int>> keep;
+    for (auto [w, li] : w_[s].waiters) {
         Worker &x = w_[w];
-        if (x.src != s || x.flow >= 0 || x.done >= 0) continue;  // moved on meanwhile
-        if (visible(s) > chunks_of(x.bytes)) {
-            uint32_t gen = x.gen;
+        Lane &l = x.lanes[li];
+        if (l.src != s || l.flow >= 0 || l.done || x.done >= 0) continue;  // moved on meanwhile
+        uint32_t pos = chunks_of(l.bytes);
+        if (held(s, pos, l.end) > pos) {
+            uint32_t gen = l.gen;
             // A tensorhub reader sees them at its next poll of the control
             // word; a broadcast or store reader one round trip later.
             double delay = m_ == Method::TensorHub ? s_.poll_s / 2 + s_.rtt_s : s_.rtt_s;
-            after(delay, [this, w, gen] {
-                if (w_[w].gen == gen && w_[w].flow < 0 && w_[w].done < 0) read(w);
+            after(delay, [this, w, li, gen] {
+                Lane &y = w_[w].lanes[li];
+                if (y.gen == gen && y.flow < 0 && !y.done && w_[w].done < 0) read(w, li);
             });
         } else {
-            keep.push_back(w);
+            keep.push_back({w, li});
         }
     }
     w_[s].waiters = std::move(keep);
     set_mark(s);
 }
 
-void Sim::read(int w) {
-    Worker &x = w_[w];
-    int src = x.src;
+void Sim::read(int w, int li) {
+    Lane &l = w_[w].lanes[li];
+    int src = l.src;
     if (w_[src].gone) {  // planned onto a worker the server does not know is lost yet
+        cut(w, li);
         source_lost(w, src);
         return;
     }
-    uint32_t avail = visible(src);
-    uint32_t have = chunks_of(x.bytes);
-    if (avail > have) {
-        x.limit = avail;
-        check_follow(w, avail);
-        x.seg_start = x.bytes;
-        x.flow = net_.start(path(src, w), x.bytes, bytes_of(avail), now_);
-        owner_[x.flow] = w;
+    uint32_t pos = chunks_of(l.bytes);
+    uint32_t avail = held(src, pos, l.end);
+    if (avail > pos) {
+        l.limit = avail;
+        l.seg_start = l.bytes;
+        l.flow = net_.start(path(src, w), l.bytes, bytes_of(avail), now_);
+        owner_[l.flow] = {w, li};
         set_mark(w);
     } else {
-        w_[src].waiters.push_back(w);
+        w_[src].waiters.push_back({w, li});
         set_mark(src);
     }
 }
 
-void Sim::end_segment(int w) {
+void Sim::end_segment(int w, int li) {
     Worker &x = w_[w];
-    if (x.flow < 0) return;
-    x.bytes = net_.bytes_at(x.flow, now_);
-    net_.stop(x.flow, now_);
-    owner_.erase(x.flow);
-    x.flow = -1;
-    double moved = x.bytes - x.seg_start;
-    served_[x.src] += moved;
-    x.bytes_from[{w_[x.src].id, x.src_replica}] += static_cast<uint64_t>(std::llround(moved));
-    if (w_[x.src].dc != x.dc) res_.wan_bytes += static_cast<uint64_t>(std::llround(moved));
+    Lane &l = x.lanes[li];
+    if (l.flow < 0) return;
+    l.bytes = net_.bytes_at(l.flow, now_);
+    net_.stop(l.flow, now_);
+    owner_.erase(l.flow);
+    l.flow = -1;
+    double moved = l.bytes - l.seg_start;
+    if (moved <= 0) return;
+    served_[l.src] += moved;
+    x.bytes_from[{w_[l.src].id, l.src_replica}] += static_cast<uint64_t>(std::llround(moved));
+    if (w_[l.src].dc != x.dc) res_.wan_bytes += static_cast<uint64_t>(std::llround(moved));
+}
+
+void Sim::cut(int w, int li) {
+    end_segment(w, li);
+    Lane &l = w_[w].lanes[li];
+    if (l.done) return;
+    l.end = std::max(l.first, chunks_of(l.bytes));
+    l.bytes = bytes_of(l.end);  // a chunk read in part is read again
+    l.done = true;
+    l.gen++;
+    notify(w);
 }
 
 void Sim::on_target(int flow) {
-    int w = owner_.at(flow);
-    Worker &x = w_[w];
+    auto [w, li] = owner_.at(flow);
+    Lane &l = w_[w].lanes[li];
     double mine = net_.bytes_at(flow, now_);
-    if (!w_[x.src].holds && mine > progress(x.src) + 1.0)
-        violation("worker " + std::to_string(w) + " is ahead of its source " + std::to_string(x.src));
-    if (mine >= total_ - 1.0) {
-        finish(w);
+    if (!w_[l.src].holds && chunks_of(mine) > held(l.src, l.first, l.end))
+        violation("worker " + std::to_string(w) + " is ahead of its source " + std::to_string(l.src));
+    if (mine >= bytes_of(l.end) - 1.0) {
+        end_segment(w, li);
+        lane_done(w, li);
         return;
     }
-    uint32_t avail = visible(x.src);
-    if (avail > x.limit) {
-        x.limit = avail;
-        check_follow(w, avail);
+    uint32_t avail = held(l.src, l.limit, l.end);
+    if (avail > l.limit) {
+        l.limit = avail;
         net_.set_target(flow, bytes_of(avail));
         return;
     }
     // Caught up with a filling source: wait for its next chunks. Idle, it
     // confirms what it holds, which its own followers may be waiting for.
-    end_segment(w);
+    end_segment(w, li);
     notify(w);
-    w_[x.src].waiters.push_back(w);
-    set_mark(x.src);
+    w_[l.src].waiters.push_back({w, li});
+    set_mark(l.src);
+}
+
+void Sim::lane_done(int w, int li) {
+    Worker &x = w_[w];
+    Lane &l = x.lanes[li];
+    l.done = true;
+    l.gen++;
+    if (l.src == trainer_) trainer_free_ = std::max(trainer_free_, now_);
+    notify(w);
+    if (read_until(w, 0, nchunks_) >= nchunks_) {
+        finish(w);
+        return;
+    }
+    // Nothing left to read but chunks no lane has: plan them now rather than
+    // wait for the stripe timer.
+    bool busy = std::any_of(x.lanes.begin(), x.lanes.end(), [](const Lane &y) { return !y.done; });
+    if (!busy && !x.replan_pending && m_ == Method::TensorHub) plan_uncovered(w, false);
 }
 
 void Sim::finish(int w) {
     Worker &x = w_[w];
-    end_segment(w);
+    for (size_t i = 0; i < x.lanes.size(); ++i) end_segment(w, static_cast<int>(i));
     x.holds = true;
     x.done = now_;
-    x.depth = w_[x.src].depth + 1;
-    if (x.src == trainer_) trainer_free_ = std::max(trainer_free_, now_);
     if (ctl_)
         ctl_->fetch_done(x.id, kVersion, x.replica, x.bytes_from,
                          static_cast<uint64_t>(std::llround((now_ - x.ready) * 1e6)));
@@ -321,41 +370,90 @@ void Sim::start_fetch(int w) {
     plan_and_read(w);
 }
 
+void Sim::add_lanes(int w, const Plan &p) {
+    Worker &x = w_[w];
+    for (const PlannedSource &r : p.ranges) {
+        Lane l;
+        l.first = r.first_chunk;
+        l.end = r.first_chunk + r.num_chunks;
+        l.src = static_cast<int>(r.worker - 1);
+        l.src_replica = r.replica;
+        l.bytes = bytes_of(l.first);
+        if (r.complete != w_[l.src].holds && !w_[l.src].holds) violation("server calls a filling replica complete");
+        x.lanes.push_back(l);
+        read(w, static_cast<int>(x.lanes.size() - 1));
+    }
+}
+
 void Sim::plan_and_read(int w) {
     Worker &x = w_[w];
-    x.gen++;
+    x.lanes.clear();
     switch (m_) {
         case Method::TensorHub: {
-            PlannedSource p;
+            Plan p;
             std::string why;
-            uint32_t first = chunks_of(x.bytes);
-            if (!ctl_->plan(x.id, kVersion, x.replica, first, nchunks_ - first, x.exclude, x.exclude_replicas, &p, &why)) {
+            if (!ctl_->plan(x.id, kVersion, x.replica, 0, nchunks_, x.exclude, x.exclude_replicas, wire::PlanMode::Striped,
+                            &p, &why)) {
                 // The client would give up at its deadline; a simulated
                 // reader asks again a little later and it is counted.
                 res_.replans++;
                 after(0.01, [this, w] { plan_and_read(w); });
                 return;
             }
-            if (p.first_chunk != first || p.num_chunks != nchunks_ - first)
-                violation("plan covers other chunks than asked for");
-            x.src = static_cast<int>(p.worker - 1);
-            x.src_replica = p.replica;
-            if (p.complete != w_[x.src].holds && !w_[x.src].holds)
-                violation("server calls a filling replica complete");
-            break;
+            add_lanes(w, p);
+            // Stripes left out wait for their relays, briefly (fetch.hpp).
+            uint32_t covered = 0;
+            for (const PlannedSource &r : p.ranges) covered += r.num_chunks;
+            if (covered < nchunks_ && !x.replan_pending) {
+                x.replan_pending = true;
+                after(s_.stripe_wait_s, [this, w] {
+                    w_[w].replan_pending = false;
+                    if (w_[w].done < 0 && !w_[w].gone) plan_uncovered(w, false);
+                });
+            }
+            return;
         }
-        case Method::TrainerDirect: x.src = trainer_; break;
-        case Method::Store: x.src = w == store_ ? trainer_ : store_; break;
-        case Method::Collective: break;  // set by the chain when the broadcast starts
+        case Method::TrainerDirect: x.lanes.push_back({0, nchunks_, trainer_}); break;
+        case Method::Store: x.lanes.push_back({0, nchunks_, w == store_ ? trainer_ : store_}); break;
+        case Method::Collective: return;  // lanes set by the chain when the broadcast starts
     }
-    read(w);
+    read(w, 0);
+}
+
+void Sim::plan_uncovered(int w, bool replan) {
+    Worker &x = w_[w];
+    if (x.done >= 0 || x.gone) return;
+    std::vector<uint8_t> covered(nchunks_, 0);
+    for (const Lane &l : x.lanes)
+        for (uint32_t c = l.first; c < l.end; ++c) covered[c] = 1;
+    bool asked = false;
+    for (uint32_t c = 0; c < nchunks_;) {
+        if (covered[c]) {
+            ++c;
+            continue;
+        }
+        uint32_t e = c;
+        while (e < nchunks_ && !covered[e]) ++e;
+        Plan p;
+        std::string why;
+        if (!ctl_->plan(x.id, kVersion, x.replica, c, e - c, x.exclude, x.exclude_replicas, wire::PlanMode::StripedNow, &p,
+                        &why)) {
+            res_.replans++;
+            after(0.01, [this, w] { plan_uncovered(w, true); });
+            return;
+        }
+        asked = true;
+        add_lanes(w, p);
+        c = e;
+    }
+    if (asked && replan) res_.replans++;
 }
 
 // A worker is lost (spot preemption): its flows stop at once; readers on it
 // notice after detect_s, report it and re-plan the chunks they still miss.
 void Sim::lose(int lost) {
     Worker &l = w_[lost];
-    end_segment(lost);
+    for (size_t i = 0; i < l.lanes.size(); ++i) end_segment(lost, static_cast<int>(i));
     l.gone = true;
     l.holds = false;
     if (l.reader && l.done < 0) readers_left_--;
@@ -363,22 +461,25 @@ void Sim::lose(int lost) {
     l.waiters.clear();
     for (int w = 0; w < static_cast<int>(w_.size()); ++w) {
         Worker &x = w_[w];
-        if (x.src != lost || x.done >= 0 || x.gone) continue;
-        end_segment(w);
-        notify(w);
-        source_lost(w, lost);
+        if (x.done >= 0 || x.gone) continue;
+        bool hit = false;
+        for (size_t i = 0; i < x.lanes.size(); ++i)
+            if (x.lanes[i].src == lost && !x.lanes[i].done) {
+                cut(w, static_cast<int>(i));
+                hit = true;
+            }
+        if (hit) source_lost(w, lost);
     }
 }
 
 void Sim::source_lost(int w, int lost) {
-    w_[w].gen++;
     after(s_.detect_s, [this, w, lost] {
         Worker &y = w_[w];
         if (y.done >= 0 || y.gone) return;
+        if (std::find(y.exclude.begin(), y.exclude.end(), w_[lost].id) != y.exclude.end()) return;  // handled
         ctl_->source_failed(y.id, w_[lost].id);
         y.exclude.push_back(w_[lost].id);
-        res_.replans++;
-        plan_and_read(w);
+        plan_uncovered(w, true);
     });
 }
 
@@ -409,12 +510,17 @@ void Sim::mutate_trainer(double since) {
     // elsewhere.
     for (int w = 0; w < static_cast<int>(w_.size()); ++w) {
         Worker &x = w_[w];
-        if (x.src != trainer_ || x.done >= 0 || x.gone || x.src_replica != t.replica) continue;
-        end_segment(w);
-        notify(w);
+        if (x.done >= 0 || x.gone) continue;
+        bool hit = false;
+        for (size_t i = 0; i < x.lanes.size(); ++i) {
+            Lane &l = x.lanes[i];
+            if (l.src != trainer_ || l.done || l.src_replica != t.replica) continue;
+            cut(w, static_cast<int>(i));
+            hit = true;
+        }
+        if (!hit) continue;
         x.exclude_replicas.push_back(t.replica);
-        res_.replans++;
-        after(s_.rtt_s, [this, w] { plan_and_read(w); });
+        after(s_.rtt_s, [this, w] { plan_uncovered(w, true); });
     }
 }
 
@@ -424,6 +530,27 @@ void Sim::heartbeat() {
         if (x.registered && !x.gone) ctl_->heartbeat(x.id);
     ctl_->expire(static_cast<uint64_t>(now_ * 1000));
     after(s_.heartbeat_ms / 1000.0, [this] { heartbeat(); });
+}
+
+// Hops from the trainer to worker w for chunk c: one more than the worker
+// its lane for c read from. memo: per worker, per chunk; -2 not seen, -1
+// being computed (a cycle if met again).
+int Sim::depth_of(int w, uint32_t c, std::vector<std::vector<int>> &memo) {
+    if (w == trainer_) return 0;
+    if (w_[w].depth >= 0) return w_[w].depth;  // a holder from before the update
+    std::vector<int> &m = memo[w];
+    if (m.empty()) m.assign(nchunks_, -2);
+    if (m[c] >= 0) return m[c];
+    if (m[c] == -1) {
+        violation("worker " + std::to_string(w) + " read chunk " + std::to_string(c) + " from a worker that read it from it");
+        return 0;
+    }
+    m[c] = -1;
+    int src = -1;
+    for (const Lane &l : w_[w].lanes)
+        if (l.first <= c && c < l.end) src = l.src;
+    int d = src < 0 ? 0 : depth_of(src, c, memo) + 1;
+    return m[c] = d;
 }
 
 void Sim::setup() {
@@ -467,10 +594,11 @@ void Sim::setup() {
         for (int h : holders) {
             Worker &x = w_[h];
             x.replica = next_replica_++;
-            PlannedSource p;
+            Plan p;
             std::string why;
-            if (!ctl_->plan(x.id, kVersion, x.replica, 0, nchunks_, {}, {}, &p, &why)) violation("holder without a plan: " + why);
-            ctl_->fetch_done(x.id, kVersion, x.replica, {{{p.worker, p.replica}, s_.size_bytes}}, 0);
+            if (!ctl_->plan(x.id, kVersion, x.replica, 0, nchunks_, {}, {}, wire::PlanMode::Single, &p, &why))
+                violation("holder without a plan: " + why);
+            ctl_->fetch_done(x.id, kVersion, x.replica, {{{p.ranges[0].worker, p.ranges[0].replica}, s_.size_bytes}}, 0);
         }
         // Elastic: the version was there before the joiners came.
         if (s_.workload == Workload::Elastic) ctl_->reset_stats();
@@ -486,10 +614,10 @@ void Sim::setup() {
         after(start, [this] {
             int prev = trainer_;
             for (int r : readers_) {
-                w_[r].src = prev;
+                w_[r].lanes = {Lane{0, nchunks_, prev}};
                 prev = r;
             }
-            for (int r : readers_) read(r);
+            for (int r : readers_) read(r, 0);
         });
         return;
     }
@@ -511,7 +639,9 @@ void Sim::preempt() {
     std::vector<std::pair<int, int>> load;  // (-readers on it, worker)
     std::vector<int> on(w_.size(), 0);
     for (const Worker &x : w_)
-        if (x.src >= 0 && x.done < 0 && !x.gone) on[x.src]++;
+        if (x.done < 0 && !x.gone)
+            for (const Lane &l : x.lanes)
+                if (!l.done && l.src >= 0) on[l.src]++;
     for (int i = 0; i < static_cast<int>(w_.size()); ++i)
         if (i != trainer_ && i != store_ && !w_[i].gone) load.push_back({-on[i], i});
     std::sort(load.begin(), load.end());
@@ -552,20 +682,23 @@ Result Sim::run() {
     // Results.
     double floor_s = total_ / s_.host_bps, last_ready = 0, first_ready = kInf, last_done = 0, depth_sum = 0;
     uint32_t counted = 0;
+    std::vector<std::vector<int>> depth_memo(w_.size());
     for (int r : readers_) {
         const Worker &x = w_[r];
         if (x.gone) continue;
         last_ready = std::max(last_ready, x.ready);
         first_ready = std::min(first_ready, x.ready);
         if (x.done < 0 || !x.holds) {
-            violation("reader " + std::to_string(r) + " ended with " + std::to_string(x.bytes) + " of " +
-                      std::to_string(total_) + " bytes");
+            violation("reader " + std::to_string(r) + " ended holding " + std::to_string(held(r, 0, nchunks_)) + " of " +
+                      std::to_string(nchunks_) + " chunks");
             continue;
         }
         last_done = std::max(last_done, x.done);
         res_.reader_stall_s += x.done - x.ready;
-        res_.depth_max = std::max<uint32_t>(res_.depth_max, x.depth);
-        depth_sum += x.depth;
+        int depth = 0;
+        for (uint32_t c = 0; c < nchunks_; ++c) depth = std::max(depth, depth_of(r, c, depth_memo));
+        res_.depth_max = std::max<uint32_t>(res_.depth_max, depth);
+        depth_sum += depth;
         counted++;
     }
     res_.floor_s = last_ready + floor_s;

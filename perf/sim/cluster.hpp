@@ -42,6 +42,8 @@ struct Setup {
     double preempt_at_s = -1;      // < 0: half of S/B
     uint32_t heartbeat_ms = 0;     // 0: no heartbeats simulated
     uint32_t max_readers_per_source = 2;
+    uint32_t stripes = 0;            // tensorhub: th_server_config.stripes (0: automatic; 1: chains)
+    double stripe_wait_s = 0.002;    // a striped reader asks again for stripes left out (client's kStripeWait)
     uint64_t seed = 1;
 };
 

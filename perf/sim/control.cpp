@@ -1,5 +1,6 @@
 #include "control.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.hpp"
@@ -41,11 +42,12 @@ uint64_t ControlStats::total_messages() const {
     return n;
 }
 
-Control::Control(std::function<uint64_t()> now_ms, uint32_t max_readers_per_source)
+Control::Control(std::function<uint64_t()> now_ms, uint32_t max_readers_per_source, uint32_t stripes)
     : service_([&] {
           ServiceConfig cfg;
           cfg.now_ms = std::move(now_ms);
           cfg.policy.max_readers_per_source = max_readers_per_source;
+          cfg.policy.stripes = stripes;
           return cfg;
       }()) {}
 
@@ -92,8 +94,8 @@ void Control::publish(uint64_t worker, uint64_t version, uint64_t replica, uint6
 }
 
 bool Control::plan(uint64_t worker, uint64_t version, uint64_t replica, uint32_t first, uint32_t count,
-                   const std::vector<uint64_t> &exclude, const std::vector<uint64_t> &exclude_replicas, PlannedSource *out,
-                   std::string *error) {
+                   const std::vector<uint64_t> &exclude, const std::vector<uint64_t> &exclude_replicas, PlanMode mode,
+                   Plan *out, std::string *error) {
     uint64_t total = total_bytes_.at(version);
     Bytes reply = call("PlanFetch", worker, [&](Builder &b, const Header &h) {
         flatbuffers::Offset<wire::ReplicaDesc> desc;
@@ -102,7 +104,7 @@ bool Control::plan(uint64_t worker, uint64_t version, uint64_t replica, uint32_t
         auto ex_replicas = b.CreateVector(exclude_replicas);
         auto specs = put_tensors(b, layout_of(total));
         return finish(b, h, CreatePlanFetch(b, b.CreateString(kModel), version, 0, first, count, desc, replica, ex, specs,
-                                            ex_replicas));
+                                            ex_replicas, mode));
     });
     const Envelope *env = verify(reply.data(), reply.size());
     if (env->body_type() == Body::ErrorReply) {
@@ -113,9 +115,11 @@ bool Control::plan(uint64_t worker, uint64_t version, uint64_t replica, uint32_t
     }
     if (env->body_type() != Body::PlanReply) fail(TH_ERR_PROTOCOL, "unexpected reply to PlanFetch");
     const PlanReply *p = env->body_as_PlanReply();
-    if (p->ranges() == nullptr || p->ranges()->size() != 1) fail(TH_ERR_PROTOCOL, "plan without exactly one source");
-    const SourceRange *r = p->ranges()->Get(0);
-    *out = PlannedSource{r->worker_id(), r->replica_id(), r->complete(), r->first_chunk(), r->num_chunks()};
+    if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
+    out->ranges.clear();
+    for (const SourceRange *r : *p->ranges())
+        out->ranges.push_back({r->worker_id(), r->replica_id(), r->complete(), r->first_chunk(), r->num_chunks()});
+    out->stripes = std::max<uint32_t>(p->stripes(), 1);
     return true;
 }
 

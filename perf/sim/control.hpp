@@ -20,6 +20,13 @@ struct PlannedSource {
     uint32_t first_chunk = 0, num_chunks = 0;
 };
 
+// A plan: a source per range (several when striped), and the stripe count the
+// reader reports fill levels for (1: not striped).
+struct Plan {
+    std::vector<PlannedSource> ranges;
+    uint32_t stripes = 1;
+};
+
 struct MutationState {
     uint32_t active_reads = 0;
     bool last_copy = false;
@@ -37,7 +44,7 @@ struct ControlStats {
 class Control {
   public:
     // now_ms: the simulated clock the service reads.
-    Control(std::function<uint64_t()> now_ms, uint32_t max_readers_per_source);
+    Control(std::function<uint64_t()> now_ms, uint32_t max_readers_per_source, uint32_t stripes);
 
     void hello(uint64_t worker, const Labels &labels);
     void publish(uint64_t worker, uint64_t version, uint64_t replica, uint64_t total_bytes, uint64_t chunk_bytes,
@@ -46,8 +53,8 @@ class Control {
     // replica (replica != 0) becomes a filling source. Returns false (and
     // says why in *error) when the server has no eligible source.
     bool plan(uint64_t worker, uint64_t version, uint64_t replica, uint32_t first, uint32_t count,
-              const std::vector<uint64_t> &exclude, const std::vector<uint64_t> &exclude_replicas, PlannedSource *out,
-              std::string *error);
+              const std::vector<uint64_t> &exclude, const std::vector<uint64_t> &exclude_replicas, wire::PlanMode mode,
+              Plan *out, std::string *error);
     void fetch_done(uint64_t worker, uint64_t version, uint64_t replica, const std::map<std::pair<uint64_t, uint64_t>, uint64_t> &bytes_from,
                     uint64_t duration_us);
     void source_failed(uint64_t worker, uint64_t failed_worker);

@@ -58,6 +58,15 @@ int smoke() {
     };
     Setup s = small(Workload::Standalone, 12);
     check("standalone ready", s);
+    // Enough readers for the server to stripe the shard: trees, not a chain.
+    Setup striped = small(Workload::Standalone, 40);
+    check("standalone ready, striped", striped);
+    striped.preempt = 3;
+    striped.preempt_at_s = 0.2;
+    check("striped, 3 relays lost", striped);
+    Setup striped_x = small(Workload::CrossDc, 40);
+    striped_x.wan_bps = striped_x.host_bps / 4;
+    check("striped cross datacenter", striped_x);
     s.stagger_s = 1.0;
     check("standalone staggered", s);
     s.rack_oversub = 4;
