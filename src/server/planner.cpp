@@ -67,6 +67,9 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
         else
             out.push_back({src, a, b - a});
     }
+    // Nothing but stripes to leave out (a range without the reader's own):
+    // planned at once rather than answered with nothing.
+    if (out.empty()) return plan_stripes(req, reader, s, key, mine, first, count, false, home_depth);
     return out;
 }
 

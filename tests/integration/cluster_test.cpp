@@ -8,6 +8,9 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <unistd.h>
+
 #include "harness.hpp"
 
 using namespace th_test;
@@ -73,8 +76,9 @@ std::map<uint64_t, std::string> worker_dcs(const nlohmann::json &s) {
 }
 
 // A publisher of one shard of `mib` MiB (256 KiB chunks) and six readers
-// fetching it at once (env: theirs), every byte checked by the worker; the
-// version's status once all of them hold it.
+// fetching it at once (env: theirs; connected first, then started by one
+// signal), every byte checked by the worker; the version's status once all
+// of them hold it.
 struct FanOut {
     uint64_t publisher = 0;
     uint64_t shard_bytes = 0;
@@ -89,15 +93,23 @@ FanOut six_readers(const ServerGuard &srv, uint64_t mib, int tensors, const std:
     std::string ready = pub.line();
     EXPECT_EQ(ready.rfind("ready", 0), 0u) << ready;
     out.publisher = field(ready, "worker");
+    std::string go = "/tmp/th-cluster-go-" + std::to_string(getpid()) + "-" + std::to_string(out.publisher);
+    std::remove(go.c_str());
     std::vector<std::unique_ptr<Process>> readers;
     for (int i = 0; i < 6; ++i)
-        readers.push_back(std::make_unique<Process>(worker(
-            {"fetch", "--server", srv.url, "--name", "r" + std::to_string(i), "--model", "p", "--shard-kb", kb, "--tensors", n},
-            env)));
+        readers.push_back(std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "r" + std::to_string(i),
+                                                            "--model", "p", "--shard-kb", kb, "--tensors", n, "--start-file", go},
+                                                           env)));
+    for (auto &r : readers) {
+        std::string l = r->line(60000);
+        EXPECT_EQ(l, "waiting") << l;
+    }
+    std::fclose(std::fopen(go.c_str(), "w"));
     for (auto &r : readers) {
         std::string l = r->line(120000);
         EXPECT_EQ(l.rfind("ok", 0), 0u) << l;
     }
+    std::remove(go.c_str());
     out.version = version_status(server_status(srv.url), "p", 1);
     out.shard_bytes = (mib << 20) / tensors / 2 * 2 * tensors;  // as the worker sizes it
     for (auto &r : readers) EXPECT_EQ(r->stop(), 0);
@@ -152,12 +164,16 @@ TEST(Cluster, ReadersFetchingTogetherReadEachStripeFromItsRelay) {
     }
     ASSERT_EQ(total.size(), 6u);
     int several = 0;
+    size_t most = 0;
     for (auto &[reader, bytes] : total) {
         EXPECT_EQ(bytes, f.shard_bytes);
-        several += sources[reader].size() >= 3;
+        several += sources[reader].size() >= 2;
+        most = std::max(most, sources[reader].size());
     }
-    // One source per reader would be a chain; stripes come from their relays.
-    EXPECT_GE(several, 4) << v.dump(1);
+    // One source per reader would be a chain; stripes come from their relays
+    // (how many depends on how close together the readers plan).
+    EXPECT_GE(several, 5) << v.dump(1);
+    EXPECT_GE(most, 3u) << v.dump(1);
     EXPECT_LE(publisher_bytes, f.shard_bytes + f.shard_bytes / 2) << v.dump(1);
 }
 

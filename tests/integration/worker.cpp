@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -129,6 +130,14 @@ int main(int argc, char **argv) {
         std::string v = args.get("version", "latest");
         uint64_t version = TH_LATEST;
         if (v != "latest") version = std::stoull(v);
+        // Readers meant to start together wait for the test's signal (a file
+        // appearing) once they are connected.
+        if (args.has("start-file")) {
+            std::printf("waiting\n");
+            std::fflush(stdout);
+            for (int i = 0; i < 60000 && access(args.get("start-file").c_str(), F_OK) != 0; ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
         // A rollout group resolves once; every shard is fetched at that version.
         check(th_resolve(c, model.c_str(), version, &version), "resolve");
         for (uint32_t s : which) {

@@ -250,6 +250,15 @@ TEST_F(StripedPlans, ALoneReaderGetsItsStripeFirstThenTheRestInOneRange) {
     EXPECT_EQ(from, std::set<uint64_t>{kPublisher});
 }
 
+TEST_F(StripedPlans, AStripedPlanWithoutTheReadersOwnStripeIsNeverEmpty) {
+    join(2);
+    ask(2, 0, 0, PlanMode::Striped);  // home: stripe 0, chunks [0, 8)
+    source_of[2].assign(kChunks, 0);
+    auto rest = ask(2, 8, kChunks - 8, PlanMode::Striped);
+    ASSERT_FALSE(rest.empty());
+    for (uint32_t c = 8; c < kChunks; ++c) EXPECT_EQ(source_of[2][c], kPublisher) << c;
+}
+
 TEST_F(StripedPlans, AnIdleCompleteHolderServesALateReaderWhole) {
     join(2);
     join(3);
