@@ -399,23 +399,20 @@ WHY = """### What limits the missed goals, and what would fix them
   6.7x goal therefore needs a spread of about 11-12 x S/B; at 10 x S/B it is
   just below, at 20 x S/B well above (stagger sweep). This is a property of
   the workload, not of the implementation: state the spread with the claim.
-- **Readers that start together form one long chain.** The policy ranks
-  sources at the same distance by fewest active reads first, so every new
-  reader goes to the newest filling replica, which nobody reads yet. When all
-  readers are ready at once the replication tree is a chain as deep as the
-  number of readers, and every hop adds the follower's lag. A serving reader
-  confirms each chunk as it arrives, with a control-word read on an endpoint
-  of its own (it no longer queues behind the GETs in flight), so the model
-  makes a chunk visible to followers one by one: a hop costs about one chunk
-  time. The makespan is then about S/B + depth x chunk / B: with 4 MiB
-  chunks at 25 GB/s, 0.17 ms a hop, which is most of the floor again at
-  1,024 readers and many times it at 10,000, while a pipelined collective
-  (256 KiB segments) pays 10 us a hop; across datacenters both cross the WAN
-  once, so the collective's shorter pipeline wins there too. What would fix
-  it: bound a chain's depth (a fan-out of 2-4, or readers that take
-  different stripes of the chunks from different sources, giving depth
-  ~log N at the cost of sharing each source's uplink), or smaller chunks for
-  serving readers.
+- **Readers that start together: trees of stripes, each hop K chunks long.**
+  With one source per reader, readers ready at once formed one chain as deep
+  as the number of readers, and the makespan was about S/B + N x chunk / B:
+  4.8x of the floor at 1,024 GPUs. The server now cuts a shard into 8 stripes
+  when 24 workers or more are registered (docs/design.md, "Fan-out depth"):
+  each stripe is relayed along a tree of depth ~log N, and every relay sends
+  about one shard. A stripe flows at 1/8 of a link, though, so a hop of its
+  tree costs 8 chunks' time (1.3 ms for 4 MiB at 25 GB/s), and the readers at
+  the top of the trees wait 2 ms (the client's stripe wait) before they ask
+  for the stripes they do not relay; both add to the makespan (tables above:
+  depth 6-7 at 1,024 and 10,000 GPUs). A pipelined collective (256 KiB
+  segments) pays 10 us a hop. What would close the rest: smaller chunks for
+  stripe relays (a hop is one chunk at B/K), and a stripe wait that ends
+  when the relays exist instead of after a fixed 2 ms.
 - **Planning is no longer linear in the number of replicas.** Each shard
   indexes its holders by host, rack and zone and keeps them in the policy's
   load order per datacenter, so a plan looks at the reader's neighbours and

@@ -410,6 +410,7 @@ void Catalog::file(ReplicaInfo &r) {
     Candidate c = candidate(r);
     r.rank = load_rank(c, policy_);
     r.shard->by_load[r.holder->place.dc].insert({r.rank, r.id});
+    if (r.complete) r.shard->complete_by_load[r.holder->place.dc].insert({r.rank, r.id});
     if (r.home >= 0 && !r.complete) {
         r.relay_rank = relay_rank(c, r.depth, r.shard->stripes, policy_);
         r.shard->relays[{r.holder->place.dc, static_cast<uint32_t>(r.home)}].insert({r.relay_rank, r.id});
@@ -417,10 +418,11 @@ void Catalog::file(ReplicaInfo &r) {
 }
 
 void Catalog::unfile(ReplicaInfo &r) {
-    if (auto it = r.shard->by_load.find(r.holder->place.dc); it != r.shard->by_load.end()) {
-        it->second.erase({r.rank, r.id});
-        if (it->second.empty()) r.shard->by_load.erase(it);
-    }
+    for (auto *index : {&r.shard->by_load, &r.shard->complete_by_load})
+        if (auto it = index->find(r.holder->place.dc); it != index->end()) {
+            it->second.erase({r.rank, r.id});
+            if (it->second.empty()) index->erase(it);
+        }
     if (r.home < 0) return;
     if (auto it = r.shard->relays.find({r.holder->place.dc, static_cast<uint32_t>(r.home)}); it != r.shard->relays.end()) {
         it->second.erase({r.relay_rank, r.id});

@@ -142,9 +142,10 @@ class Catalog {
     void end_read(const ReadKey &key);
     void end_source(uint64_t id);  // one reader's read of replica id ended
     void prune(ModelInfo &m);
-    // Keep ShardInfo::nearby and by_load and WorkerInfo::held in step with
-    // the replicas; rerank() after a change to a worker's load or to whether
-    // its replicas are complete.
+    // Keep ShardInfo::nearby, by_load, complete_by_load and relays and
+    // WorkerInfo::held in step with the replicas; rerank() after a change to
+    // a worker's load, to whether its replicas are complete, or to the stripe
+    // one relays.
     void index_replica(ReplicaInfo &r);
     void unindex_replica(ReplicaInfo &r);
     void rerank(WorkerInfo &w);

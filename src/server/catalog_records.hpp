@@ -98,6 +98,9 @@ struct ShardInfo {
     // with no eligible neighbour takes the first eligible one in its own
     // datacenter (else the best first of the others) without weighing all.
     std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> by_load;
+    // The same for complete replicas only: a plan that wants a holder of
+    // every chunk does not walk past thousands of filling ones.
+    std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> complete_by_load;
     // Filling replicas that relay a stripe, per (datacenter, stripe), the
     // shallowest with room first; and the home stripe the next one gets.
     std::map<std::pair<std::string, uint32_t>, std::set<std::pair<RelayRank, uint64_t>>> relays;

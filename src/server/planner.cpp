@@ -45,9 +45,14 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
                                               const ReplicaKey &key, const ReplicaInfo &mine, uint32_t first,
                                               uint32_t count, bool may_defer, uint32_t *home_depth) const {
     uint32_t k = s.stripes;
+    // The nearest idle complete holder (it serves every stripe at full
+    // speed), and the policy's choice among all complete holders (the last
+    // resort for a stripe).
     Request whole = req;
     whole.complete_only = true;
     ReplicaInfo *holder = find(whole, reader, s);
+    whole.below_reads = 1;
+    ReplicaInfo *idle = find(whole, reader, s);
     // Re-planning its own stripe, a relay only moves up its tree: a parent
     // deeper than itself could be its own descendant.
     uint32_t depth = mine.depth;
@@ -58,7 +63,7 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
         uint32_t b = std::min(end, stripe_begin(s.num_chunks, k, i + 1));
         bool home = mine.home == static_cast<int32_t>(i);
         Role role;
-        ReplicaInfo *src = stripe_source(req, reader, s, holder, i, home, depth, may_defer, &role);
+        ReplicaInfo *src = stripe_source(req, reader, s, idle, holder, i, home, depth, may_defer, &role);
         if (src == nullptr) unavailable(req, s, key);
         if (may_defer && !home && (role == Role::Root || role == Role::Follower)) continue;
         if (home) *home_depth = role == Role::Relay ? src->depth + 1 : role == Role::Follower ? kFollowing : 1;
@@ -73,43 +78,70 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
     return out;
 }
 
-ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *holder,
-                                    uint32_t stripe, bool home, uint32_t depth, bool first_plan, Role *role) const {
+// Relays of a stripe are filed by room (under half of it, under all of it,
+// full), then by depth (by load when full): each lookup below starts at a
+// class and stops at the first relay that may serve the reader.
+ReplicaInfo *Planner::relay(const Request &req, const WorkerInfo &reader, ShardInfo &s, uint32_t stripe, bool home,
+                            uint32_t depth, bool first_plan) const {
+    auto it = s.relays.find({reader.place.dc, stripe});
+    if (it == s.relays.end()) return nullptr;
+    const auto &filed = it->second;
+    uint32_t cap = stripe_room(s.stripes, policy_);
+    auto first_of = [&](uint8_t room_class, uint32_t below) -> ReplicaInfo * {
+        for (auto f = filed.lower_bound({RelayRank{room_class, 0, 0, 0}, 0});
+             f != filed.end() && std::get<0>(f->first) == room_class; ++f) {
+            ReplicaInfo &r = s.replicas.at(f->second);
+            // Sorted by depth (by load when full): the rest are no better.
+            if ((home && r.depth >= depth) || r.holder->active_reads >= below) break;
+            // A relay that follows another reader for its own stripe (depth
+            // kFollowing and beyond) only serves readers registered after it:
+            // whoever it follows registered before it, so no reader waits on
+            // itself.
+            if (!routable(r) || excluded(req, candidate(r)) || (r.depth >= kFollowing && r.seq >= req.reader_seq)) continue;
+            return &r;
+        }
+        return nullptr;
+    };
+    // A relay of the stripe takes the shallowest place with room. Readers of
+    // another stripe (leaves of this tree) take only relays under half their
+    // room in their first plan: the rest is kept for relays of the stripe
+    // planning after them, which keeps the tree shallow; they take the rest
+    // when they ask again. Room is tight (N places for N - 1 readers), so a
+    // reader planning again may take a full relay, up to twice its room,
+    // the least loaded first: a relay sending more for a while beats a chain
+    // of followers.
+    ReplicaInfo *found = nullptr;
+    if (home) {
+        ReplicaInfo *roomy = first_of(0, cap), *some = first_of(1, cap);
+        found = !roomy ? some : !some ? roomy : some->depth < roomy->depth ? some : roomy;
+    } else {
+        found = first_of(0, cap);
+        if (!found && !first_plan) found = first_of(1, cap);
+    }
+    if (!found && !first_plan) found = first_of(2, 2 * cap);
+    return found;
+}
+
+ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *idle,
+                                    ReplicaInfo *holder, uint32_t stripe, bool home, uint32_t depth, bool first_plan,
+                                    Role *role) const {
     // A complete holder in the reader's datacenter with room serves every
-    // stripe: the plan is today's single source (late joiners, staggered
-    // readers). The publisher's side only when no relay of the stripe can.
-    if (holder != nullptr && !holder->publisher && !holder->owned &&
-        holder->holder->place.dc == reader.place.dc &&
-        holder->holder->active_reads < policy_.max_readers_per_source) {
+    // stripe: the plan is one source, as without stripes (late joiners,
+    // staggered readers). The publisher's side only when no relay of the
+    // stripe can.
+    if (idle != nullptr && !idle->publisher && !idle->owned && idle->holder->place.dc == reader.place.dc) {
         *role = Role::Holder;
+        return idle;
+    }
+    if (ReplicaInfo *r = relay(req, reader, s, stripe, home, depth, first_plan)) {
+        *role = Role::Relay;
+        return r;
+    }
+    // Left out of a first plan either way: no need to look further.
+    if (first_plan && !home) {
+        *role = Role::Root;
         return holder;
     }
-    // A relay that follows another reader for its own stripe (depth
-    // kFollowing and beyond) only serves readers registered after it:
-    // whoever it follows registered before it, so no reader waits on itself.
-    // Readers of another stripe (leaves of this tree) take half a relay's
-    // room in their first plan: the rest is kept for relays of the stripe
-    // planning after them, which keeps the tree shallow. They take the rest
-    // when they ask again. Room is tight (N places for N - 1 readers), so a
-    // reader re-planning after a relay failed may take up to twice the room:
-    // a relay sending more for a while beats a chain of followers.
-    uint32_t cap = stripe_room(s.stripes, policy_), half = std::max<uint32_t>(cap / 2, 1);
-    std::vector<uint32_t> rooms;
-    if (first_plan)
-        rooms = {home ? cap : half};
-    else
-        rooms = home ? std::vector<uint32_t>{cap, 2 * cap} : std::vector<uint32_t>{half, cap, 2 * cap};
-    if (auto it = s.relays.find({reader.place.dc, stripe}); it != s.relays.end())
-        for (uint32_t room : rooms)
-            for (const auto &[rank, id] : it->second) {
-                ReplicaInfo &r = s.replicas.at(id);
-                if (std::get<0>(rank) && room <= cap) break;  // the rest are full too
-                if (!routable(r) || excluded(req, candidate(r)) || r.holder->active_reads >= room ||
-                    (home && r.depth >= depth) || (r.depth >= kFollowing && r.seq >= req.reader_seq))
-                    continue;
-                *role = Role::Relay;
-                return &r;
-            }
     // No relay of the stripe: a replica filling ahead of the reader (it
     // reads every stripe, from a complete holder or following in turn) is
     // followed rather than have the holder send the stripe once per reader;
@@ -157,10 +189,11 @@ ReplicaInfo *Planner::pick_by_load(const Request &req, ShardInfo &s, const std::
         }
         return nullptr;
     };
-    if (auto home = s.by_load.find(dc); home != s.by_load.end())
+    const auto &index = req.complete_only ? s.complete_by_load : s.by_load;
+    if (auto home = index.find(dc); home != index.end())
         if (const Filed *f = first_eligible(home->second)) return &s.replicas.at(f->second);
     const Filed *best = nullptr;
-    for (const auto &[other, filed] : s.by_load)
+    for (const auto &[other, filed] : index)
         if (other != dc)
             if (const Filed *f = first_eligible(filed); f && (!best || *f < *best)) best = f;
     return best ? &s.replicas.at(best->second) : nullptr;

@@ -30,8 +30,8 @@ class Planner {
     ReplicaInfo &choose(const Request &req, const WorkerInfo &reader, ShardInfo &s, const ReplicaKey &key) const;
 
     // Chunks [first, first + count) of s for a reader whose own replica
-    // (mine) relays stripe mine.home: per stripe, an idle complete holder
-    // nearby, else the stripe's shallowest relay in the reader's datacenter
+    // (mine) relays stripe mine.home: per stripe, an idle complete holder in
+    // its datacenter, else the stripe's shallowest relay in the reader's datacenter
     // with room, else a complete holder (the publisher's side, or farther),
     // else a replica filling ahead of the reader. may_defer: a stripe other
     // than home left to a complete holder or a follower is not planned, so
@@ -53,10 +53,15 @@ class Planner {
     ReplicaInfo *pick(const Request &req, const std::vector<Group> &groups) const;
     // The policy's choice when no holder at SameRack or closer is eligible.
     ReplicaInfo *pick_by_load(const Request &req, ShardInfo &s, const std::string &dc) const;
-    // The source of one stripe; holder: find() among complete holders;
-    // first_plan: the reader will ask again for what this leaves out.
-    ReplicaInfo *stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *holder,
-                               uint32_t stripe, bool home, uint32_t depth, bool first_plan, Role *role) const;
+    // The relay of the stripe the reader should read it from, or nullptr.
+    ReplicaInfo *relay(const Request &req, const WorkerInfo &reader, ShardInfo &s, uint32_t stripe, bool home,
+                       uint32_t depth, bool first_plan) const;
+    // The source of one stripe; idle: the nearest complete holder no reader uses,
+    // holder: the policy's choice among complete holders; first_plan: the
+    // reader will ask again for what this leaves out.
+    ReplicaInfo *stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *idle,
+                               ReplicaInfo *holder, uint32_t stripe, bool home, uint32_t depth, bool first_plan,
+                               Role *role) const;
 
     PolicyConfig policy_;
 };

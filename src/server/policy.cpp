@@ -54,6 +54,7 @@ bool excluded(const Request &req, const Candidate &c) {
 bool eligible(const Request &req, const Candidate &c) {
     if (excluded(req, c)) return false;
     if (req.complete_only && !c.complete) return false;
+    if (c.active_reads >= req.below_reads) return false;
     return c.complete || req.reader_seq == 0 || c.seq < req.reader_seq;
 }
 
@@ -62,9 +63,9 @@ uint32_t stripe_room(uint32_t stripes, const PolicyConfig &cfg) {
 }
 
 RelayRank relay_rank(const Candidate &c, uint32_t depth, uint32_t stripes, const PolicyConfig &cfg) {
-    bool full = c.active_reads >= stripe_room(stripes, cfg);
-    if (full) return {true, c.active_reads, depth, c.seq};
-    return {false, depth, c.active_reads, c.seq};
+    uint32_t room = stripe_room(stripes, cfg);
+    if (c.active_reads >= room) return {2, c.active_reads, depth, c.seq};
+    return {c.active_reads < std::max<uint32_t>(room / 2, 1) ? 0 : 1, depth, c.active_reads, c.seq};
 }
 
 LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg) {

@@ -63,6 +63,7 @@ struct Request {
     std::vector<uint64_t> exclude;           // workers that failed this reader
     std::vector<uint64_t> exclude_replicas;  // replicas that changed under it
     bool complete_only = false;  // only holders of every chunk
+    uint32_t below_reads = UINT32_MAX;  // only sources with fewer active readers
 };
 
 // With stripes = 0, a shard published while at least this many workers are
@@ -88,11 +89,11 @@ LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg);
 // readers: every relay sends about S, and none more.
 uint32_t stripe_room(uint32_t stripes, const PolicyConfig &cfg);
 // How relays of one stripe rank for a reader of that stripe, smaller first:
-// those with room, the shallowest in the stripe's tree first, then the
-// fewest active readers; then full ones, the least loaded first (a reader
-// taken beyond a relay's room is spread, not piled on the top of the tree);
-// then the oldest.
-using RelayRank = std::tuple<bool, uint32_t, uint32_t, uint64_t>;
+// by room (0: under half of it, 1: under all of it, 2: full), then the
+// shallowest in the stripe's tree, then the fewest active readers; full
+// ones the least loaded first (a reader taken beyond a relay's room is
+// spread, not piled on the top of the tree); then the oldest.
+using RelayRank = std::tuple<uint8_t, uint32_t, uint32_t, uint64_t>;
 RelayRank relay_rank(const Candidate &c, uint32_t depth, uint32_t stripes, const PolicyConfig &cfg);
 
 // Index into candidates of the chosen source, or nullopt when none is eligible.

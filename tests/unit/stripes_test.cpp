@@ -270,6 +270,24 @@ TEST_F(StripedPlans, AnIdleCompleteHolderServesALateReaderWhole) {
     EXPECT_EQ(late[0], std::make_tuple(0u, kChunks, uint64_t(2)));
 }
 
+TEST_F(StripedPlans, JoinersEachGetAnIdleCompleteHolderOfTheirOwn) {
+    for (uint64_t w = 2; w < 18; ++w) join(w);
+    for (uint64_t w = 2; w < 10; ++w) {  // holders from before
+        ask(w, 0, 0, PlanMode::Striped);
+        ask_for_the_rest(w);
+    }
+    for (uint64_t w = 2; w < 10; ++w) done(w);
+    std::set<uint64_t> used;
+    for (uint64_t w = 10; w < 18; ++w) {
+        auto plan = ask(w, 0, 0, PlanMode::Striped);
+        ASSERT_EQ(plan.size(), 1u) << "joiner " << w;
+        EXPECT_EQ(std::get<1>(plan[0]), kChunks);
+        uint64_t from = std::get<2>(plan[0]);
+        EXPECT_TRUE(from >= 2 && from < 10) << from;
+        EXPECT_TRUE(used.insert(from).second) << "holder " << from << " given twice";
+    }
+}
+
 TEST_F(StripedPlans, ReadersThatDoNotAskForStripesGetOneSource) {
     join(2);
     join(3);
