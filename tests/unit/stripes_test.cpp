@@ -44,7 +44,7 @@ std::vector<uint8_t> block(uint64_t gen, uint64_t leading, uint32_t k, std::vect
     std::memcpy(b.data(), &gen, 8);
     std::memcpy(b.data() + 8, &leading, 8);
     std::memcpy(b.data() + 16, &k, 4);
-    std::memcpy(b.data() + 20, done.data(), done.size() * 4);
+    if (!done.empty()) std::memcpy(b.data() + 20, done.data(), done.size() * 4);
     return b;
 }
 
