@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace th {
 
@@ -33,6 +34,11 @@ inline uint32_t stripe_of(uint32_t num_chunks, uint32_t k, uint32_t c) {
     while (i > 0 && stripe_begin(num_chunks, k, i) > c) --i;
     while (i + 1 < k && stripe_begin(num_chunks, k, i + 1) <= c) ++i;
     return i;
+}
+
+// The stripes chunks [first, end) touch (first < end): [.first, .second).
+inline std::pair<uint32_t, uint32_t> stripes_touching(uint32_t num_chunks, uint32_t k, uint32_t first, uint32_t end) {
+    return {stripe_of(num_chunks, k, first), stripe_of(num_chunks, k, end - 1) + 1};
 }
 
 }  // namespace th

@@ -58,7 +58,8 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
     uint32_t depth = mine.depth;
     std::vector<Assignment> out;
     uint32_t end = first + count;
-    for (uint32_t i = stripe_of(s.num_chunks, k, first); i < k && stripe_begin(s.num_chunks, k, i) < end; ++i) {
+    auto [lo, hi] = stripes_touching(s.num_chunks, k, first, end);
+    for (uint32_t i = lo; i < hi; ++i) {
         uint32_t a = std::max(first, stripe_begin(s.num_chunks, k, i));
         uint32_t b = std::min(end, stripe_begin(s.num_chunks, k, i + 1));
         bool home = mine.home == static_cast<int32_t>(i);
@@ -125,7 +126,7 @@ ReplicaInfo *Planner::relay(const Request &req, const WorkerInfo &reader, ShardI
 ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *idle,
                                     ReplicaInfo *holder, uint32_t stripe, bool home, uint32_t depth, bool first_plan,
                                     Role *role) const {
-    // A complete holder in the reader's datacenter with room serves every
+    // An idle complete holder in the reader's datacenter serves every
     // stripe: the plan is one source, as without stripes (late joiners,
     // staggered readers). The publisher's side only when no relay of the
     // stripe can.

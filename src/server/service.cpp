@@ -306,9 +306,8 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
         if (depth != mine->depth) catalog_.set_relay(*mine, static_cast<uint32_t>(mine->home), depth);
         for (const Assignment &a : plan) {
             catalog_.add_read(h.worker_id, key, *a.source);
-            for (uint32_t i = stripe_of(s.num_chunks, stripes, a.first);
-                 i < stripes && stripe_begin(s.num_chunks, stripes, i) < a.first + a.count; ++i)
-                mine->planned |= 1u << i;
+            auto [lo, hi] = stripes_touching(s.num_chunks, stripes, a.first, a.first + a.count);
+            for (uint32_t i = lo; i < hi; ++i) mine->planned |= 1u << i;
         }
     } else {
         ReplicaInfo &src = planner_.choose(req, reader, s, key);
