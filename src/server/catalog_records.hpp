@@ -3,6 +3,7 @@
 // bytes, only where they are. Plain data: the Catalog keeps them consistent.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -13,6 +14,7 @@
 
 #include "common/labels.hpp"
 #include "common/layout.hpp"
+#include "common/stripes.hpp"
 #include "server/policy.hpp"
 #include "wire/replica_desc.hpp"
 
@@ -64,16 +66,24 @@ struct ReplicaInfo {
     uint32_t chunks_done = 0;
     // Striped plans (docs/design.md, "Fan-out depth"): the stripe this filling
     // replica relays to others (-1: none), its depth in that stripe's tree
-    // (1: read from a complete holder), the stripes it has sources for, and
-    // where it is filed among the stripe's relays.
+    // (1: read from a complete holder), and where it is filed among the
+    // stripe's relays; and for every stripe, how many hops it is from a
+    // complete holder (0: no source for that stripe yet).
     int32_t home = -1;
     uint32_t depth = kNoDepth;
-    uint32_t planned = 0;  // bit i: it has a source for stripe i
     RelayRank relay_rank{};
+    std::array<uint32_t, kMaxStripes> hops{};
     uint64_t seq = 0;
     uint64_t bytes_served = 0;
     ReplicaDesc desc;
 };
+
+// How many hops a reader of stripe i from r is from a complete holder
+// (UINT32_MAX: r has no source for it yet).
+inline uint32_t hops_through(const ReplicaInfo &r, uint32_t i) {
+    if (r.complete) return 1;
+    return r.hops[i] == 0 ? UINT32_MAX : r.hops[i] + 1;
+}
 
 // "publisher", "owned" (a spilled copy) or "replica" (a reader's): the kinds
 // status and metrics count.

@@ -7,6 +7,11 @@
 
 namespace th {
 
+namespace {
+// Followers with room a stripe's reader chooses among (the fewest hops wins).
+constexpr uint32_t kFollowerChoices = 32;
+}  // namespace
+
 ReplicaInfo &Planner::choose(const Request &req, const WorkerInfo &reader, ShardInfo &s, const ReplicaKey &key) const {
     if (ReplicaInfo *chosen = find(req, reader, s)) return *chosen;
     unavailable(req, s, key);
@@ -64,11 +69,14 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
         uint32_t b = std::min(end, stripe_begin(s.num_chunks, k, i + 1));
         bool home = mine.home == static_cast<int32_t>(i);
         Role role;
-        ReplicaInfo *src = stripe_source(req, reader, s, idle, holder, i, home, depth, may_defer, &role);
+        ReplicaInfo *src = stripe_source(req, reader, s, idle, holder, i, home, depth, may_defer, out, &role);
         if (src == nullptr) unavailable(req, s, key);
         if (may_defer && !home && (role == Role::Root || role == Role::Follower)) continue;
         if (home) *home_depth = role == Role::Relay ? src->depth + 1 : role == Role::Follower ? kFollowing : 1;
-        if (!out.empty() && out.back().source == src && out.back().first + out.back().count == a)
+        // A complete source sends a run of stripes as one range; a filling
+        // one fills its stripes side by side, so each is a range of its own
+        // (one range would wait for the first stripe before the next).
+        if (!out.empty() && out.back().source == src && src->complete && out.back().first + out.back().count == a)
             out.back().count += b - a;
         else
             out.push_back({src, a, b - a});
@@ -79,11 +87,11 @@ std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerIn
     return out;
 }
 
-// Relays of a stripe are filed by room (under half of it, under all of it,
-// full), then by depth (by load when full): each lookup below starts at a
+// Relays of a stripe are filed by room (no reader yet, under its room, full),
+// then by depth (by load when full): each lookup below starts at a
 // class and stops at the first relay that may serve the reader.
 ReplicaInfo *Planner::relay(const Request &req, const WorkerInfo &reader, ShardInfo &s, uint32_t stripe, bool home,
-                            uint32_t depth, bool first_plan) const {
+                            uint32_t depth, bool first_plan, bool beyond_room) const {
     auto it = s.relays.find({reader.place.dc, stripe});
     if (it == s.relays.end()) return nullptr;
     const auto &filed = it->second;
@@ -104,28 +112,58 @@ ReplicaInfo *Planner::relay(const Request &req, const WorkerInfo &reader, ShardI
         return nullptr;
     };
     // A relay of the stripe takes the shallowest place with room. Readers of
-    // another stripe (leaves of this tree) take only relays under half their
-    // room in their first plan: the rest is kept for relays of the stripe
-    // planning after them, which keeps the tree shallow; they take the rest
-    // when they ask again. Room is tight (N places for N - 1 readers), so a
-    // reader planning again may take a full relay, up to twice its room,
-    // the least loaded first: a relay sending more for a while beats a chain
-    // of followers.
-    ReplicaInfo *found = nullptr;
+    // another stripe (leaves of this tree) take only a relay nobody reads
+    // from yet in their first plan: the places are kept for relays of the
+    // stripe planning after them, so that relays fill the top of the tree
+    // and leaves its bottom; leaves take the rest when they ask again. Beyond its room (a reader planning again that
+    // found no other sender with room), a full relay takes up to twice its
+    // room, the least loaded first: a relay sending more for a while beats a
+    // chain of followers.
+    if (beyond_room) return first_plan ? nullptr : first_of(2, 2 * cap);
     if (home) {
         ReplicaInfo *roomy = first_of(0, cap), *some = first_of(1, cap);
-        found = !roomy ? some : !some ? roomy : some->depth < roomy->depth ? some : roomy;
-    } else {
-        found = first_of(0, cap);
-        if (!found && !first_plan) found = first_of(1, cap);
+        return !roomy ? some : !some ? roomy : some->depth < roomy->depth ? some : roomy;
     }
-    if (!found && !first_plan) found = first_of(2, 2 * cap);
+    ReplicaInfo *found = first_of(0, cap);
+    if (!found && !first_plan) found = first_of(1, cap);
     return found;
+}
+
+ReplicaInfo *Planner::follower(const Request &req, const WorkerInfo &reader, ShardInfo &s, uint32_t stripe, bool home,
+                               uint32_t depth, uint32_t below, const std::vector<Assignment> &taken) const {
+    // Registered before the reader, so followers never form a cycle. For its
+    // own stripe, a reader follows only one that has a source for it already
+    // (readers ready together would otherwise all wait on the first), and a
+    // relay re-planning its own stripe does not follow: readers registered
+    // before it may already read that stripe from it.
+    if (home && depth != kNoDepth) return nullptr;
+    auto it = s.by_load.find(reader.place.dc);
+    if (it == s.by_load.end()) return nullptr;
+    bool with_room = below != UINT32_MAX;
+    ReplicaInfo *best = nullptr;
+    uint32_t seen = 0;
+    for (const auto &[rank, id] : it->second) {
+        if (std::get<1>(rank) >= below) break;  // filed by load: the rest have no more room
+        ReplicaInfo &r = s.replicas.at(id);
+        bool has_stripe = r.hops[stripe] != 0;
+        if (r.complete || ((home || with_room) && !has_stripe) || !routable(r) || excluded(req, candidate(r)) ||
+            r.seq >= req.reader_seq)
+            continue;
+        if (!with_room) return &r;
+        // Room is counted in plans made; this plan's own are not in it yet.
+        if (std::any_of(taken.begin(), taken.end(), [&](const Assignment &a) { return a.source == &r; })) continue;
+        // Sending beyond their own stripe, followers with room would chain
+        // behind each other if taken in load order: the fewest hops from a
+        // complete holder among the first few wins.
+        if (!best || hops_through(r, stripe) < hops_through(*best, stripe)) best = &r;
+        if (++seen == kFollowerChoices) break;
+    }
+    return best;
 }
 
 ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *idle,
                                     ReplicaInfo *holder, uint32_t stripe, bool home, uint32_t depth, bool first_plan,
-                                    Role *role) const {
+                                    const std::vector<Assignment> &taken, Role *role) const {
     // An idle complete holder in the reader's datacenter serves every
     // stripe: the plan is one source, as without stripes (late joiners,
     // staggered readers). The publisher's side only when no relay of the
@@ -134,7 +172,7 @@ ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader
         *role = Role::Holder;
         return idle;
     }
-    if (ReplicaInfo *r = relay(req, reader, s, stripe, home, depth, first_plan)) {
+    if (ReplicaInfo *r = relay(req, reader, s, stripe, home, depth, first_plan, false)) {
         *role = Role::Relay;
         return r;
     }
@@ -143,24 +181,27 @@ ReplicaInfo *Planner::stripe_source(const Request &req, const WorkerInfo &reader
         *role = Role::Root;
         return holder;
     }
-    // No relay of the stripe: a replica filling ahead of the reader (it
-    // reads every stripe, from a complete holder or following in turn) is
-    // followed rather than have the holder send the stripe once per reader;
-    // registered before the reader, so followers never form a cycle. For its
-    // own stripe, a reader follows only one that has a source for it already:
-    // readers ready together would otherwise all wait on the first. A relay
-    // re-planning its own stripe does not follow: readers registered before
-    // it may already read that stripe from it.
-    if (!home || depth == kNoDepth)
-        if (auto it = s.by_load.find(reader.place.dc); it != s.by_load.end())
-            for (const auto &[rank, id] : it->second) {
-                ReplicaInfo &r = s.replicas.at(id);
-                if (r.complete || (home && !(r.planned & (1u << stripe))) || !routable(r) || excluded(req, candidate(r)) ||
-                    r.seq >= req.reader_seq)
-                    continue;
-                *role = Role::Follower;
-                return &r;
-            }
+    // Every relay of the stripe is full. Room is tight (N places for N - 1
+    // readers, and N - 1 is seldom a multiple of K, so one stripe's relays
+    // fall a few places short): a replica with room left, relaying another
+    // stripe, sends this one too, as a follower, before a relay is loaded
+    // beyond its room (which slows its whole subtree by that much). Then a
+    // full relay; then any replica filling ahead of the reader (it reads
+    // every stripe, from a complete holder or following in turn) rather than
+    // the holder sending the stripe once per reader.
+    uint32_t cap = stripe_room(s.stripes, policy_);
+    if (ReplicaInfo *r = follower(req, reader, s, stripe, home, depth, cap, taken)) {
+        *role = Role::Follower;
+        return r;
+    }
+    if (ReplicaInfo *r = relay(req, reader, s, stripe, home, depth, first_plan, true)) {
+        *role = Role::Relay;
+        return r;
+    }
+    if (ReplicaInfo *r = follower(req, reader, s, stripe, home, depth, UINT32_MAX, taken)) {
+        *role = Role::Follower;
+        return r;
+    }
     *role = Role::Root;
     return holder;
 }

@@ -53,15 +53,21 @@ class Planner {
     ReplicaInfo *pick(const Request &req, const std::vector<Group> &groups) const;
     // The policy's choice when no holder at SameRack or closer is eligible.
     ReplicaInfo *pick_by_load(const Request &req, ShardInfo &s, const std::string &dc) const;
-    // The relay of the stripe the reader should read it from, or nullptr.
+    // The relay of the stripe the reader should read it from within its room
+    // (beyond_room: a full one, up to twice its room), or nullptr.
     ReplicaInfo *relay(const Request &req, const WorkerInfo &reader, ShardInfo &s, uint32_t stripe, bool home,
-                       uint32_t depth, bool first_plan) const;
+                       uint32_t depth, bool first_plan, bool beyond_room) const;
+    // A replica filling ahead of the reader that may send it the stripe,
+    // with fewer than `below` active reads (the least loaded; then none
+    // already taken in this plan), or nullptr.
+    ReplicaInfo *follower(const Request &req, const WorkerInfo &reader, ShardInfo &s, uint32_t stripe, bool home,
+                          uint32_t depth, uint32_t below, const std::vector<Assignment> &taken) const;
     // The source of one stripe; idle: the nearest complete holder no reader uses,
     // holder: the policy's choice among complete holders; first_plan: the
     // reader will ask again for what this leaves out.
     ReplicaInfo *stripe_source(const Request &req, const WorkerInfo &reader, ShardInfo &s, ReplicaInfo *idle,
                                ReplicaInfo *holder, uint32_t stripe, bool home, uint32_t depth, bool first_plan,
-                               Role *role) const;
+                               const std::vector<Assignment> &taken, Role *role) const;
 
     PolicyConfig policy_;
 };

@@ -65,7 +65,7 @@ uint32_t stripe_room(uint32_t stripes, const PolicyConfig &cfg) {
 RelayRank relay_rank(const Candidate &c, uint32_t depth, uint32_t stripes, const PolicyConfig &cfg) {
     uint32_t room = stripe_room(stripes, cfg);
     if (c.active_reads >= room) return {2, c.active_reads, depth, c.seq};
-    return {c.active_reads < std::max<uint32_t>(room / 2, 1) ? 0 : 1, depth, c.active_reads, c.seq};
+    return {c.active_reads == 0 ? 0 : 1, depth, c.active_reads, c.seq};
 }
 
 LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg) {

@@ -89,7 +89,7 @@ LoadRank load_rank(const Candidate &c, const PolicyConfig &cfg);
 // readers: every relay sends about S, and none more.
 uint32_t stripe_room(uint32_t stripes, const PolicyConfig &cfg);
 // How relays of one stripe rank for a reader of that stripe, smaller first:
-// by room (0: under half of it, 1: under all of it, 2: full), then the
+// by room (0: no reader yet, 1: under its room, 2: full), then the
 // shallowest in the stripe's tree, then the fewest active readers; full
 // ones the least loaded first (a reader taken beyond a relay's room is
 // spread, not piled on the top of the tree); then the oldest.

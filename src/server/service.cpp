@@ -307,7 +307,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
         for (const Assignment &a : plan) {
             catalog_.add_read(h.worker_id, key, *a.source);
             auto [lo, hi] = stripes_touching(s.num_chunks, stripes, a.first, a.first + a.count);
-            for (uint32_t i = lo; i < hi; ++i) mine->planned |= 1u << i;
+            for (uint32_t i = lo; i < hi; ++i) mine->hops[i] = hops_through(*a.source, i);
         }
     } else {
         ReplicaInfo &src = planner_.choose(req, reader, s, key);

@@ -229,6 +229,27 @@ TEST_F(StripedPlans, ReadersReadyTogetherFormShallowTreesAndThePublisherSendsThe
     EXPECT_EQ(total, n * kChunks);
 }
 
+TEST_F(StripedPlans, WhenAStripesRelaysFallShortAnotherStripesRelayWithRoomSendsItNoRelayBeyondItsRoom) {
+    // 71 readers: a stripe has 70 readers besides its root, and its relays
+    // (one reader in eight: 8 for one stripe) have 64 places. Six readers of
+    // that stripe are sent it by relays of other stripes with room left,
+    // rather than by one of its own relays loaded beyond its room (a ninth
+    // reader slows the relay's whole subtree to 8/9).
+    const uint64_t n = 71;
+    for (uint64_t w = 2; w < 2 + n; ++w) join(w);
+    for (uint64_t w = 2; w < 2 + n; ++w) ask(w, 0, 0, PlanMode::Striped);
+    for (uint64_t w = 2; w < 2 + n; ++w) ask_for_the_rest(w);
+    std::map<uint64_t, std::set<uint64_t>> readers_of;  // source -> readers it sends to, any chunk
+    for (const auto &[w, src] : source_of)
+        for (uint64_t s : src) readers_of[s].insert(w);
+    for (const auto &[src, readers] : readers_of)
+        if (src != kPublisher) {
+            EXPECT_LE(readers.size(), 8u) << "worker " << src;
+        }
+    for (uint32_t c = 0; c < kChunks; ++c) EXPECT_EQ(sends_of_chunk(c)[kPublisher], 1u) << "chunk " << c;
+    EXPECT_LE(max_depth(), 6u);
+}
+
 TEST_F(StripedPlans, FewerReadersThanStripesStillSendEachStripeOnceFromThePublisher) {
     for (uint64_t w = 2; w < 5; ++w) join(w);
     for (uint64_t w = 2; w < 5; ++w) ask(w, 0, 0, PlanMode::Striped);
