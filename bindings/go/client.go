@@ -42,6 +42,11 @@ type ClientConfig struct {
 	// spill that does not fit fails with ErrNoMemory. Default
 	// DefaultSpillPoolBytes (0: no limit).
 	SpillPoolBytes uint64
+	// SpillAhead makes the copy a spill would need right after each
+	// publish, on a library thread: a BeginMutation after other work (the
+	// next step's forward and backward) does not wait for it. Default
+	// DefaultSpillAhead (off).
+	SpillAhead bool
 }
 
 // Client is a worker connected to a server. Its methods may be called from
@@ -111,6 +116,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	raw.retention = C.th_retention(cfg.Retention)
 	if cfg.SpillPoolBytes != 0 {
 		raw.spill_pool_bytes = C.uint64_t(cfg.SpillPoolBytes)
+	}
+	if cfg.SpillAhead {
+		raw.spill_ahead = 1
 	}
 
 	var ptr *C.th_client

@@ -247,6 +247,7 @@ typedef enum th_retention {
 #define TH_DEFAULT_RETENTION TH_RETAIN_SPILL
 #define TH_DEFAULT_MUTATION_WAIT_MS 5000
 #define TH_DEFAULT_SPILL_POOL_BYTES 0 /* no limit */
+#define TH_DEFAULT_SPILL_AHEAD 0
 
 typedef struct th_client_config {
     size_t struct_size;
@@ -276,6 +277,17 @@ typedef struct th_client_config {
                                   into; buffers are reused across versions. A spill
                                   that does not fit fails with TH_ERR_NO_MEMORY.
                                   Default TH_DEFAULT_SPILL_POOL_BYTES. */
+    uint32_t spill_ahead;      /* 1: each publish also starts, on a thread of the
+                                  library, the copy a spill of the replica would
+                                  make (TH_RETAIN_SPILL, TH_RETAIN_WAIT), into the
+                                  pool: a begin-mutation that must spill then only
+                                  declares it, or waits for the rest of it. A
+                                  trainer that does something else between publish
+                                  and mutation (the next step's forward and
+                                  backward) then does not wait for the copy. The
+                                  copy is dropped when the replica is given up
+                                  without a spill. 0: copy when a spill is needed.
+                                  Default TH_DEFAULT_SPILL_AHEAD. */
 } th_client_config;
 
 /* Fills cfg (pass sizeof *cfg as size) with defaults. Must be called before

@@ -69,7 +69,8 @@ class Bench:
         a = self.args
         return systems.Setup(net=net, bin_dir=a.bin_dir, server_bin=a.server_bin, workdir=self.workdir, size=size,
                              chunk_kb=a.chunk_kb, inflight=a.inflight, timeout=120 + 40 * floor_s(size, a.gbit) * 10,
-                             trainer_keeps=a.trainer_keeps)
+                             trainer_keeps=a.trainer_keeps, trainer_step_s=a.trainer_step_s,
+                             spill_ahead=a.spill_ahead)
 
     def record(self, entry, runs):
         """Adds a scenario entry: per system its seconds and stalls, the
@@ -276,6 +277,7 @@ class Bench:
         run cut short keeps what it measured."""
         out = {"bench": "cluster", "mode": self.args.mode, "cpus": os.cpu_count(),
                "chunk_kb": self.args.chunk_kb, "inflight": self.args.inflight, "single_pair": self.pair,
+               "trainer_step_s": self.args.trainer_step_s, "spill_ahead": self.args.spill_ahead,
                "scenarios": self.scenarios}
         if self.args.out:
             os.makedirs(os.path.dirname(os.path.abspath(self.args.out)), exist_ok=True)
@@ -316,6 +318,11 @@ def parse():
     p.add_argument("--inflight", type=int, default=8)
     p.add_argument("--trainer-keeps", action="store_true",
                    help="tensorhub's trainer keeps its weights instead of mutating right after publishing")
+    p.add_argument("--trainer-step-s", type=float, default=0.0,
+                   help="tensorhub's trainer works this long between publishing and mutating (the next step's "
+                   "forward and backward); its stall counts only the tensorhub calls")
+    p.add_argument("--spill-ahead", action="store_true",
+                   help="tensorhub's trainer makes its owned copy right after publishing (th_client_config.spill_ahead)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write the JSON here too (e.g. perf/results/cluster.json)")
     a = p.parse_args()

@@ -3,11 +3,14 @@
 // Speaks the line protocol of node_io.hpp.
 //
 // tensorhub roles (public API only):
-//   --role trainer   publishes S bytes at T0, then at once begins to mutate
-//                    its buffers (th_replica_begin_mutation; the retention
-//                    policy spills the version into an owned copy that keeps
-//                    serving) and overwrites them. Reports its stall, from
-//                    the start of the publish. Before T0 it goes through the
+//   --role trainer   publishes S bytes at T0, then at once (or after
+//                    --step-s, the next step's forward and backward, which
+//                    leave the weights alone) begins to mutate its buffers
+//                    (th_replica_begin_mutation; the retention policy spills
+//                    the version into an owned copy that keeps serving, made
+//                    right after the publish with --spill-ahead) and
+//                    overwrites them. Reports its stall: the publish and the
+//                    begin-mutation, what it waits for in tensorhub calls. Before T0 it goes through the
 //                    same steps for the versions below Payload::kVersion, as
 //                    a training loop has by then: the memory for owned
 //                    copies is what a running trainer has.
@@ -64,6 +67,8 @@ struct Options {
     std::string server, model, labels, info;
     uint32_t mutation_wait_ms = 0;
     bool keep = false;  // the trainer keeps its weights (and serves them)
+    double step_s = 0;  // the trainer's work between publish and mutation
+    bool spill_ahead = false;
     uint64_t versions = 1;
     double interval_s = 0;  // between the trainer's versions
     double use_s = 0;       // a reader uses a version this long after the next one is due
@@ -102,6 +107,7 @@ ClientPtr connect(const Options &o, const std::string &name) {
     cfg.max_inflight = o.inflight;
     cfg.retention = TH_RETAIN_SPILL;
     cfg.mutation_wait_ms = o.mutation_wait_ms;
+    cfg.spill_ahead = o.spill_ahead ? 1 : 0;
     th_client *c = nullptr;
     check(th_client_create(&c, &cfg), "connecting to the server");
     return ClientPtr(c, th_client_destroy);
@@ -150,14 +156,18 @@ int run_trainer(const Options &o) {
         replica = publish(version);
         double published = wall_now();
         double free_at = published;
+        double stall = published - start;
         if (!o.keep) {
+            sleep_until(published + o.step_s);
+            double asked = wall_now();
             check(th_replica_begin_mutation(replica), "beginning the mutation");
             free_at = wall_now();
+            stall += free_at - asked;
             // The optimizer step: the buffers no longer hold the version.
             std::memset(shard.buffer.data(), 0xA5, shard.buffer.size());
         }
         emit(str("{\"role\":\"trainer\",\"step\":", i + 1, ",\"version\":", version, ",\"published\":", fixed(published),
-                 ",\"stall_s\":", fixed(free_at - start), ",\"free\":", fixed(free_at), "}"));
+                 ",\"stall_s\":", fixed(stall), ",\"free\":", fixed(free_at), "}"));
     }
     serve_until_quit([] { return true; });
     check(th_replica_release(replica), "releasing");
@@ -292,10 +302,10 @@ int main(int argc, char **argv) {
     setenv("UCX_TCP_TX_SEG_SIZE", "64K", 0);
     setenv("UCX_TCP_RX_SEG_SIZE", "256K", 0);
     try {
-        th_support::Args args(argc, argv, {"keep", "prefetch"});
+        th_support::Args args(argc, argv, {"keep", "prefetch", "spill-ahead"});
         auto bad = args.unknown({"role", "bytes", "tensors", "chunk-kb", "inflight", "ready-offset", "server", "model",
                                  "labels", "info", "mutation-wait-ms", "keep", "versions", "interval-s", "use-s",
-                                 "prefetch"});
+                                 "prefetch", "step-s", "spill-ahead"});
         if (!bad.empty()) fail("unknown option --", bad[0]);
         Options o;
         o.payload = payload_option(args);
@@ -312,6 +322,8 @@ int main(int argc, char **argv) {
         o.interval_s = args.get_double("interval-s", 0);
         o.use_s = args.get_double("use-s", 0);
         o.prefetch = args.has("prefetch");
+        o.step_s = args.get_double("step-s", 0);
+        o.spill_ahead = args.has("spill-ahead");
         std::string role = args.get("role");
         if (role == "trainer") return run_trainer(o);
         if (role == "reader") return run_reader(o);

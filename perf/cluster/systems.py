@@ -43,6 +43,8 @@ class Setup:
     redis_chunk_mb: int = 8
     timeout: float = 300.0
     trainer_keeps: bool = False  # tensorhub's trainer does not mutate after publishing
+    trainer_step_s: float = 0.0  # its forward and backward between publish and mutation
+    spill_ahead: bool = False    # th_client_config.spill_ahead for tensorhub's trainer
 
     def env(self):
         e = dict(os.environ)
@@ -99,6 +101,11 @@ def _finish(procs):
 
 # ---------------------------------------------------------------------------
 
+def _trainer_flags(s):
+    return ((["--keep"] if s.trainer_keeps else []) + (["--spill-ahead"] if s.spill_ahead else [])
+            + (["--step-s", f"{s.trainer_step_s:.6f}"] if s.trainer_step_s > 0 else []))
+
+
 def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0):
     """The trainer publishes at T0 and at once begins to mutate. With holders,
     they fetch first (untimed) and `readers` join at T1, after the holders
@@ -117,7 +124,7 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
             started.append(p)
             return p
 
-        tr = node("trainer", trainer, ["--mutation-wait-ms", str(mutation_wait_ms)] + (["--keep"] if s.trainer_keeps else []))
+        tr = node("trainer", trainer, ["--mutation-wait-ms", str(mutation_wait_ms)] + _trainer_flags(s))
         first = [node("reader", h) for h in holders]
         joiners = [node("reader", h, ["--ready-offset", f"{d:.6f}"]) for h, d in zip(readers, offsets)]
         cpu = CpuMeter()
@@ -140,7 +147,9 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
         busy = cpu.stop()
         makespan, stall = _stalls(results, t0)
         ok = _verify(first + joiners, s.timeout)
-        trainer_stall = 0.0 if holders else trainer_result["free"] - t0
+        # What the trainer waited for in tensorhub calls (publish and
+        # begin-mutation), not its own step between them.
+        trainer_stall = 0.0 if holders else trainer_result["stall_s"]
         # When each reader held the bytes, in order: in a chain of ready
         # readers the gaps between them are the per-hop lag.
         # Each reader's fetch, in the order they held the bytes.
@@ -178,7 +187,7 @@ def tensorhub_versions(s, meta, trainer, readers, interval_s, use_s, prefetch):
             started.append(p)
             return p
 
-        tr = node("trainer", trainer, ["--mutation-wait-ms", "0"] + (["--keep"] if s.trainer_keeps else []))
+        tr = node("trainer", trainer, ["--mutation-wait-ms", "0"] + _trainer_flags(s))
         rs = [node("reader", h, ["--use-s", f"{use_s:.6f}"] + (["--prefetch"] if prefetch else [])) for h in readers]
         t0 = _arm_and_start([tr] + rs, s.timeout)
         deadline = time.monotonic() + s.timeout + interval_s + use_s

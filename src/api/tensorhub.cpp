@@ -271,6 +271,7 @@ void th_client_config_init(th_client_config *cfg, size_t size) {
         c.retention = TH_DEFAULT_RETENTION;
         c.mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
         c.spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;
+        c.spill_ahead = TH_DEFAULT_SPILL_AHEAD;
     });
 }
 
@@ -296,6 +297,8 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         cc.mutation_wait_ms = c.mutation_wait_ms;
         cc.token = th::wire::cluster_token(c.token);
         cc.spill_pool_bytes = c.spill_pool_bytes;
+        if (c.spill_ahead > 1) fail(TH_ERR_INVALID_ARG, "spill_ahead must be 0 or 1, not ", c.spill_ahead);
+        cc.spill_ahead = c.spill_ahead == 1;
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
         th::note_threads_started();

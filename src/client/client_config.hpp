@@ -22,6 +22,7 @@ struct ClientConfig {
     uint32_t mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
     std::string token;  // cluster token (empty: none)
     uint64_t spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;  // 0: no limit
+    bool spill_ahead = TH_DEFAULT_SPILL_AHEAD != 0;  // copy at publish what a spill would
 };
 
 }  // namespace th

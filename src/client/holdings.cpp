@@ -14,11 +14,23 @@ namespace th {
 
 using namespace wire;
 
+namespace {
+// A copy made ahead goes in pieces this large: a release stops it within a
+// few ms.
+constexpr uint64_t kAheadPiece = 8 << 20;
+}  // namespace
+
 Holdings::Holdings(const ClientConfig &cfg, uint64_t worker_id, ServerSession &session, UcxWorker &ucx,
                    ControlPage &page)
     : cfg_(cfg), worker_id_(worker_id), session_(session), ucx_(ucx), page_(page), pool_(ucx, cfg.spill_pool_bytes) {}
 
 Holdings::~Holdings() {
+    std::vector<uint64_t> ahead;
+    {
+        std::lock_guard lk(ahead_mu_);
+        for (const auto &[id, a] : ahead_) ahead.push_back(id);
+    }
+    for (uint64_t id : ahead) drop_ahead(id);
     std::lock_guard lk(mu_);
     owned_.clear();
 }
@@ -43,6 +55,7 @@ void Holdings::remember(Replica *r) {
 }
 
 void Holdings::forget(Replica &r) {
+    drop_ahead(r.id());
     {
         std::lock_guard lk(mu_);
         held_.erase(r.id());
@@ -111,7 +124,10 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
     remember(r.get());
     // Memory for the owned copy a mutation of it may need, made ready now,
     // on the pool's thread, rather than when the trainer waits for it.
-    if (cfg_.retention != TH_RETAIN_FAIL) pool_.prepare(layout.total_bytes());
+    if (cfg_.retention != TH_RETAIN_FAIL) {
+        pool_.prepare(layout.total_bytes());
+        if (cfg_.spill_ahead) start_ahead(*r, layout.total_bytes());
+    }
     SyncStats st;
     st.version = version;
     st.moved = false;
@@ -183,6 +199,13 @@ void Holdings::withdraw_all() {
 }
 
 uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
+    // However it ends, a copy made ahead of r is no longer wanted: a spill
+    // took it, or r was not the last copy, or it stays served as it is.
+    struct DropAhead {
+        Holdings &h;
+        uint64_t id;
+        ~DropAhead() { h.drop_ahead(id); }
+    } drop{*this, r.id()};
     Deadline calls = deadline;
     auto ask = [&](Body kind) {
         Bytes reply = session_.call(
@@ -256,7 +279,62 @@ void Holdings::begin_mutation(Replica &r) {
     r.mark_mutating();
 }
 
+void Holdings::start_ahead(const Replica &r, uint64_t total) {
+    auto a = std::make_unique<AheadCopy>();
+    AheadCopy *ahead = a.get();
+    std::vector<Buffer> from = r.buffers();
+    ahead->thread = std::thread([this, ahead, from = std::move(from), total] {
+        try {
+            ahead->storage = pool_.acquire(total);
+            uint64_t offset = 0;
+            for (const Buffer &b : from) {
+                Buffer nb = b;
+                nb.data = ahead->storage.data() + offset;
+                nb.kind = TH_MEM_HOST;
+                for (uint64_t at = 0; at < b.spec.nbytes && !ahead->stop.load(); at += kAheadPiece)
+                    copy_to_host(static_cast<uint8_t *>(nb.data) + at, static_cast<const uint8_t *>(b.data) + at,
+                                 std::min(kAheadPiece, b.spec.nbytes - at), b.kind);
+                offset += b.spec.nbytes;
+                ahead->buffers.push_back(nb);
+            }
+            ahead->done = !ahead->stop.load();
+        } catch (const std::exception &e) {
+            ahead->failed = e.what();
+        }
+    });
+    std::lock_guard lk(ahead_mu_);
+    ahead_[r.id()] = std::move(a);
+}
+
+std::unique_ptr<Holdings::AheadCopy> Holdings::remove_ahead(uint64_t replica_id) {
+    std::lock_guard lk(ahead_mu_);
+    auto it = ahead_.find(replica_id);
+    if (it == ahead_.end()) return nullptr;
+    std::unique_ptr<AheadCopy> a = std::move(it->second);
+    ahead_.erase(it);
+    return a;
+}
+
+std::unique_ptr<Holdings::AheadCopy> Holdings::take_ahead(uint64_t replica_id) {
+    std::unique_ptr<AheadCopy> a = remove_ahead(replica_id);
+    if (!a) return nullptr;
+    a->thread.join();  // the rest of the copy, if the mutation came early
+    if (!a->done) {
+        TH_LOG(Info, "replica ", replica_id, ": the copy made ahead failed (", a->failed, "); copying now");
+        return nullptr;
+    }
+    return a;
+}
+
+void Holdings::drop_ahead(uint64_t replica_id) {
+    std::unique_ptr<AheadCopy> a = remove_ahead(replica_id);
+    if (!a) return;
+    a->stop.store(true);
+    a->thread.join();
+}  // its slab goes back to the pool
+
 void Holdings::spill(const Replica &r) {
+    auto started = Clock::now();
     uint64_t total = 0;
     for (const Buffer &b : r.buffers()) total += b.spec.nbytes;
     // Copies of versions no longer required give their memory back first:
@@ -273,17 +351,26 @@ void Holdings::spill(const Replica &r) {
             TH_LOG(Info, "could not ask which owned copies may go before spilling: ", e.what());
         }
     }
-    Replica::Storage storage = pool_.acquire(total);
+    Replica::Storage storage;
     std::vector<Buffer> buffers;
-    uint64_t offset = 0;
-    for (const Buffer &b : r.buffers()) {
-        Buffer nb = b;
-        nb.data = storage.data() + offset;
-        nb.kind = TH_MEM_HOST;
-        copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
-        offset += b.spec.nbytes;
-        buffers.push_back(nb);
+    bool made_ahead = false;
+    if (std::unique_ptr<AheadCopy> a = take_ahead(r.id())) {
+        storage = std::move(a->storage);
+        buffers = std::move(a->buffers);
+        made_ahead = true;
+    } else {
+        storage = pool_.acquire(total);
+        uint64_t offset = 0;
+        for (const Buffer &b : r.buffers()) {
+            Buffer nb = b;
+            nb.data = storage.data() + offset;
+            nb.kind = TH_MEM_HOST;
+            copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
+            offset += b.spec.nbytes;
+            buffers.push_back(nb);
+        }
     }
+    auto copied = Clock::now();
     if (faults().spill_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().spill_delay_us));
     auto copy = std::make_unique<Replica>(*this, new_id(), r.model(), r.shard(), std::move(buffers), ucx_, page_,
                                           std::move(storage));
@@ -294,6 +381,9 @@ void Holdings::spill(const Replica &r) {
     if (r.committed()) copy->mark_committed();
     declare(*copy, Deadline(cfg_.timeout_ms));
     remember(copy.get());
+    TH_LOG(Debug, "spilled replica ", r.id(), " (", total, " bytes) into owned copy ", copy->id(), ": ",
+           made_ahead ? "copied ahead, " : "copy ", std::chrono::duration<double>(copied - started).count(), " s, declared ",
+           std::chrono::duration<double>(Clock::now() - copied).count(), " s");
     std::lock_guard lk(mu_);
     owned_[copy->id()] = std::move(copy);
 }

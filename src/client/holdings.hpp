@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client_config.hpp"
@@ -71,6 +72,24 @@ class Holdings : public SessionListener {
     uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);
     void spill(const Replica &r);
 
+    // spill_ahead: the copy a spill of a published replica would make, made
+    // on a thread of its own right after the publish. A spill takes it (after
+    // waiting for the rest of it); giving the replica up otherwise drops it.
+    struct AheadCopy {
+        Replica::Storage storage;
+        std::vector<Buffer> buffers;  // the replica's, in storage
+        std::atomic<bool> stop{false};
+        bool done = false;         // set by the thread: every byte copied
+        std::string failed;        // set by the thread: why it did not copy
+        std::thread thread;
+    };
+    void start_ahead(const Replica &r, uint64_t total);
+    std::unique_ptr<AheadCopy> remove_ahead(uint64_t replica_id);
+    // The replica's copy made ahead, finished (nullptr: none, or it failed).
+    std::unique_ptr<AheadCopy> take_ahead(uint64_t replica_id);
+    // Stops and drops the replica's copy made ahead, if any.
+    void drop_ahead(uint64_t replica_id);
+
     const ClientConfig cfg_;
     uint64_t worker_id_;
     ServerSession &session_;
@@ -82,6 +101,8 @@ class Holdings : public SessionListener {
     std::mutex mu_;  // serializes re-registration and guards held_ and owned_
     std::map<uint64_t, Replica *> held_;
     std::map<uint64_t, std::unique_ptr<Replica>> owned_;  // spilled copies, by id
+    std::mutex ahead_mu_;
+    std::map<uint64_t, std::unique_ptr<AheadCopy>> ahead_;  // by the published replica's id
 };
 
 }  // namespace th

@@ -40,6 +40,10 @@ TEST(Api, ConfigStructsMustBeInitialised) {
     EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
     EXPECT_NE(std::string(th_last_error()).find("key=value"), std::string::npos);
     cfg.labels = nullptr;
+    cfg.spill_ahead = 2;
+    EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
+    EXPECT_NE(std::string(th_last_error()).find("spill_ahead"), std::string::npos) << th_last_error();
+    cfg.spill_ahead = 0;
     cfg.server_url = "bogus://x";
     EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
     EXPECT_NE(std::string(th_last_error()).find("bogus://x"), std::string::npos) << th_last_error();
@@ -61,6 +65,8 @@ TEST(Api, ConfigInitFillsInTheHeadersDefaults) {
     EXPECT_EQ(c.max_inflight, uint32_t{TH_DEFAULT_MAX_INFLIGHT});
     EXPECT_EQ(c.retention, TH_DEFAULT_RETENTION);
     EXPECT_EQ(c.mutation_wait_ms, uint32_t{TH_DEFAULT_MUTATION_WAIT_MS});
+    EXPECT_EQ(c.spill_pool_bytes, uint64_t{TH_DEFAULT_SPILL_POOL_BYTES});
+    EXPECT_EQ(c.spill_ahead, uint32_t{TH_DEFAULT_SPILL_AHEAD});
     th_publish_config p;
     th_publish_config_init(&p, sizeof p);
     EXPECT_EQ(p.num_shards, uint32_t{TH_DEFAULT_NUM_SHARDS});

@@ -1,6 +1,8 @@
 // Internals of the client that the public API does not show.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "client/client.hpp"
@@ -60,4 +62,98 @@ TEST(Client, OwnedCopiesReuseTheSpillPoolAcrossVersions) {
     reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, false);
     EXPECT_EQ(got, std::vector<uint8_t>(kBytes, 6));
     client.release(*previous);
+}
+
+namespace {
+
+// Waits (up to 10 s) until pred() holds.
+template <typename Pred>
+bool within_10s(Pred pred) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+}
+
+}  // namespace
+
+// spill_ahead: the copy a spill needs is made right after each publish, so a
+// mutation that comes after other work finds it made (its slab is lent
+// before the mutation is asked for); one that comes at once waits for the
+// rest of it. Either way the owned copy serves the version's bytes, not what
+// the trainer wrote after.
+TEST(Client, SpillAheadMakesTheOwnedCopyBeforeTheMutationAsksForIt) {
+    Server server("tcp://127.0.0.1:0", ServiceConfig{});
+    ClientConfig cfg;
+    cfg.server_url = server.url();
+    cfg.spill_ahead = true;
+    // No heartbeat meanwhile: owned copies no longer required are dropped
+    // only when a spill asks, so what the pool lends is known.
+    cfg.heartbeat_ms = 60000;
+    Client client(cfg);
+    constexpr uint64_t kBytes = 24 << 20;  // three pieces of the copy
+    std::vector<uint8_t> a(kBytes);
+    std::vector<Buffer> buffers{{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, a.data(), TH_MEM_HOST}};
+    ClientConfig reader_cfg = cfg;
+    reader_cfg.spill_ahead = false;
+    Client reader(reader_cfg);
+    std::unique_ptr<Replica> previous;
+    for (uint64_t v = 1; v <= 4; ++v) {
+        std::fill(a.begin(), a.end(), static_cast<uint8_t>(v));
+        auto r = client.publish("m", v, 0, 1, 1 << 20, buffers);
+        if (previous) client.release(*previous);
+        // Version 1 is mutated at once; the others after the copy was made
+        // (the previous version's owned copy holds a slab, the copy made
+        // ahead another).
+        if (v > 1) {
+            EXPECT_TRUE(within_10s([&] { return client.spill_usage().lent >= kBytes * 2; }))
+                << "the copy of version " << v << " was not started at publish";
+        }
+        client.begin_mutation(*r);
+        std::fill(a.begin(), a.end(), 0xee);  // the optimizer step
+        std::vector<uint8_t> got(kBytes);
+        FetchRequest req;
+        req.model = "m";
+        req.version = v;
+        reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, false);
+        EXPECT_EQ(got, std::vector<uint8_t>(kBytes, static_cast<uint8_t>(v))) << "version " << v;
+        previous = std::move(r);
+    }
+    EXPECT_LE(client.spill_usage().slabs, 3u) << "slabs are reused across versions";
+    client.release(*previous);
+}
+
+// A copy made ahead that no spill needs goes back to the pool: the replica
+// was not the last copy when it was mutated, or it was released.
+TEST(Client, ACopyMadeAheadThatNoSpillNeedsIsGivenBack) {
+    Server server("tcp://127.0.0.1:0", ServiceConfig{});
+    ClientConfig cfg;
+    cfg.server_url = server.url();
+    cfg.spill_ahead = true;
+    Client client(cfg);
+    constexpr uint64_t kBytes = 4 << 20;
+    std::vector<uint8_t> a(kBytes, 1);
+    std::vector<Buffer> buffers{{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, a.data(), TH_MEM_HOST}};
+    auto r1 = client.publish("m", 1, 0, 1, 1 << 20, buffers);
+    ASSERT_TRUE(within_10s([&] { return client.spill_usage().lent >= kBytes; }));
+    // A reader that keeps what it read: the trainer's is no longer the last copy.
+    ClientConfig reader_cfg = cfg;
+    reader_cfg.spill_ahead = false;
+    Client reader(reader_cfg);
+    std::vector<uint8_t> got(kBytes);
+    FetchRequest req;
+    req.model = "m";
+    FetchResult held = reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, true);
+    ASSERT_TRUE(held.replica);
+    client.begin_mutation(*r1);
+    EXPECT_EQ(client.spill_usage().lent, 0u) << "no spill: the copy made ahead is dropped";
+    client.release(*r1);
+    // Released without a spill: dropped too.
+    auto r2 = client.publish("m", 2, 0, 1, 1 << 20, buffers);
+    ASSERT_TRUE(within_10s([&] { return client.spill_usage().lent >= kBytes; }));
+    client.release(*r2, /*retain=*/false);
+    EXPECT_EQ(client.spill_usage().lent, 0u);
+    reader.release(*held.replica, false);
 }

@@ -155,6 +155,7 @@ class ClientConfig(Structure):
         ("mutation_wait_ms", c_uint32),
         ("token", c_char_p),
         ("spill_pool_bytes", c_uint64),
+        ("spill_ahead", c_uint32),
     ]
 
 

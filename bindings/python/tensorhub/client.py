@@ -87,6 +87,9 @@ class Client(HandleOwner):
             ("spill"/"wait" retention); 0 means no limit. Each publish prepares
             a buffer of the replica's size in the background, reused across
             versions; a spill that does not fit raises OutOfMemory.
+        spill_ahead: make the copy a spill would need right after each publish,
+            on a library thread, so that begin_mutation after other work (the
+            next step's forward and backward) does not wait for it.
 
         Settings left at None take the library's defaults (TH_DEFAULT_* in
         tensorhub.h, read back from th_client_config_init).
@@ -99,7 +102,7 @@ class Client(HandleOwner):
                  timeout: float | None = None, heartbeat: float | None = None, chunk_timeout: float | None = None,
                  max_inflight: int | None = None, retention: Retention | None = None,
                  mutation_wait: float | None = None, token: str | None = None,
-                 spill_pool: int | None = None) -> None:
+                 spill_pool: int | None = None, spill_ahead: bool | None = None) -> None:
         url = server.url if isinstance(server, Server) else server
         if retention is not None and retention not in _RETENTION:
             raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
@@ -124,6 +127,8 @@ class Client(HandleOwner):
             cfg.token = encode(token, "token")
         if spill_pool is not None:
             cfg.spill_pool_bytes = u64(spill_pool, "spill_pool")
+        if spill_ahead is not None:
+            cfg.spill_ahead = 1 if spill_ahead else 0
         out = ctypes.c_void_p()
         check(lib.th_client_create(ctypes.byref(out), ctypes.byref(cfg)))
         self._handle = Handle(out.value or 0, lib.th_client_destroy, "client")

@@ -60,6 +60,10 @@ pub struct ClientConfig {
     /// Host memory the library may hold for owned copies (spill); 0: no
     /// limit. A spill that does not fit fails with `Status::NoMemory`.
     pub spill_pool_bytes: u64,
+    /// Make the copy a spill would need right after each publish, on a
+    /// library thread: a `begin_mutation` after other work (the next step's
+    /// forward and backward) does not wait for it.
+    pub spill_ahead: bool,
 }
 
 impl ClientConfig {
@@ -77,6 +81,7 @@ impl ClientConfig {
             retention: Retention::from_raw(raw.retention),
             mutation_wait: ms(raw.mutation_wait_ms),
             spill_pool_bytes: raw.spill_pool_bytes,
+            spill_ahead: raw.spill_ahead != 0,
         }
     }
 }
@@ -126,6 +131,7 @@ impl Client {
         raw.retention = config.retention.raw();
         raw.mutation_wait_ms = millis(config.mutation_wait);
         raw.spill_pool_bytes = config.spill_pool_bytes;
+        raw.spill_ahead = config.spill_ahead.into();
         let mut out = ptr::null_mut();
         // SAFETY: the strings outlive the call; the library copies them.
         check(unsafe { sys::th_client_create(&mut out, &raw) })?;

@@ -79,6 +79,7 @@ pub const TH_DEFAULT_MAX_INFLIGHT: u32 = 8;
 pub const TH_DEFAULT_RETENTION: th_retention = TH_RETAIN_SPILL;
 pub const TH_DEFAULT_MUTATION_WAIT_MS: u32 = 5000;
 pub const TH_DEFAULT_SPILL_POOL_BYTES: u64 = 0;
+pub const TH_DEFAULT_SPILL_AHEAD: u32 = 0;
 pub const TH_DEFAULT_NUM_SHARDS: u32 = 1;
 pub const TH_DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
 pub const TH_DEFAULT_CHECKSUMS: u32 = 1;
@@ -130,6 +131,7 @@ pub struct th_client_config {
     pub mutation_wait_ms: u32,
     pub token: *const c_char,
     pub spill_pool_bytes: u64,
+    pub spill_ahead: u32,
 }
 
 #[repr(C)]

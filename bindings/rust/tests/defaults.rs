@@ -27,6 +27,7 @@ fn configs_start_from_the_headers_defaults() {
     assert_eq!(TH_DEFAULT_RETENTION, TH_RETAIN_SPILL);
     assert_eq!(client.mutation_wait, ms(TH_DEFAULT_MUTATION_WAIT_MS));
     assert_eq!(client.spill_pool_bytes, TH_DEFAULT_SPILL_POOL_BYTES);
+    assert_eq!(client.spill_ahead, TH_DEFAULT_SPILL_AHEAD != 0);
 
     let publish = PublishConfig::new("m", 1);
     assert_eq!(publish.num_shards, TH_DEFAULT_NUM_SHARDS);
