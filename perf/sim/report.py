@@ -406,14 +406,20 @@ WHY = """### What limits the missed goals, and what would fix them
   4.8x of the floor at 1,024 GPUs. The server now cuts a shard into 8 stripes
   when 24 workers or more are registered (docs/design.md, "Fan-out depth"):
   each stripe is relayed along a tree of depth ~log N, and every relay sends
-  about one shard. A stripe flows at 1/8 of a link, though, so a hop of its
-  tree costs 8 chunks' time (1.3 ms for 4 MiB at 25 GB/s), and the readers at
-  the top of the trees wait 2 ms (the client's stripe wait) before they ask
-  for the stripes they do not relay; both add to the makespan (tables above:
-  depth 6-7 at 1,024 and 10,000 GPUs). A pipelined collective (256 KiB
-  segments) pays 10 us a hop. What would close the rest: smaller chunks for
-  stripe relays (a hop is one chunk at B/K), and a stripe wait that ends
-  when the relays exist instead of after a fixed 2 ms.
+  about one shard. Two things kept the first trees at 1.2x: room is tight
+  (N places for N - 1 readers per stripe, and one stripe's relays fall a few
+  places short when N - 1 is not a multiple of 8), so a few relays took a
+  ninth reader and slowed their subtrees to 8/9; and leaves took places near
+  the top that relays needed. Now a relay of another stripe with room sends
+  the short stripe, and leaves take only relays nobody reads from in their
+  first plan: 1.07x at 1,024 GPUs, 1.09x at 10,000 (depth 6 and 7). What is
+  left is the pipeline's fill: a stripe flows at 1/8 of a link, so a hop of
+  its tree costs 8 chunks' time (1.3 ms for 4 MiB at 25 GB/s), plus the
+  200 us poll and 50 us round trip the model gives each hop, and the 2 ms
+  the top of each tree waits before asking for the stripes it does not
+  relay. A pipelined collective (256 KiB segments) pays 10 us a hop. What
+  would close the rest: a smaller read unit for stripe relays (a hop is one
+  chunk at B/K), and a stripe wait that ends when the relays exist.
 - **Planning is no longer linear in the number of replicas.** Each shard
   indexes its holders by host, rack and zone and keeps them in the policy's
   load order per datacenter, so a plan looks at the reader's neighbours and
