@@ -51,6 +51,7 @@ class Client {
     UcxWorker &ucx() { return *ucx_; }
     // What the memory for owned copies holds now.
     SpillPool::Usage spill_usage() const { return holdings_->spill_usage(); }
+    std::pair<size_t, size_t> copies_ahead() { return holdings_->copies_ahead(); }
 
   private:
     ClientConfig cfg_;

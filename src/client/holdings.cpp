@@ -279,13 +279,31 @@ void Holdings::begin_mutation(Replica &r) {
     r.mark_mutating();
 }
 
+Replica::Storage Holdings::slab_for(uint64_t bytes) {
+    // Copies of versions no longer required give their memory back first:
+    // the previous version's copy is usually what this one reuses.
+    bool have_owned;
+    {
+        std::lock_guard lk(mu_);
+        have_owned = !owned_.empty();
+    }
+    if (have_owned) {
+        try {
+            session_.beat();
+        } catch (const Error &e) {
+            TH_LOG(Info, "could not ask which owned copies may go before spilling: ", e.what());
+        }
+    }
+    return pool_.acquire(bytes);
+}
+
 void Holdings::start_ahead(const Replica &r, uint64_t total) {
     auto a = std::make_unique<AheadCopy>();
     AheadCopy *ahead = a.get();
     std::vector<Buffer> from = r.buffers();
     ahead->thread = std::thread([this, ahead, from = std::move(from), total] {
         try {
-            ahead->storage = pool_.acquire(total);
+            ahead->storage = slab_for(total);
             uint64_t offset = 0;
             for (const Buffer &b : from) {
                 Buffer nb = b;
@@ -297,13 +315,20 @@ void Holdings::start_ahead(const Replica &r, uint64_t total) {
                 offset += b.spec.nbytes;
                 ahead->buffers.push_back(nb);
             }
-            ahead->done = !ahead->stop.load();
+            ahead->done.store(!ahead->stop.load());
         } catch (const std::exception &e) {
             ahead->failed = e.what();
         }
     });
     std::lock_guard lk(ahead_mu_);
     ahead_[r.id()] = std::move(a);
+}
+
+std::pair<size_t, size_t> Holdings::copies_ahead() {
+    std::lock_guard lk(ahead_mu_);
+    size_t done = 0;
+    for (const auto &[id, a] : ahead_) done += a->done.load();
+    return {ahead_.size(), done};
 }
 
 std::unique_ptr<Holdings::AheadCopy> Holdings::remove_ahead(uint64_t replica_id) {
@@ -337,20 +362,6 @@ void Holdings::spill(const Replica &r) {
     auto started = Clock::now();
     uint64_t total = 0;
     for (const Buffer &b : r.buffers()) total += b.spec.nbytes;
-    // Copies of versions no longer required give their memory back first:
-    // the previous version's copy is usually what this one reuses.
-    bool have_owned;
-    {
-        std::lock_guard lk(mu_);
-        have_owned = !owned_.empty();
-    }
-    if (have_owned) {
-        try {
-            session_.beat();
-        } catch (const Error &e) {
-            TH_LOG(Info, "could not ask which owned copies may go before spilling: ", e.what());
-        }
-    }
     Replica::Storage storage;
     std::vector<Buffer> buffers;
     bool made_ahead = false;
@@ -359,7 +370,7 @@ void Holdings::spill(const Replica &r) {
         buffers = std::move(a->buffers);
         made_ahead = true;
     } else {
-        storage = pool_.acquire(total);
+        storage = slab_for(total);
         uint64_t offset = 0;
         for (const Buffer &b : r.buffers()) {
             Buffer nb = b;

@@ -57,6 +57,9 @@ class Holdings : public SessionListener {
     void remember(Replica *r);
     // What the memory for owned copies holds now.
     SpillPool::Usage spill_usage() const { return pool_.usage(); }
+    // Owned copies made ahead (spill_ahead) and not yet taken or dropped,
+    // and how many of them are finished.
+    std::pair<size_t, size_t> copies_ahead();
 
     // SessionListener
     void register_again(const std::function<void()> &hello, const Deadline &deadline) override;
@@ -71,6 +74,9 @@ class Holdings : public SessionListener {
     // returns the number of reads still planned onto it.
     uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);
     void spill(const Replica &r);
+    // Memory for an owned copy of `bytes`, once the copies no longer
+    // required have given theirs back.
+    Replica::Storage slab_for(uint64_t bytes);
 
     // spill_ahead: the copy a spill of a published replica would make, made
     // on a thread of its own right after the publish. A spill takes it (after
@@ -79,7 +85,7 @@ class Holdings : public SessionListener {
         Replica::Storage storage;
         std::vector<Buffer> buffers;  // the replica's, in storage
         std::atomic<bool> stop{false};
-        bool done = false;         // set by the thread: every byte copied
+        std::atomic<bool> done{false};  // set by the thread: every byte copied
         std::string failed;        // set by the thread: why it did not copy
         std::thread thread;
     };

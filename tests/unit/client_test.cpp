@@ -89,9 +89,6 @@ TEST(Client, SpillAheadMakesTheOwnedCopyBeforeTheMutationAsksForIt) {
     ClientConfig cfg;
     cfg.server_url = server.url();
     cfg.spill_ahead = true;
-    // No heartbeat meanwhile: owned copies no longer required are dropped
-    // only when a spill asks, so what the pool lends is known.
-    cfg.heartbeat_ms = 60000;
     Client client(cfg);
     constexpr uint64_t kBytes = 24 << 20;  // three pieces of the copy
     std::vector<uint8_t> a(kBytes);
@@ -104,14 +101,13 @@ TEST(Client, SpillAheadMakesTheOwnedCopyBeforeTheMutationAsksForIt) {
         std::fill(a.begin(), a.end(), static_cast<uint8_t>(v));
         auto r = client.publish("m", v, 0, 1, 1 << 20, buffers);
         if (previous) client.release(*previous);
-        // Version 1 is mutated at once; the others after the copy was made
-        // (the previous version's owned copy holds a slab, the copy made
-        // ahead another).
+        // Version 1 is mutated at once; the others after the copy was made.
         if (v > 1) {
-            EXPECT_TRUE(within_10s([&] { return client.spill_usage().lent >= kBytes * 2; }))
-                << "the copy of version " << v << " was not started at publish";
+            EXPECT_TRUE(within_10s([&] { return client.copies_ahead() == std::pair<size_t, size_t>{1, 1}; }))
+                << "the copy of version " << v << " was not made after its publish";
         }
         client.begin_mutation(*r);
+        EXPECT_EQ(client.copies_ahead().first, 0u) << "the spill took the copy";
         std::fill(a.begin(), a.end(), 0xee);  // the optimizer step
         std::vector<uint8_t> got(kBytes);
         FetchRequest req;
@@ -137,7 +133,7 @@ TEST(Client, ACopyMadeAheadThatNoSpillNeedsIsGivenBack) {
     std::vector<uint8_t> a(kBytes, 1);
     std::vector<Buffer> buffers{{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, a.data(), TH_MEM_HOST}};
     auto r1 = client.publish("m", 1, 0, 1, 1 << 20, buffers);
-    ASSERT_TRUE(within_10s([&] { return client.spill_usage().lent >= kBytes; }));
+    ASSERT_TRUE(within_10s([&] { return client.copies_ahead().second == 1; }));
     // A reader that keeps what it read: the trainer's is no longer the last copy.
     ClientConfig reader_cfg = cfg;
     reader_cfg.spill_ahead = false;
@@ -148,12 +144,14 @@ TEST(Client, ACopyMadeAheadThatNoSpillNeedsIsGivenBack) {
     FetchResult held = reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, true);
     ASSERT_TRUE(held.replica);
     client.begin_mutation(*r1);
+    EXPECT_EQ(client.copies_ahead().first, 0u);
     EXPECT_EQ(client.spill_usage().lent, 0u) << "no spill: the copy made ahead is dropped";
     client.release(*r1);
     // Released without a spill: dropped too.
     auto r2 = client.publish("m", 2, 0, 1, 1 << 20, buffers);
     ASSERT_TRUE(within_10s([&] { return client.spill_usage().lent >= kBytes; }));
     client.release(*r2, /*retain=*/false);
+    EXPECT_EQ(client.copies_ahead().first, 0u);
     EXPECT_EQ(client.spill_usage().lent, 0u);
     reader.release(*held.replica, false);
 }
