@@ -9,6 +9,11 @@ the same S bytes:
                T0 or ready at seeded random times in [0, 3 S/B]. tensorhub vs
                trainer-direct (UCX GETs from the trainer), MPI_Bcast (Open MPI,
                default and tuned pipelined), Redis (push then pull).
+  trainer_step as standalone with every reader ready at the largest N, but
+               tensorhub's trainer works 0.5 S/B between publishing and
+               mutating (its next forward and backward): its stall with the
+               owned copy made at the mutation, and made ahead
+               (th_client_config.spill_ahead).
   elastic      N hosts already hold the version; M new hosts join and fetch
                it. tensorhub vs trainer-direct.
   cross_dc     trainer in dc1, K hosts in dc2 behind a link L = B/10.
@@ -22,12 +27,13 @@ Prints a table per scenario and, last, one JSON line with every figure.
 Needs root (namespaces, tc); exits 77 (skipped) without them.
 
   cluster.py [--smoke | --quick] [--bin-dir DIR] [--server-bin PATH]
-             [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,elastic,cross_dc,prefetch]
+             [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,trainer_step,elastic,cross_dc,prefetch]
              [--chunk-kb C] [--inflight I] [--nic-queue-ms Q] [--seed N] [--out results.json]
 """
 
 import argparse
 import atexit
+import dataclasses
 import json
 import os
 import random
@@ -50,7 +56,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # How the baselines are called in the output and in results JSON.
 BASELINES = {"trainer_direct": "trainer-direct", "mpi_default": "MPI_Bcast", "mpi_tuned": "MPI_Bcast tuned",
-             "redis": "Redis", "tensorhub_prefetch": "tensorhub prefetch"}
+             "redis": "Redis", "tensorhub_prefetch": "tensorhub prefetch",
+             "tensorhub_spill_ahead": "tensorhub ahead"}
 
 
 def floor_s(size, gbit):
@@ -161,6 +168,17 @@ class Bench:
                                  "ready_offsets_s": offsets}, runs)
                     if n == 1 and variant == "ready" and "trainer_direct" in runs:
                         self.check_pair(runs["trainer_direct"], floor)
+        if "trainer_step" in a.only:
+            # The trainer works 0.5 S/B between publishing and mutating (its
+            # next forward and backward), so the readers are mid-way when it
+            # mutates: the spill copies at the mutation, or was made ahead.
+            n = max(a.ns)
+            step = 0.5 * floor
+            runs = {name: systems.tensorhub(dataclasses.replace(s, trainer_step_s=step, spill_ahead=ahead), meta,
+                                            trainer, pool[:n], [0.0] * n)
+                    for name, ahead in (("tensorhub", False), ("tensorhub_spill_ahead", True))}
+            self.record({"scenario": "trainer_step", "n": n, "step_s": step, "size_bytes": a.size,
+                         "host_gbit": a.gbit, "floor_s": floor}, runs)
         if "elastic" in a.only:
             holders, joiners = pool[:a.elastic_n], pool[a.elastic_n:a.elastic_n + a.elastic_m]
             zeros = [0.0] * len(joiners)
@@ -264,7 +282,7 @@ class Bench:
               f"MPI {'yes' if systems.mpi_available(self.setup(None, 1)) else 'not installed'}, "
               f"Redis {'yes' if systems.redis_available(self.setup(None, 1)) else 'not installed'}", flush=True)
         print(self.header(), flush=True)
-        if "standalone" in self.args.only or "elastic" in self.args.only:
+        if {"standalone", "trainer_step", "elastic"} & self.args.only:
             self.standalone()
         if "cross_dc" in self.args.only:
             self.cross_dc()
@@ -307,7 +325,7 @@ def parse():
     p.add_argument("--ns", help="reader counts, e.g. 1,2,4,8")
     p.add_argument("--ks", help="cross-dc reader counts, e.g. 1,2,4")
     p.add_argument("--elastic", default=None, help="holders,joiners, e.g. 4,4")
-    p.add_argument("--only", default="standalone,elastic,cross_dc,prefetch")
+    p.add_argument("--only", default="standalone,trainer_step,elastic,cross_dc,prefetch")
     p.add_argument("--prefetch-uses", help="prefetch scenario: how long readers keep using version 1 after "
                    "version 2 is published, in units of S/B, e.g. 0.5,2")
     p.add_argument("--baselines", default="trainer_direct,mpi,redis",
