@@ -14,6 +14,10 @@ using namespace wire;
 
 namespace {
 
+// An attempt whose timeout is noticed this much after it fell due was not
+// timed by this process: it was stopped or starved meanwhile.
+constexpr int64_t kLateTimerMs = 250;
+
 // The server announces its event URL as it bound it ("tcp://0.0.0.0:port" when
 // it listens on all interfaces): dial the host we reach the server at instead.
 std::string reachable_events_url(const std::string &server_url, const std::string &events_url) {
@@ -188,12 +192,15 @@ void ServerSession::try_fail_over(const std::shared_ptr<RpcClient> &from, const 
 }
 
 Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover_asked) {
+    bool asked_again = false;
     for (int reregistered = 0;;) {
         // A leaving worker (and a heartbeat in flight as it leaves) gives up
         // where it would fail over or register again.
         bool recover = recover_asked && !stop_.load();
         std::shared_ptr<RpcClient> rpc = this->rpc();
         Bytes reply;
+        int32_t attempt_ms = 0;
+        Clock::time_point started{};
         try {
             Builder b(512);
             // With servers to fail over to, one server may use only half of
@@ -202,6 +209,8 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             // call waiting on a server that died ends by then and goes on.
             int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
             Deadline attempt = recover_asked && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
+            attempt_ms = attempt.remaining_ms();
+            started = Clock::now();
             reply = rpc->call(build(b, header()), attempt);
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.
@@ -211,6 +220,19 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             // is left for the next; should it come back, epochs fence it.
             bool next = e.code() == TH_ERR_UNAVAILABLE || e.code() == TH_ERR_TIMEOUT;
             if (!recover || !next || !can_fail_over() || deadline.expired()) throw;
+            // The attempt's timer fired well after the attempt's end: this
+            // process was stopped (SIGSTOP, a debugger) or starved meanwhile,
+            // and the server's answer may be waiting in the socket. No sign
+            // of a dead server: failing over would make the next one take
+            // over while this one still serves the other workers, splitting
+            // them between two. Ask the same server again, once.
+            auto late = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count() - attempt_ms;
+            if (!asked_again && late > kLateTimerMs) {
+                asked_again = true;
+                TH_LOG(Warn, "server ", rpc->url(), ": ", e.what(), ", but this process was not running for ", late,
+                       " ms of that; asking it again");
+                continue;
+            }
             try_fail_over(rpc, e.what(), false, deadline);
             continue;
         }

@@ -345,3 +345,38 @@ TEST(Failover, AVersionCommittedBeforeATakeoverStaysCommittedWithAShardGone) {
     for (th_replica *r : {held, p20, p21}) th_replica_release(r);
     for (th_client *c : {late, rd, pub}) th_client_destroy(c);
 }
+
+// A worker stopped (SIGSTOP, a debugger) while its call waits on a slow
+// server comes back after the call's time: the answer is in its socket, and
+// its timer fires late. That is no sign of a dead server. Failing over would
+// make the standby take over while the primary still serves everyone else,
+// splitting the workers between two servers; the worker asks the primary
+// again instead.
+TEST(Failover, AWorkerStoppedDuringACallDoesNotFailOverFromALiveServer) {
+    ServerProc standby(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary;
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    const std::string both = primary.url + "," + standby.url;
+    // Heartbeats every 100 ms; with two servers a call tries one for at most
+    // half its 2 s timeout.
+    Process pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "pz", "--shard-kb", "1024",
+                     "--heartbeat-ms", "100", "--timeout-ms", "2000"}));
+    ASSERT_EQ(pub.line().rfind("ready", 0), 0u);
+    const uint64_t standby_epoch = standby.epoch();
+    for (int i = 0; i < 3; ++i) {
+        kill(primary.proc.pid(), SIGSTOP);  // the trainer's next heartbeat waits on it
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        kill(pub.pid(), SIGSTOP);
+        kill(primary.proc.pid(), SIGCONT);  // it answers into the stopped worker's socket
+        std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // past the 1 s the call had
+        kill(pub.pid(), SIGCONT);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    EXPECT_EQ(standby.epoch(), standby_epoch) << "the standby took over from a live primary";
+    nlohmann::json s = server_status(primary.url);
+    bool listed = false;
+    for (const auto &w : s["workers"]) listed |= w["name"] == "trainer";
+    EXPECT_TRUE(listed) << s.dump(1);
+    EXPECT_EQ(pub.stop(), 0);
+}
