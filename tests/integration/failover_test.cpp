@@ -216,6 +216,17 @@ struct ServerProc {
     uint64_t epoch() { return server_status(url)["server_epoch"].get<uint64_t>(); }
 };
 
+// A primary and a standby listed after it; new clients start on the primary
+// (the newer epoch).
+struct PrimaryAndStandby {
+    ServerProc standby{true};
+    ServerProc primary = [] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+        return ServerProc();
+    }();
+    std::string both = primary.url + "," + standby.url;
+};
+
 }  // namespace
 
 TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
@@ -283,11 +294,9 @@ TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
 // from "not re-declared yet", so the reader asks again until the trainer has
 // re-registered there, instead of being told the model does not exist.
 TEST(Failover, ANewReaderReachingTheStandbyFirstWaitsForTheHolders) {
-    ServerProc standby(true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
-    ServerProc primary;
+    PrimaryAndStandby servers;
+    auto &[standby, primary, both] = servers;
     ASSERT_GT(primary.epoch(), standby.epoch());
-    const std::string both = primary.url + "," + standby.url;
     // The trainer notices the dead server only after its 1.5 s timeout.
     Process pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "sb", "--shard-kb", "1024",
                      "--heartbeat-ms", "300", "--timeout-ms", "1500"}));
@@ -307,10 +316,8 @@ TEST(Failover, ANewReaderReachingTheStandbyFirstWaitsForTheHolders) {
 // publisher had let the other go): its reader of the missing shard hears
 // "no live holder", as before the takeover, not "not committed".
 TEST(Failover, AVersionCommittedBeforeATakeoverStaysCommittedWithAShardGone) {
-    ServerProc standby(true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
-    ServerProc primary;
-    const std::string both = primary.url + "," + standby.url;
+    PrimaryAndStandby servers;
+    auto &[standby, primary, both] = servers;
     const uint64_t kBytes = 256 << 10;
     th_client *pub = connect(both, "trainer", 1500);
     th_client *rd = connect(both, "reader", 1500);
@@ -353,11 +360,9 @@ TEST(Failover, AVersionCommittedBeforeATakeoverStaysCommittedWithAShardGone) {
 // splitting the workers between two servers; the worker asks the primary
 // again instead.
 TEST(Failover, AWorkerStoppedDuringACallDoesNotFailOverFromALiveServer) {
-    ServerProc standby(true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
-    ServerProc primary;
+    PrimaryAndStandby servers;
+    auto &[standby, primary, both] = servers;
     ASSERT_GT(primary.epoch(), standby.epoch());
-    const std::string both = primary.url + "," + standby.url;
     // Heartbeats every 100 ms; with two servers a call tries one for at most
     // half its 2 s timeout.
     Process pub(worker({"publish", "--server", both, "--name", "trainer", "--model", "pz", "--shard-kb", "1024",
