@@ -15,9 +15,29 @@ namespace th {
 using namespace wire;
 
 namespace {
-// A copy made ahead goes in pieces this large: a release stops it within a
-// few ms.
-constexpr uint64_t kAheadPiece = 8 << 20;
+
+// An owned copy is made in pieces this large: a release stops a copy made
+// ahead within a few ms.
+constexpr uint64_t kCopyPiece = 8 << 20;
+
+// Copies the replica's buffers one after the other into host memory at
+// `into`, until done or *stop (if given) is set; returns them as they lie there.
+std::vector<Buffer> copy_buffers(uint8_t *into, const std::vector<Buffer> &from, const std::atomic<bool> *stop) {
+    std::vector<Buffer> out;
+    uint64_t offset = 0;
+    for (const Buffer &b : from) {
+        Buffer nb = b;
+        nb.data = into + offset;
+        nb.kind = TH_MEM_HOST;
+        for (uint64_t at = 0; at < b.spec.nbytes && !(stop && stop->load()); at += kCopyPiece)
+            copy_to_host(static_cast<uint8_t *>(nb.data) + at, static_cast<const uint8_t *>(b.data) + at,
+                         std::min(kCopyPiece, b.spec.nbytes - at), b.kind);
+        offset += b.spec.nbytes;
+        out.push_back(nb);
+    }
+    return out;
+}
+
 }  // namespace
 
 Holdings::Holdings(const ClientConfig &cfg, uint64_t worker_id, ServerSession &session, UcxWorker &ucx,
@@ -304,17 +324,7 @@ void Holdings::start_ahead(const Replica &r, uint64_t total) {
     ahead->thread = std::thread([this, ahead, from = std::move(from), total] {
         try {
             ahead->storage = slab_for(total);
-            uint64_t offset = 0;
-            for (const Buffer &b : from) {
-                Buffer nb = b;
-                nb.data = ahead->storage.data() + offset;
-                nb.kind = TH_MEM_HOST;
-                for (uint64_t at = 0; at < b.spec.nbytes && !ahead->stop.load(); at += kAheadPiece)
-                    copy_to_host(static_cast<uint8_t *>(nb.data) + at, static_cast<const uint8_t *>(b.data) + at,
-                                 std::min(kAheadPiece, b.spec.nbytes - at), b.kind);
-                offset += b.spec.nbytes;
-                ahead->buffers.push_back(nb);
-            }
+            ahead->buffers = copy_buffers(ahead->storage.data(), from, &ahead->stop);
             ahead->done.store(!ahead->stop.load());
         } catch (const std::exception &e) {
             ahead->failed = e.what();
@@ -371,15 +381,7 @@ void Holdings::spill(const Replica &r) {
         made_ahead = true;
     } else {
         storage = slab_for(total);
-        uint64_t offset = 0;
-        for (const Buffer &b : r.buffers()) {
-            Buffer nb = b;
-            nb.data = storage.data() + offset;
-            nb.kind = TH_MEM_HOST;
-            copy_to_host(nb.data, b.data, b.spec.nbytes, b.kind);
-            offset += b.spec.nbytes;
-            buffers.push_back(nb);
-        }
+        buffers = copy_buffers(storage.data(), r.buffers(), nullptr);
     }
     auto copied = Clock::now();
     if (faults().spill_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().spill_delay_us));

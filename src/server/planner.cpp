@@ -115,10 +115,10 @@ ReplicaInfo *Planner::relay(const Request &req, const WorkerInfo &reader, ShardI
     // another stripe (leaves of this tree) take only a relay nobody reads
     // from yet in their first plan: the places are kept for relays of the
     // stripe planning after them, so that relays fill the top of the tree
-    // and leaves its bottom; leaves take the rest when they ask again. Beyond its room (a reader planning again that
-    // found no other sender with room), a full relay takes up to twice its
-    // room, the least loaded first: a relay sending more for a while beats a
-    // chain of followers.
+    // and leaves its bottom; leaves take the rest when they ask again.
+    // Beyond its room (a reader planning again that found no other sender
+    // with room), a full relay takes up to twice its room, the least loaded
+    // first: a relay sending more for a while beats a chain of followers.
     if (beyond_room) return first_plan ? nullptr : first_of(2, 2 * cap);
     if (home) {
         ReplicaInfo *roomy = first_of(0, cap), *some = first_of(1, cap);
