@@ -27,6 +27,8 @@ options: --workload standalone|elastic_join|cross_dc  --method tensorhub|trainer
   --readers N --holders N --size-mb X --chunk-kb X --host-gbit G --wan-gbit G --stagger-s S
   --hosts-per-rack N --rack-oversub X --preempt K --train-step-s S --heartbeat-ms MS --seed S
   --stripes K (tensorhub: stripes per shard; 0: as the server decides, 1: chains)
+  --stripe-wait-ms MS (tensorhub: how long a striped reader waits before asking for the stripes left
+                       out of its first plan; default the client's, 2)
 )";
 
 Workload workload_of(const std::string &name) {
@@ -52,6 +54,7 @@ Setup setup_of(const th_support::Args &a) {
     s.heartbeat_ms = static_cast<uint32_t>(a.get_u64("heartbeat-ms", 0));
     s.seed = a.get_u64("seed", 1);
     s.stripes = static_cast<uint32_t>(a.get_u64("stripes", s.stripes));
+    s.stripe_wait_s = a.get_double("stripe-wait-ms", s.stripe_wait_s * 1e3) / 1e3;
     if (s.readers == 0 || s.size_bytes == 0 || s.chunk_bytes == 0 || s.host_bps <= 0)
         throw std::runtime_error("readers, size, chunk and host bandwidth must be positive");
     if (s.workload == Workload::CrossDc && s.wan_bps <= 0) throw std::runtime_error("cross_dc needs --wan-gbit > 0");
@@ -74,7 +77,8 @@ int main(int argc, char **argv) {
         th_support::Args a(argc, argv, {"smoke", "quick", "help", "list-parts"});
         auto bad = a.unknown({"smoke", "quick", "help", "list-parts", "parts", "validate", "json", "report", "workload", "method", "readers",
                               "holders", "size-mb", "chunk-kb", "host-gbit", "wan-gbit", "stagger-s", "hosts-per-rack",
-                              "rack-oversub", "preempt", "train-step-s", "heartbeat-ms", "seed", "stripes"});
+                              "rack-oversub", "preempt", "train-step-s", "heartbeat-ms", "seed", "stripes",
+                              "stripe-wait-ms"});
         if (!bad.empty()) throw std::runtime_error("unknown option --" + bad[0]);
         if (a.has("help")) {
             std::fputs(kUsage, stdout);
