@@ -200,7 +200,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         std::shared_ptr<RpcClient> rpc = this->rpc();
         Bytes reply;
         int32_t attempt_ms = 0;
-        Clock::time_point started{};
+        Clock::time_point started = Clock::now();
         try {
             Builder b(512);
             // With servers to fail over to, one server may use only half of
@@ -210,7 +210,6 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
             Deadline attempt = recover_asked && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
             attempt_ms = attempt.remaining_ms();
-            started = Clock::now();
             reply = rpc->call(build(b, header()), attempt);
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.
