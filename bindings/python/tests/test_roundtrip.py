@@ -263,6 +263,23 @@ def test_begin_mutation_spills_the_last_copy(pub: tensorhub.Client, reader: tens
     assert_same(expected, dst)
 
 
+def test_spill_ahead_keeps_the_version_the_trainer_overwrites(server: tensorhub.Server,
+                                                              reader: tensorhub.Client) -> None:
+    with connect(server, "ahead", spill_ahead=True) as trainer:
+        for version in (1, 2):
+            src = weights(20 + version)
+            expected = {k: v.copy() for k, v in src.items()}
+            replica = trainer.publish("m", version, src)  # the owned copy starts now
+            time.sleep(0.05)                              # the next step's forward and backward
+            replica.begin_mutation()                      # finds the copy made (or its rest)
+            for a in src.values():
+                a[...] = 0
+            replica.release()
+            dst = empty_like(expected)
+            assert reader.fetch("m", version=version, into=dst) == version
+            assert_same(expected, dst)
+
+
 def test_pin_and_unpin(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
     pub.publish("m", 1, weights(14))
     reader.pin("m", 1)
