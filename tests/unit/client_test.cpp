@@ -10,6 +10,26 @@
 
 using namespace th;
 
+namespace {
+
+// Waits (up to 10 s) until pred() holds.
+template <typename Pred>
+bool within_10s(Pred pred) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+}
+
+// The bytes of v as the one tensor of a shard.
+std::vector<Buffer> one_tensor(std::vector<uint8_t> &v) {
+    return {{{"a", TH_DTYPE_UINT8, {static_cast<int64_t>(v.size())}, v.size()}, v.data(), TH_MEM_HOST}};
+}
+
+}  // namespace
+
 TEST(Client, PublishingALaterVersionFromTheSameBuffersRegistersNothingNew) {
     Server server("tcp://127.0.0.1:0", ServiceConfig{});
     ClientConfig cfg;
@@ -42,7 +62,7 @@ TEST(Client, OwnedCopiesReuseTheSpillPoolAcrossVersions) {
     Client client(cfg);
     constexpr uint64_t kBytes = 3 << 20;
     std::vector<uint8_t> a(kBytes);
-    std::vector<Buffer> buffers{{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, a.data(), TH_MEM_HOST}};
+    std::vector<Buffer> buffers = one_tensor(a);
     std::unique_ptr<Replica> previous;
     for (uint64_t v = 1; v <= 6; ++v) {
         std::fill(a.begin(), a.end(), static_cast<uint8_t>(v));
@@ -59,25 +79,10 @@ TEST(Client, OwnedCopiesReuseTheSpillPoolAcrossVersions) {
     FetchRequest req;
     req.model = "m";
     Client reader(cfg);
-    reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, false);
+    reader.fetch(req, one_tensor(got), false);
     EXPECT_EQ(got, std::vector<uint8_t>(kBytes, 6));
     client.release(*previous);
 }
-
-namespace {
-
-// Waits (up to 10 s) until pred() holds.
-template <typename Pred>
-bool within_10s(Pred pred) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > until) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return true;
-}
-
-}  // namespace
 
 // spill_ahead: the copy a spill needs is made right after each publish, so a
 // mutation that comes after other work finds it made (its slab is lent
@@ -92,7 +97,7 @@ TEST(Client, SpillAheadMakesTheOwnedCopyBeforeTheMutationAsksForIt) {
     Client client(cfg);
     constexpr uint64_t kBytes = 24 << 20;  // three pieces of the copy
     std::vector<uint8_t> a(kBytes);
-    std::vector<Buffer> buffers{{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, a.data(), TH_MEM_HOST}};
+    std::vector<Buffer> buffers = one_tensor(a);
     ClientConfig reader_cfg = cfg;
     reader_cfg.spill_ahead = false;
     Client reader(reader_cfg);
@@ -113,7 +118,7 @@ TEST(Client, SpillAheadMakesTheOwnedCopyBeforeTheMutationAsksForIt) {
         FetchRequest req;
         req.model = "m";
         req.version = v;
-        reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, false);
+        reader.fetch(req, one_tensor(got), false);
         EXPECT_EQ(got, std::vector<uint8_t>(kBytes, static_cast<uint8_t>(v))) << "version " << v;
         previous = std::move(r);
     }
@@ -131,7 +136,7 @@ TEST(Client, ACopyMadeAheadThatNoSpillNeedsIsGivenBack) {
     Client client(cfg);
     constexpr uint64_t kBytes = 4 << 20;
     std::vector<uint8_t> a(kBytes, 1);
-    std::vector<Buffer> buffers{{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, a.data(), TH_MEM_HOST}};
+    std::vector<Buffer> buffers = one_tensor(a);
     auto r1 = client.publish("m", 1, 0, 1, 1 << 20, buffers);
     ASSERT_TRUE(within_10s([&] { return client.copies_ahead().second == 1; }));
     // A reader that keeps what it read: the trainer's is no longer the last copy.
@@ -141,7 +146,7 @@ TEST(Client, ACopyMadeAheadThatNoSpillNeedsIsGivenBack) {
     std::vector<uint8_t> got(kBytes);
     FetchRequest req;
     req.model = "m";
-    FetchResult held = reader.fetch(req, {{{"a", TH_DTYPE_UINT8, {kBytes}, kBytes}, got.data(), TH_MEM_HOST}}, true);
+    FetchResult held = reader.fetch(req, one_tensor(got), true);
     ASSERT_TRUE(held.replica);
     client.begin_mutation(*r1);
     EXPECT_EQ(client.copies_ahead().first, 0u);
