@@ -12,7 +12,9 @@
 //
 // Each lane (UCX_TLS: tcp, the path between hosts, where tensorhub pulls
 // with active messages; sm, shared memory and cma on one host, where it reads
-// one-sided) is measured with fresh processes. The CPU time the holder (the
+// one-sided; cuda, device memory on both sides over cuda_ipc, measured by
+// default where a CUDA device is present; tcp-cuda, device memory staged
+// through the host over tcp) is measured with fresh processes. The CPU time the holder (the
 // publisher; for the raw pair, the target) spent while being read is reported
 // per GiB served: about zero on one-sided lanes.
 //
@@ -22,7 +24,7 @@
 // fetches once with every chunk verified, reported beside it.
 //
 //   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
-//                         [--inflight 8] [--tensors 4] [--lanes tcp,sm] [--smoke]
+//                         [--inflight 8] [--tensors 4] [--lanes tcp,sm[,cuda]] [--smoke]
 //
 // Prints a table per lane and, last, one JSON line: the largest size of each
 // lane, with fetch_gbps, raw_gbps, ratio and transport.
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "bench_memory.hpp"
 #include "bench_proc.hpp"
 #include "bench_util.hpp"
 #include "host_shard.hpp"
@@ -56,10 +59,25 @@ struct Options {
     uint64_t chunk_bytes = 4ull << 20;
     unsigned inflight = 8;
     unsigned tensors = 4;
-    // UCX_TLS of each measured lane: tcp (between hosts) and sm (shared
-    // memory and cma, one host).
-    std::vector<std::string> lanes = {"tcp", "sm"};
+    // The lanes measured (see Lane): tcp, sm, and cuda where a device is.
+    std::vector<std::string> lanes;
+    // A child's buffers (the parent passes each lane's to its children).
+    Memory memory = Memory::Host;
 };
+
+// A measured lane: the UCX transports both pairs may use, and where their
+// buffers live. Any other name is taken as a UCX_TLS value over host memory.
+struct Lane {
+    std::string name;
+    std::string tls;
+    Memory memory = Memory::Host;
+};
+
+Lane lane_named(const std::string &name) {
+    if (name == "cuda") return {name, "sm,cuda_copy,cuda_ipc", Memory::Cuda};
+    if (name == "tcp-cuda") return {name, "tcp,cuda_copy", Memory::Cuda};
+    return {name, name, Memory::Host};
+}
 
 // How long one command may take (a fill, a transfer, a verification) before
 // it counts as hung: generous, since the machine may be slow and noisy.
@@ -76,18 +94,20 @@ void check(th_status st, const char *what) {
 // Shards: the tensors published and fetched.
 
 struct Shard {
-    std::vector<PageBuffer> buffers;
+    std::vector<Buffer> buffers;
     std::vector<std::string> names;
     std::vector<th_tensor> views;
 
-    Shard(uint64_t bytes, unsigned tensors) {
+    Shard(uint64_t bytes, unsigned tensors, Memory memory) {
         uint64_t per = bytes / tensors;
         for (unsigned t = 0; t < tensors; ++t) {
-            buffers.emplace_back(per);
+            buffers.emplace_back(per, memory);
             names.push_back("layers." + std::to_string(t) + ".weight");
         }
-        for (unsigned t = 0; t < tensors; ++t)
+        for (unsigned t = 0; t < tensors; ++t) {
             views.push_back(th_support::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffers[t].data(), per));
+            views.back().mem_kind = buffers[t].kind();
+        }
     }
     void clear() {
         for (auto &b : buffers) b.clear();
@@ -96,12 +116,10 @@ struct Shard {
 
 // Tensor t of a version holds pattern_seed(version, 0, t); the raw buffer is
 // tensor 0.
-void fill(PageBuffer &b, uint64_t version, unsigned t) {
-    th_support::fill_pattern(b.data(), b.size(), th_support::pattern_seed(version, 0, t));
-}
+void fill(Buffer &b, uint64_t version, unsigned t) { b.fill(th_support::pattern_seed(version, 0, t)); }
 
-void verify(const PageBuffer &b, uint64_t version, unsigned t) {
-    size_t bad = th_support::check_pattern(b.data(), b.size(), th_support::pattern_seed(version, 0, t));
+void verify(const Buffer &b, uint64_t version, unsigned t) {
+    size_t bad = b.check(th_support::pattern_seed(version, 0, t));
     if (bad != b.size()) fail("version ", version, " tensor ", t, ": wrong byte at offset ", bad);
 }
 
@@ -136,7 +154,7 @@ int run_publisher(const std::string &url, const Options &o) {
          [&](const std::vector<std::string> &a) {
              if (replica) release();
              uint64_t version = to_u64(a.at(1));
-             shard = std::make_unique<Shard>(to_u64(a.at(2)), o.tensors);
+             shard = std::make_unique<Shard>(to_u64(a.at(2)), o.tensors, o.memory);
              for (unsigned t = 0; t < o.tensors; ++t) fill(shard->buffers[t], version, t);
              th_publish_config pc;
              th_publish_config_init(&pc, sizeof pc);
@@ -165,7 +183,7 @@ int run_reader(const std::string &url, const Options &o) {
     std::map<std::string, Handler> handlers = {
         {"prepare",
          [&](const std::vector<std::string> &a) {
-             shard = std::make_unique<Shard>(to_u64(a.at(0)), o.tensors);
+             shard = std::make_unique<Shard>(to_u64(a.at(0)), o.tensors, o.memory);
              shard->clear();
              return std::string();
          }},
@@ -204,9 +222,9 @@ int run_reader(const std::string &url, const Options &o) {
 }
 
 // address -> HEX | expose VERSION BYTES -> REMOTE RKEY | unexpose
-int run_raw_target() {
+int run_raw_target(const Options &o) {
     RawTarget target;
-    PageBuffer buffer;
+    Buffer buffer;
     std::map<std::string, Handler> handlers = {
         {"address",
          [&](const std::vector<std::string> &) {
@@ -216,7 +234,7 @@ int run_raw_target() {
         {"expose",
          [&](const std::vector<std::string> &a) {
              target.unexpose();
-             buffer = PageBuffer(to_u64(a.at(1)));
+             buffer = Buffer(to_u64(a.at(1)), o.memory);
              fill(buffer, to_u64(a.at(0)), 0);
              auto rkey = target.expose(buffer);
              return str(reinterpret_cast<uintptr_t>(buffer.data()), " ", to_hex(rkey.data(), rkey.size()));
@@ -224,7 +242,7 @@ int run_raw_target() {
         {"unexpose",
          [&](const std::vector<std::string> &) {
              target.unexpose();
-             buffer = PageBuffer();
+             buffer = Buffer();
              return std::string();
          }},
     };
@@ -234,7 +252,7 @@ int run_raw_target() {
 // connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | get -> SECONDS | verify VERSION | drop
 int run_raw_reader(const Options &o) {
     RawReader reader;
-    PageBuffer buffer;
+    Buffer buffer;
     std::map<std::string, Handler> handlers = {
         {"connect",
          [&](const std::vector<std::string> &a) {
@@ -244,7 +262,7 @@ int run_raw_reader(const Options &o) {
         {"prepare",
          [&](const std::vector<std::string> &a) {
              reader.unbind();
-             buffer = PageBuffer(to_u64(a.at(0)));
+             buffer = Buffer(to_u64(a.at(0)), o.memory);
              buffer.clear();
              reader.bind(to_u64(a.at(1)), from_hex(a.at(2)), buffer);
              return std::string();
@@ -262,7 +280,7 @@ int run_raw_reader(const Options &o) {
         {"drop",
          [&](const std::vector<std::string> &) {
              reader.unbind();
-             buffer = PageBuffer();
+             buffer = Buffer();
              return std::string();
          }},
     };
@@ -275,7 +293,8 @@ int run_raw_reader(const Options &o) {
 struct Result {
     uint64_t size_mb = 0;  // as asked for
     uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
-    std::string transport;  // the lane: UCX_TLS for both pairs
+    std::string transport;  // the lane's name (Lane)
+    Memory memory = Memory::Host;
     std::vector<double> fetch_gbps, raw_gbps;
     std::vector<double> verify_all_gbps;  // tensorhub, every chunk checked
     std::vector<double> verify_off_gbps;  // tensorhub, no chunk checked
@@ -294,11 +313,12 @@ struct Result {
 
 class Bench {
   public:
-    Bench(const std::string &url, const Options &o) : o_(o) {
+    Bench(const std::string &url, const Options &o, Memory memory) : o_(o) {
         std::vector<std::string> common = {"tensorhub-fetch-bench", "--server", url,
                                            "--chunk-kb", std::to_string(o.chunk_bytes >> 10),
                                            "--inflight", std::to_string(o.inflight),
-                                           "--tensors", std::to_string(o.tensors)};
+                                           "--tensors", std::to_string(o.tensors),
+                                           "--memory", memory_name(memory)};
         auto start = [&](const char *name, const char *role) {
             auto args = common;
             args.insert(args.end(), {"--role", role});
@@ -377,7 +397,7 @@ std::string range(const std::vector<double> &v) {
     return str(std::fixed, std::setprecision(2), *lo, "-", *hi);
 }
 
-void print_header(const Options &o, const std::string &transports) {
+void print_header(const Options &o, const Lane &lane, const std::string &transports) {
     auto env = [](const char *name) {
         const char *v = std::getenv(name);
         return std::string(v ? v : "(UCX default)");
@@ -385,8 +405,9 @@ void print_header(const Options &o, const std::string &transports) {
     std::printf("tensorhub %s fetch benchmark: 1 publisher -> 1 reader, %u tensors per shard, chunk %s, %u reads in flight, "
                 "median of %u\n",
                 th_version(), o.tensors, human_bytes(double(o.chunk_bytes)).c_str(), o.inflight, o.reps);
-    std::printf("transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n", transports.c_str(),
-                env("UCX_TLS").c_str(), env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
+    std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
+                lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
+                env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
     std::printf("%10s %15s %10s %7s   %-17s %-17s %-22s %14s %14s %18s\n", "size", "tensorhub GB/s", "raw GB/s",
                 "ratio", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s",
                 "verify-off GB/s", "publish s/GiB");
@@ -404,10 +425,10 @@ void print_row(const Result &r) {
 std::string json_fields(const Result &r) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "\"transport\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f,"
+                  "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f,"
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f",
-                  r.transport.c_str(), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio(),
+                  r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib());
     return buf;
@@ -431,7 +452,7 @@ void print_json(const std::vector<Result> &largest) {
 
 // Sets (or clears) the UCX settings of the lane's transports, except those
 // the user set before the benchmark started.
-void lane_env(const std::string &lane) {
+void lane_env(const std::string &tls) {
     static const std::map<std::string, std::string> user = [] {
         std::map<std::string, std::string> m;
         for (const char *name : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "UCX_POSIX_ERROR_HANDLING",
@@ -439,8 +460,8 @@ void lane_env(const std::string &lane) {
             if (const char *v = std::getenv(name)) m[name] = v;
         return m;
     }();
-    bool tcp = lane.find("tcp") != std::string::npos || lane == "all";
-    bool sm = lane.find("sm") != std::string::npos || lane == "all";
+    bool tcp = tls.find("tcp") != std::string::npos || tls == "all";
+    bool sm = tls.find("sm") != std::string::npos || tls == "all";
     auto set = [&](const char *name, const char *value, bool used) {
         if (user.count(name)) return;
         if (used)
@@ -464,20 +485,26 @@ int run_parent(const Options &o) {
     std::unique_ptr<th_server, decltype(&th_server_destroy)> server(raw_server, th_server_destroy);
     std::vector<Result> largest;
     uint64_t index = 0;
-    for (const std::string &lane : o.lanes) {
+    std::vector<std::string> names = o.lanes;
+    if (names.empty()) names = cuda_usable() ? std::vector<std::string>{"tcp", "sm", "cuda"} : std::vector<std::string>{"tcp", "sm"};
+    for (const std::string &name : names) {
+        Lane lane = lane_named(name);
+        if (lane.memory == Memory::Cuda && !cuda_usable())
+            fail("lane ", name, " reads CUDA device memory, and no CUDA device is usable here");
         // The children inherit the lane; each pair runs over it alone, with
         // the settings libtensorhub applies to its own contexts
         // (src/transport/ucx_env.cpp) given to the raw pair as well, but only
         // those the lane uses (UCX warns, on stdout, of unused ones).
-        setenv("UCX_TLS", lane.c_str(), 1);
-        lane_env(lane);
+        setenv("UCX_TLS", lane.tls.c_str(), 1);
+        lane_env(lane.tls);
         // Children are killed by Bench's destructor if anything below fails.
-        Bench bench(th_server_url(server.get()), o);
-        print_header(o, bench.transports());
+        Bench bench(th_server_url(server.get()), o, lane.memory);
+        print_header(o, lane, bench.transports());
         std::vector<Result> results;
         for (uint64_t mb : o.sizes_mb) {
             results.push_back(bench.measure(mb, index++));
-            results.back().transport = lane;
+            results.back().transport = lane.name;
+            results.back().memory = lane.memory;
             print_row(results.back());
         }
         bench.finish();
@@ -506,6 +533,11 @@ Options parse(const th_support::Args &args) {
     o.inflight = static_cast<unsigned>(args.get_u64("inflight", o.inflight));
     o.tensors = static_cast<unsigned>(args.get_u64("tensors", o.tensors));
     if (args.has("lanes")) o.lanes = split(args.get("lanes"), ',');
+    std::string memory = args.get("memory");
+    if (memory == "cuda")
+        o.memory = Memory::Cuda;
+    else if (!memory.empty() && memory != "host")
+        fail("--memory must be host or cuda");
     if (o.sizes_mb.empty() || o.reps < 1 || o.chunk_bytes == 0 || o.inflight < 1 || o.tensors < 1)
         fail("--sizes-mb, --reps, --chunk-kb, --inflight and --tensors must be positive");
     for (uint64_t mb : o.sizes_mb)
@@ -520,10 +552,12 @@ int main(int argc, char **argv) {
         th_support::Args args(argc, argv, {"help", "smoke"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096] "
-                        "[--inflight 8] [--tensors 4] [--lanes tcp,sm] [--smoke]\n");
+                        "[--inflight 8] [--tensors 4] [--lanes tcp,sm[,cuda]] [--smoke]\n"
+                        "lanes: tcp, sm, cuda (device memory over cuda_ipc; default where a CUDA device is),\n"
+                        "tcp-cuda (device memory over tcp), or any other UCX_TLS value over host memory\n");
             return 0;
         }
-        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "inflight", "tensors", "lanes", "smoke", "role", "server"});
+        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "inflight", "tensors", "lanes", "smoke", "role", "server", "memory"});
         if (!bad.empty()) fail("unknown option --", bad[0], " (see --help)");
         Options o = parse(args);
         ensure_std_fds();
@@ -531,7 +565,7 @@ int main(int argc, char **argv) {
         if (role.empty()) return run_parent(o);
         if (role == "publisher") return run_publisher(args.get("server"), o);
         if (role == "reader") return run_reader(args.get("server"), o);
-        if (role == "raw-target") return run_raw_target();
+        if (role == "raw-target") return run_raw_target(o);
         if (role == "raw-reader") return run_raw_reader(o);
         fail("unknown role '", role, "'");
     } catch (const std::exception &e) {

@@ -23,6 +23,10 @@ ucs_status_t wait_request(ucp_worker_h worker, ucs_status_ptr_t req, Clock::time
     return st;
 }
 
+ucs_memory_type_t ucs_memory(const Buffer &buf) {
+    return buf.memory() == Memory::Cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
+
 }  // namespace
 
 RawWorker::RawWorker() {
@@ -59,12 +63,12 @@ std::vector<uint8_t> RawWorker::address() const {
     return out;
 }
 
-RawRegion::RawRegion(ucp_context_h context, void *data, size_t n) : context_(context) {
+RawRegion::RawRegion(ucp_context_h context, const Buffer &buf) : context_(context) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-    mp.address = data;
-    mp.length = n;
-    mp.memory_type = UCS_MEMORY_TYPE_HOST;
+    mp.address = buf.data();
+    mp.length = buf.size();
+    mp.memory_type = ucs_memory(buf);
     check(ucp_mem_map(context_, &mp, &memh_), "ucp_mem_map");
 }
 
@@ -87,9 +91,9 @@ RawTarget::~RawTarget() {
     progress_.join();
 }
 
-std::vector<uint8_t> RawTarget::expose(const PageBuffer &buf) {
+std::vector<uint8_t> RawTarget::expose(const Buffer &buf) {
     region_.reset();
-    region_ = std::make_unique<RawRegion>(ucx_.context(), buf.data(), buf.size());
+    region_ = std::make_unique<RawRegion>(ucx_.context(), buf);
     return region_->packed_rkey();
 }
 
@@ -162,13 +166,13 @@ std::string RawReader::transports() const {
     return out.empty() ? "unknown" : out;
 }
 
-void RawReader::bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const PageBuffer &local) {
+void RawReader::bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const Buffer &local) {
     if (ep_ == nullptr) fail("not connected");
     unbind();
     check(ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey_), "ucp_ep_rkey_unpack");
     remote_ = remote;
     local_ = &local;
-    local_region_ = std::make_unique<RawRegion>(ucx_.context(), local.data(), local.size());
+    local_region_ = std::make_unique<RawRegion>(ucx_.context(), local);
 }
 
 void RawReader::unbind() {
@@ -198,10 +202,12 @@ double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point de
     if (inflight_ != 0) fail("GETs of an earlier read are still in flight");
     get_status_ = UCS_OK;
     ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH |
+                       UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     prm.cb.send = &RawReader::on_get_done;
     prm.user_data = this;
     prm.memh = local_region_->memh();
+    prm.memory_type = ucs_memory(*local_);
     const size_t n = local_->size();
     auto t0 = Clock::now();
     for (size_t issued = 0; issued < n || inflight_ > 0;) {

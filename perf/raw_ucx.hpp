@@ -16,6 +16,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "bench_memory.hpp"
 #include "bench_util.hpp"
 
 namespace th_bench {
@@ -40,7 +41,7 @@ class RawWorker {
 // A buffer registered with a context.
 class RawRegion {
   public:
-    RawRegion(ucp_context_h context, void *data, size_t n);
+    explicit RawRegion(ucp_context_h context, const Buffer &buf);
     ~RawRegion();
     RawRegion(const RawRegion &) = delete;
     RawRegion &operator=(const RawRegion &) = delete;
@@ -61,7 +62,7 @@ class RawTarget {
     ~RawTarget();
     std::vector<uint8_t> address() const { return ucx_.address(); }
     // Registers buf (replacing what was exposed before); returns its rkey.
-    std::vector<uint8_t> expose(const PageBuffer &buf);
+    std::vector<uint8_t> expose(const Buffer &buf);
     void unexpose() { region_.reset(); }
 
   private:
@@ -82,7 +83,7 @@ class RawReader {
     // The transports the endpoint's lanes use, e.g. "tcp/lo.0".
     std::string transports() const;
     // The remote buffer to read and the local buffer to read it into.
-    void bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const PageBuffer &local);
+    void bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const Buffer &local);
     void unbind();
     // Reads the whole remote buffer with GETs of `chunk` bytes, at most
     // `inflight` at a time; returns the seconds it took. Busy-polls the worker
@@ -101,7 +102,7 @@ class RawReader {
     std::atomic<int> ep_status_{UCS_OK};
     ucp_rkey_h rkey_ = nullptr;
     uint64_t remote_ = 0;
-    const PageBuffer *local_ = nullptr;
+    const Buffer *local_ = nullptr;
     std::unique_ptr<RawRegion> local_region_;
     // Completion state of read_all. Members rather than locals: after a failed
     // read_all, GETs still in flight may complete into them.

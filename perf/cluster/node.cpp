@@ -255,7 +255,7 @@ int run_reader(const Options &o) {
 
 int run_direct_target(const Options &o) {
     th_bench::RawTarget target;
-    PageBuffer buffer(o.payload.bytes);
+    th_bench::Buffer buffer(o.payload.bytes, th_bench::Memory::Host);
     o.payload.fill(buffer.data());
     auto rkey = target.expose(buffer);
     auto address = target.address();
@@ -279,7 +279,7 @@ int run_direct_reader(const Options &o) {
     if (!(in >> address >> remote >> rkey)) fail("cannot read the target's address from ", o.info);
     th_bench::RawReader reader;
     reader.connect(th_bench::from_hex(address));
-    PageBuffer buffer(o.payload.bytes);
+    th_bench::Buffer buffer(o.payload.bytes, th_bench::Memory::Host);
     buffer.clear();
     reader.bind(th_bench::to_u64(remote), th_bench::from_hex(rkey), buffer);
     double t0 = wait_for_start();

@@ -1,0 +1,103 @@
+#include "bench_memory.hpp"
+
+#include <utility>
+
+#include "pattern.hpp"
+
+#ifdef TH_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace th_bench {
+
+namespace {
+
+#ifdef TH_WITH_CUDA
+void cuda_check(cudaError_t err, const char *what) {
+    if (err != cudaSuccess) fail(what, ": ", cudaGetErrorString(err));
+}
+#else
+[[noreturn]] void no_cuda() { fail("CUDA buffers, but this benchmark was built without CUDA (TH_WITH_CUDA=OFF)"); }
+#endif
+
+}  // namespace
+
+const char *memory_name(Memory m) { return m == Memory::Host ? "host" : "cuda"; }
+
+bool cuda_usable() {
+#ifdef TH_WITH_CUDA
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+    return false;
+#endif
+}
+
+Buffer::Buffer(size_t n, Memory memory) : memory_(memory), size_(n) {
+    if (memory == Memory::Host) {
+        host_ = PageBuffer(n);
+        return;
+    }
+#ifdef TH_WITH_CUDA
+    void *p = nullptr;
+    cuda_check(cudaMalloc(&p, n), "cudaMalloc");
+    device_ = static_cast<uint8_t *>(p);
+#else
+    no_cuda();
+#endif
+}
+
+Buffer::Buffer(Buffer &&o) noexcept
+    : memory_(o.memory_), size_(std::exchange(o.size_, 0)), host_(std::move(o.host_)),
+      device_(std::exchange(o.device_, nullptr)) {}
+
+Buffer &Buffer::operator=(Buffer &&o) noexcept {
+    std::swap(memory_, o.memory_);
+    std::swap(size_, o.size_);
+    std::swap(host_, o.host_);
+    std::swap(device_, o.device_);
+    return *this;
+}
+
+Buffer::~Buffer() { free_device(); }
+
+void Buffer::free_device() {
+#ifdef TH_WITH_CUDA
+    if (device_ != nullptr) cudaFree(device_);
+#endif
+    device_ = nullptr;
+}
+
+void Buffer::clear() {
+    if (memory_ == Memory::Host) return host_.clear();
+#ifdef TH_WITH_CUDA
+    cuda_check(cudaMemset(device_, 0, size_), "cudaMemset");
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#else
+    no_cuda();
+#endif
+}
+
+void Buffer::fill(uint64_t seed) {
+    if (memory_ == Memory::Host) return th_support::fill_pattern(host_.data(), size_, seed);
+#ifdef TH_WITH_CUDA
+    PageBuffer stage(size_);
+    th_support::fill_pattern(stage.data(), size_, seed);
+    cuda_check(cudaMemcpy(device_, stage.data(), size_, cudaMemcpyHostToDevice), "copying the pattern to the device");
+#else
+    no_cuda();
+#endif
+}
+
+size_t Buffer::check(uint64_t seed) const {
+    if (memory_ == Memory::Host) return th_support::check_pattern(host_.data(), size_, seed);
+#ifdef TH_WITH_CUDA
+    PageBuffer stage(size_);
+    cuda_check(cudaMemcpy(stage.data(), device_, size_, cudaMemcpyDeviceToHost), "copying the buffer to the host");
+    return th_support::check_pattern(stage.data(), size_, seed);
+#else
+    no_cuda();
+#endif
+}
+
+}  // namespace th_bench

@@ -1,0 +1,54 @@
+// Where a benchmark's buffers live: host pages, or CUDA device memory when
+// the benchmark is built with CUDA and a device is present. Patterns are
+// written and checked on the host; device buffers are filled and checked
+// through a host copy (untimed steps).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "bench_util.hpp"
+#include "tensorhub/tensorhub.h"
+
+namespace th_bench {
+
+enum class Memory { Host, Cuda };
+
+const char *memory_name(Memory m);
+// True when CUDA buffers can be made here (built with CUDA, a device present).
+bool cuda_usable();
+
+class Buffer {
+  public:
+    Buffer() = default;
+    Buffer(size_t n, Memory memory);
+    Buffer(Buffer &&o) noexcept;
+    Buffer &operator=(Buffer &&o) noexcept;
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+    ~Buffer();
+
+    uint8_t *data() const { return memory_ == Memory::Host ? host_.data() : device_; }
+    size_t size() const { return size_; }
+    Memory memory() const { return memory_; }
+    th_mem_kind kind() const { return memory_ == Memory::Host ? TH_MEM_HOST : TH_MEM_CUDA; }
+
+    // Zeroes the buffer (host: faults every page in, so page faults stay out
+    // of the timed transfer).
+    void clear();
+    // Writes th_support's pattern for seed; check_pattern's answer: the first
+    // wrong offset, or size() when all of it matches.
+    void fill(uint64_t seed);
+    size_t check(uint64_t seed) const;
+
+  private:
+    void free_device();
+
+    Memory memory_ = Memory::Host;
+    size_t size_ = 0;
+    PageBuffer host_;
+    uint8_t *device_ = nullptr;
+};
+
+}  // namespace th_bench
