@@ -70,38 +70,77 @@ TEST(Cuda, MemoryKindIsCheckedBeforeRegistration) {
     EXPECT_EQ(r, nullptr);
 }
 
-TEST(Cuda, PublishFromDeviceMemoryAndFetchToHost) {
-#ifndef TH_WITH_CUDA
-    GTEST_SKIP() << "built without TH_WITH_CUDA";
-#else
+#ifdef TH_WITH_CUDA
+namespace {
+
+// Publishes n bytes from memory of kind `from` and fetches them into memory
+// of kind `to` through the public API; the bytes must arrive unchanged.
+void round_trip(th_mem_kind from, th_mem_kind to) {
     if (!th::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine";
     Env env;
-    const size_t n = 8 << 20;
+    const size_t n = (8 << 20) + 4096;
     std::vector<uint8_t> want(n);
     for (size_t i = 0; i < n; ++i) want[i] = static_cast<uint8_t>(i * 131 + 7);
-    void *dev = nullptr;
-    ASSERT_EQ(cudaMalloc(&dev, n), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(dev, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-    th_tensor t = tensor(dev, n, TH_MEM_CUDA);
+    std::vector<uint8_t> host_src = want, host_dst(n);
+    void *dev_src = nullptr, *dev_dst = nullptr;
+    ASSERT_EQ(cudaMalloc(&dev_src, n), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dev_dst, n), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dev_src, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dev_dst, 0, n), cudaSuccess);
+    th_tensor t = tensor(from == TH_MEM_CUDA ? dev_src : host_src.data(), n, from);
     th_publish_config pc;
     th_publish_config_init(&pc, sizeof pc);
     pc.model = "gpu";
     pc.version = 1;
+    pc.chunk_bytes = 1 << 20;  // several chunks, read in parallel
     th_replica *r = nullptr;
     th_status st = th_publish(env.a, &pc, &t, 1, &r);
     if (st == TH_ERR_TRANSPORT && std::string(th_last_error()).find("CUDA support") != std::string::npos) {
-        cudaFree(dev);
+        cudaFree(dev_src);
+        cudaFree(dev_dst);
         GTEST_SKIP() << "this UCX has no CUDA transports: " << th_last_error();
     }
     ASSERT_EQ(st, TH_OK) << th_last_error();
-    std::vector<uint8_t> got(n);
-    th_tensor d = tensor(got.data(), n, TH_MEM_HOST);
+    th_tensor d = tensor(to == TH_MEM_CUDA ? dev_dst : host_dst.data(), n, to);
     th_fetch_config fc;
     th_fetch_config_init(&fc, sizeof fc);
     fc.model = "gpu";
-    ASSERT_EQ(th_fetch(env.b, &fc, &d, 1, nullptr, nullptr), TH_OK) << th_last_error();
-    EXPECT_EQ(got, want);
+    fc.verify = TH_VERIFY_ALL;  // every chunk's checksum, computed from device memory
+    th_replica *served = nullptr;
+    ASSERT_EQ(th_fetch(env.b, &fc, &d, 1, nullptr, &served), TH_OK) << th_last_error();
+    if (to == TH_MEM_CUDA) {
+        ASSERT_EQ(cudaMemcpy(host_dst.data(), dev_dst, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    EXPECT_EQ(host_dst, want);
+    th_replica_release(served);
     th_replica_release(r);
-    cudaFree(dev);
+    cudaFree(dev_src);
+    cudaFree(dev_dst);
+}
+
+}  // namespace
+#endif
+
+TEST(Cuda, PublishFromDeviceMemoryAndFetchToHost) {
+#ifndef TH_WITH_CUDA
+    GTEST_SKIP() << "built without TH_WITH_CUDA";
+#else
+    round_trip(TH_MEM_CUDA, TH_MEM_HOST);
+#endif
+}
+
+TEST(Cuda, PublishFromDeviceMemoryAndFetchToDeviceMemory) {
+#ifndef TH_WITH_CUDA
+    GTEST_SKIP() << "built without TH_WITH_CUDA";
+#else
+    round_trip(TH_MEM_CUDA, TH_MEM_CUDA);
+#endif
+}
+
+TEST(Cuda, PublishFromHostAndFetchToDeviceMemory) {
+#ifndef TH_WITH_CUDA
+    GTEST_SKIP() << "built without TH_WITH_CUDA";
+#else
+    round_trip(TH_MEM_HOST, TH_MEM_CUDA);
 #endif
 }

@@ -1,19 +1,28 @@
 // The data plane between two UCX workers of this process, pinned to one lane
 // at a time: which read path each lane takes, that the bytes arrive, and that
-// a released region cannot be read.
+// a released region cannot be read; with a CUDA device, the same between
+// device and host memory on the CUDA lanes.
 #include <sys/mman.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "transport/memory_kind.hpp"
 #include "transport/ucx_env.hpp"
 #include "transport/worker.hpp"
+
+#ifdef TH_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace th {
 namespace {
@@ -152,6 +161,133 @@ TEST_P(Lanes, AReleasedRegionCannotBeRead) {
 
 INSTANTIATE_TEST_SUITE_P(Transport, Lanes, ::testing::Values("tcp", "sm"),
                          [](const auto &info) { return std::string(info.param); });
+
+// CUDA lanes: device memory read one-sided over cuda_ipc (one host), and
+// through the holder's answers over tcp (between hosts), to and from host
+// memory too. Skipped, saying why, without a device or a UCX with CUDA
+// transports.
+#ifdef TH_WITH_CUDA
+// Device memory, filled and read back through the host.
+struct DeviceMemory {
+    explicit DeviceMemory(size_t n) : size(n) {
+        if (cudaMalloc(&data, n) != cudaSuccess) data = nullptr;
+    }
+    ~DeviceMemory() { release(); }
+    void release() {
+        if (data != nullptr) cudaFree(data);
+        data = nullptr;
+    }
+    std::vector<uint8_t> bytes() const {
+        std::vector<uint8_t> out(size);
+        EXPECT_EQ(cudaMemcpy(out.data(), data, size, cudaMemcpyDeviceToHost), cudaSuccess);
+        return out;
+    }
+    void set(const std::vector<uint8_t> &b) { EXPECT_EQ(cudaMemcpy(data, b.data(), size, cudaMemcpyHostToDevice), cudaSuccess); }
+    void *data = nullptr;
+    size_t size;
+};
+
+class CudaLanes : public ::testing::TestWithParam<const char *> {
+  protected:
+    void SetUp() override {
+        if (!cuda_available()) GTEST_SKIP() << "no CUDA device on this machine";
+        std::string lane = GetParam();
+        if (lane.find("sm") != std::string::npos && !ucx_one_sided_reads())
+            GTEST_SKIP() << "this UCX (" << UcxWorker::describe_ucx() << ") refuses shared memory with peer error handling";
+    }
+    // Registers device memory, or skips when this UCX cannot.
+    static RegionRef registered(UcxWorker &w, void *p, size_t n, th_mem_kind kind, bool expose = false) {
+        try {
+            return w.register_memory(p, n, kind, expose);
+        } catch (const std::exception &e) {
+            if (kind == TH_MEM_CUDA && std::string(e.what()).find("CUDA support") != std::string::npos) return nullptr;
+            throw;
+        }
+    }
+};
+
+std::vector<uint8_t> pattern(size_t n, unsigned seed) {
+    std::vector<uint8_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(i * 131 + seed);
+    return b;
+}
+
+TEST_P(CudaLanes, ReadsBetweenDeviceAndHostMemoryEitherWay) {
+    Pair p(GetParam());
+    std::cout << "[ info ] lane " << GetParam() << ": " << read_path_name(p.peer->path()) << " over "
+              << p.peer->transports() << std::endl;
+    constexpr size_t kBytes = (8 << 20) + 4096;
+    const std::vector<uint8_t> want = pattern(kBytes, 7);
+    struct Way {
+        th_mem_kind from, to;
+    };
+    for (Way w : {Way{TH_MEM_CUDA, TH_MEM_CUDA}, Way{TH_MEM_HOST, TH_MEM_CUDA}, Way{TH_MEM_CUDA, TH_MEM_HOST}}) {
+        SCOPED_TRACE(std::string(w.from == TH_MEM_CUDA ? "cuda" : "host") + " -> " + (w.to == TH_MEM_CUDA ? "cuda" : "host"));
+        DeviceMemory dsrc(kBytes), ddst(kBytes);
+        Mapping hsrc(kBytes), hdst(kBytes);
+        ASSERT_TRUE(dsrc.data && ddst.data && hsrc.data && hdst.data);
+        dsrc.set(want);
+        std::memcpy(hsrc.data, want.data(), kBytes);
+        void *src = w.from == TH_MEM_CUDA ? dsrc.data : hsrc.data;
+        void *dst = w.to == TH_MEM_CUDA ? ddst.data : hdst.data;
+        ASSERT_EQ(cudaMemset(ddst.data, 0, kBytes), cudaSuccess);
+        RegionRef exposed = registered(p.holder, src, kBytes, w.from, /*expose=*/true);
+        RegionRef local = registered(p.reader, dst, kBytes, w.to);
+        if (!exposed || !local) GTEST_SKIP() << "this UCX has no CUDA transports (" << UcxWorker::describe_ucx() << ")";
+        // A whole region in one read, and a piece at an odd offset.
+        for (auto [at, n] : {std::pair<size_t, size_t>{0, kBytes}, {4096 + 77, (3 << 20) + 12345}}) {
+            auto error = read(p, static_cast<uint8_t *>(dst) + at, n, local.get(), exposed->base + at, exposed->rkey);
+            ASSERT_TRUE(error.has_value()) << "no completion for " << n << " bytes";
+            ASSERT_EQ(*error, "") << n << " bytes";
+            std::vector<uint8_t> got = w.to == TH_MEM_CUDA ? ddst.bytes() : std::vector<uint8_t>(hdst.data, hdst.data + kBytes);
+            EXPECT_EQ(std::memcmp(got.data() + at, want.data() + at, n), 0) << n << " bytes at " << at;
+        }
+    }
+}
+
+// After its release a device region's rkey reads nothing that came later:
+// the memory freed and allocated again (same size, new bytes, often the same
+// address) is never what a reader gets with the old rkey.
+TEST_P(CudaLanes, AReleasedDeviceRegionNeverYieldsWhatReplacedIt) {
+    Pair p(GetParam());
+    constexpr size_t kBytes = 4 << 20;
+    auto src = std::make_unique<DeviceMemory>(kBytes);
+    DeviceMemory dst(kBytes);
+    ASSERT_TRUE(src->data && dst.data);
+    src->set(pattern(kBytes, 1));
+    RegionRef exposed = registered(p.holder, src->data, kBytes, TH_MEM_CUDA, /*expose=*/true);
+    RegionRef local = registered(p.reader, dst.data, kBytes, TH_MEM_CUDA);
+    if (!exposed || !local) GTEST_SKIP() << "this UCX has no CUDA transports (" << UcxWorker::describe_ucx() << ")";
+    uint64_t remote = exposed->base;
+    std::vector<uint8_t> rkey = exposed->rkey;
+    ASSERT_EQ(read(p, dst.data, kBytes, local.get(), remote, rkey), std::optional<std::string>(""));
+
+    exposed.reset();
+    EXPECT_EQ(p.holder.withdraw_unused(), 1u);
+    src.reset();
+    DeviceMemory next(kBytes);  // what the holder's allocator hands out next
+    ASSERT_TRUE(next.data);
+    next.set(pattern(kBytes, 2));
+    ASSERT_EQ(cudaMemset(dst.data, 0, kBytes), cudaSuccess);
+    auto error = read(p, dst.data, kBytes, local.get(), remote, rkey);
+    ASSERT_TRUE(error.has_value()) << "no completion";
+    std::vector<uint8_t> got = dst.bytes();
+    std::cout << "[ info ] lane " << GetParam() << " (" << p.peer->transports() << "), "
+              << (next.data == reinterpret_cast<void *>(remote) ? "same" : "another") << " address: "
+              << (error->empty() ? "read succeeded" : "read failed: " + *error) << ", got "
+              << (got == pattern(kBytes, 1) ? "the released bytes" : got == pattern(kBytes, 2) ? "THE NEW BYTES" : "other bytes")
+              << std::endl;
+    EXPECT_NE(got, pattern(kBytes, 2)) << "a released rkey read the memory that replaced its region";
+    if (p.peer->path() == ReadPath::ActiveMessage) {
+        EXPECT_NE(*error, "") << "a withdrawn registration was served";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, CudaLanes, ::testing::Values("sm,cuda_copy,cuda_ipc", "tcp,cuda_copy"),
+                         [](const auto &info) {
+                             return std::string(info.param).find("tcp") == 0 ? std::string("tcp") : std::string("sm");
+                         });
+#endif
 
 }  // namespace
 }  // namespace th
