@@ -22,6 +22,7 @@ starts only after some versions were published and must get the newest one.
 The trainer publishes version v+1 once every live rollout reported version v.
 
     python examples/python/torch_rl.py --versions 6 --rollouts 3 --kill 1 --late 2
+    python examples/python/torch_rl.py --device cuda   # every model on the GPU
 
 Prints one line per event, then one JSON line (the summary the test reads).
 Exit code 0 only if every comparison matched and every surviving process
@@ -64,10 +65,11 @@ class Options:
     late: int | None   # rollout started once version late_at is out
     late_at: int
     timeout: float
+    device: str        # where every process keeps its model: "cpu", "cuda", "cuda:1"
 
 
-def build_model(seed: int) -> Any:
-    """The tiny causal LM, built from a config; `seed` picks its initial weights."""
+def build_model(seed: int, device: str) -> Any:
+    """The tiny causal LM, built from a config on `device`; `seed` picks its initial weights."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -75,34 +77,39 @@ def build_model(seed: int) -> Any:
     config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          tie_word_embeddings=True, attn_implementation="eager")
-    return LlamaForCausalLM(config)
+    return LlamaForCausalLM(config).to(device)
 
 
-def evaluate(model: Any) -> tuple[bytes, list[int], list[list[int]]]:
+def evaluate(model: Any, device: str) -> tuple[bytes, list[int], list[list[int]]]:
     """(logits bytes, logits shape, greedy continuation) for PROMPT."""
     import torch
 
     model.eval()
-    prompt = torch.tensor(PROMPT)
+    prompt = torch.tensor(PROMPT, device=device)
     with torch.no_grad():
         logits = model(prompt).logits
         tokens = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
                                 do_sample=False, pad_token_id=0)
-    return logits.numpy().tobytes(), list(logits.shape), tokens[:, len(PROMPT[0]):].tolist()
+    return logits.cpu().numpy().tobytes(), list(logits.shape), tokens[:, len(PROMPT[0]):].tolist()
 
 
 _parent = 0  # this process's parent when it started: another one means the driver is gone
 
 
-def setup_process() -> None:
+def setup_process(device: str) -> None:
     global _parent
-    import torch
-
     _parent = os.getppid()
+    if device.startswith("cuda"):
+        # The same GPU kernels in every process, so that their results are
+        # comparable bit for bit (cuBLAS needs a fixed workspace for that).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
 
     # One thread: every process computes with the same kernels in the same
     # order (bit-for-bit comparable), and 2 cores are shared by all of them.
     torch.set_num_threads(1)
+    if device.startswith("cuda"):
+        torch.use_deterministic_algorithms(True)
 
 
 def stopped(stop: Any, timeout: float) -> bool:
@@ -122,11 +129,11 @@ def stopped(stop: Any, timeout: float) -> bool:
 
 
 def trainer(o: Options, events: Connection, go: Connection, stop: Any) -> None:
-    setup_process()
+    setup_process(o.device)
     import torch
     import tensorhub.torch as tht
 
-    model = build_model(seed=0)
+    model = build_model(seed=0, device=o.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     data = torch.Generator().manual_seed(1)
     with tensorhub.Client(o.url, name="trainer", labels={"role": "trainer"}, timeout=5) as client:
@@ -137,23 +144,23 @@ def trainer(o: Options, events: Connection, go: Connection, stop: Any) -> None:
             if not go.poll(o.timeout) or go.recv() != version:  # the driver's go
                 raise SystemExit(f"trainer: no go from the driver for version {version}")
             model.train()
-            batch = torch.randint(0, 256, (4, 12), generator=data)
+            batch = torch.randint(0, 256, (4, 12), generator=data).to(o.device)
             model(batch, labels=batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad()
             publisher.publish(version)
-            logits, shape, tokens = evaluate(model)
+            logits, shape, tokens = evaluate(model, o.device)
             events.send(("published", "trainer", {"version": version, "logits": logits, "shape": shape,
                                                  "tokens": tokens}))
         stopped(stop, o.timeout)  # keep serving until the rollouts are done
 
 
 def rollout(o: Options, index: int, events: Connection, stop: Any) -> None:
-    setup_process()
+    setup_process(o.device)
     import tensorhub.torch as tht
 
     name = f"rollout-{index}"
-    model = build_model(seed=100 + index)  # not the trainer's weights until a fetch overwrites them
+    model = build_model(seed=100 + index, device=o.device)  # not the trainer's weights until a fetch overwrites them
     # The rollout that is killed reads one chunk at a time, so that it is
     # caught with part of a version in its parameters.
     doomed = index == o.kill
@@ -173,7 +180,7 @@ def rollout(o: Options, index: int, events: Connection, stop: Any) -> None:
                         stopped(stop, o.timeout * 5)  # inside the fetch, until the driver kills this process
                         raise SystemExit(f"{name}: still alive after it stalled")
             have = receiver.fetch(timeout=o.timeout, progress=progress, progress_interval=0)
-            logits, shape, tokens = evaluate(model)
+            logits, shape, tokens = evaluate(model, o.device)
             events.send(("fetched", name, {"version": have, "logits": logits, "shape": shape, "tokens": tokens,
                                           "stats": client.last_sync_stats}))
         stopped(stop, o.timeout)  # keep serving the last version to the others
@@ -328,6 +335,8 @@ def main() -> int:
     parser.add_argument("--late-at", type=int, default=3, help="it starts once this version is published")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds any single wait may take")
     parser.add_argument("--server", help="URL of a running tensorhub-server (default: embedded)")
+    parser.add_argument("--device", default="cpu",
+                        help="where every model lives: cpu, or cuda (needs a libtensorhub built with CUDA)")
     args = parser.parse_args()
     kill = None if args.kill < 0 else args.kill
     late = None if args.late < 0 else args.late
@@ -344,7 +353,8 @@ def main() -> int:
         parser.error("--kill-at must be one of the versions")
 
     def options(url: str) -> Options:
-        return Options(url, args.versions, args.rollouts, kill, args.kill_at, late, args.late_at, args.timeout)
+        return Options(url, args.versions, args.rollouts, kill, args.kill_at, late, args.late_at, args.timeout,
+                       args.device)
 
     if args.server:
         return run(options(args.server))

@@ -15,7 +15,7 @@ import pytest
 
 from _requires import require
 
-require("torch")
+torch = require("torch")
 require("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,12 +23,15 @@ EXAMPLE = ROOT / "examples" / "python" / "torch_rl.py"
 
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="examples/ is not next to this binding")
-def test_trainer_and_rollouts_agree_bit_for_bit_through_a_kill_and_a_late_join() -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_trainer_and_rollouts_agree_bit_for_bit_through_a_kill_and_a_late_join(device: str) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bindings" / "python"), env.get("PYTHONPATH", "")])
     versions = 5
     proc = subprocess.run([sys.executable, str(EXAMPLE), "--versions", str(versions), "--rollouts", "3",
-                           "--kill", "1", "--kill-at", "2", "--late", "2", "--late-at", "3", "--timeout", "30"],
+                           "--kill", "1", "--kill-at", "2", "--late", "2", "--late-at", "3", "--timeout", "30",
+                           "--device", device],
                           env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
