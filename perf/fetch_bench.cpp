@@ -456,7 +456,8 @@ void lane_env(const std::string &tls) {
     static const std::map<std::string, std::string> user = [] {
         std::map<std::string, std::string> m;
         for (const char *name : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "UCX_POSIX_ERROR_HANDLING",
-                                 "UCX_SYSV_ERROR_HANDLING", "UCX_CMA_MEMORY_INVALIDATE"})
+                                 "UCX_SYSV_ERROR_HANDLING", "UCX_CMA_MEMORY_INVALIDATE", "UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES",
+                                 "UCX_CUDA_IPC_ENABLE_GET_ZCOPY"})
             if (const char *v = std::getenv(name)) m[name] = v;
         return m;
     }();
@@ -474,6 +475,8 @@ void lane_env(const std::string &tls) {
     set("UCX_POSIX_ERROR_HANDLING", "y", sm);
     set("UCX_SYSV_ERROR_HANDLING", "y", sm);
     set("UCX_CMA_MEMORY_INVALIDATE", "y", sm);
+    set("UCX_MEMTYPE_REG_WHOLE_ALLOC_TYPES", "", true);
+    set("UCX_CUDA_IPC_ENABLE_GET_ZCOPY", "y", tls.find("cuda_ipc") != std::string::npos);
 }
 
 int run_parent(const Options &o) {

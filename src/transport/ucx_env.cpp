@@ -20,6 +20,9 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
         const char *name;  // without the UCX_ prefix
         const char *value;
         bool one_sided_only;
+        // Only where UCX has the transport (its module loaded): a setting
+        // UCX does not know is skipped, not an error.
+        bool if_known = false;
     };
     static constexpr Setting kSettings[] = {
         {"TCP_TX_SEG_SIZE", "64K", false},
@@ -27,6 +30,8 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
         {"POSIX_ERROR_HANDLING", "y", true},
         {"SYSV_ERROR_HANDLING", "y", true},
         {"CMA_MEMORY_INVALIDATE", "y", true},
+        {"MEMTYPE_REG_WHOLE_ALLOC_TYPES", "", true},
+        {"CUDA_IPC_ENABLE_GET_ZCOPY", "y", true, true},
     };
     bool one_sided = ucx_one_sided_reads();
     for (const Setting &s : kSettings) {
@@ -39,7 +44,10 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
             setenv(var.c_str(), s.value, /*overwrite=*/0);
             continue;
         }
-        if (ucp_config_modify(config, s.name, s.value) != UCS_OK) {
+        ucs_status_t st = ucp_config_modify(config, s.name, s.value);
+        // UCX answers a name it does not know with "invalid parameter".
+        if ((st == UCS_ERR_INVALID_PARAM || st == UCS_ERR_NO_ELEM) && s.if_known) continue;
+        if (st != UCS_OK) {
             *refused = s.name;
             return false;
         }

@@ -14,8 +14,16 @@ namespace th {
 // one receive segment. With UCX >= 1.19 also POSIX_ERROR_HANDLING=y,
 // SYSV_ERROR_HANDLING=y and CMA_MEMORY_INVALIDATE=y: shared memory and cma
 // then accept endpoints with peer error handling, so processes on one host
-// read each other over cma instead of tcp loopback. Returns false with the
-// name of the setting UCX refused in *refused.
+// read each other over cma instead of tcp loopback; and
+// MEMTYPE_REG_WHOLE_ALLOC_TYPES= (empty): a CUDA buffer is registered as
+// given, not as the whole allocation around it. Finding that allocation
+// made device registrations fail now and then with UCX 1.22 on an H200
+// ("failed to insert region [0x0..0x0]"; the same tests pass without it).
+// Where UCX has cuda_ipc, CUDA_IPC_ENABLE_GET_ZCOPY=y: UCX's "auto" turned
+// one-sided GETs over cuda_ipc off on an H200, and device reads then went
+// through the holder's CPU at ~0.7 GB/s instead of ~530 GB/s (measured with
+// tensorhub-fetch-bench's cuda lane).
+// Returns false with the name of the setting UCX refused in *refused.
 bool apply_ucx_defaults(ucp_config_t *config, const char **refused);
 
 // The UCX in use keeps zero-copy GET protocols under peer error handling
