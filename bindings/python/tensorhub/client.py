@@ -12,7 +12,7 @@ from typing import Any, Literal, Union
 import numpy as np
 
 from ._common import LATEST, Handle, HandleOwner, close_at_exit, encode, to_ms, u32, u64, version_arg
-from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check
+from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check, error_for
 from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
 from ._ranges import Range, to_c_ranges
 from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
@@ -538,9 +538,11 @@ class Client(HandleOwner):
                 try:
                     check(status)
                     return int(out.value)
-                except Timeout:
+                except Timeout as e:
                     if deadline is not None and time.monotonic() >= deadline:
-                        raise
+                        # The library timed out one slice; the caller waited all of `timeout`.
+                        raise error_for(e.code, f"no version of model '{model}' newer than {newer_than} was "
+                                                f"committed within {timeout:g} s") from None
 
     def pin(self, model: str, version: int) -> None:
         """Keeps (model, version) required until unpin(): its holders spill it

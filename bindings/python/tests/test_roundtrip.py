@@ -246,8 +246,14 @@ def test_wait_for_version(pub: tensorhub.Client, reader: tensorhub.Client) -> No
     assert time.monotonic() - t0 < 3
     timer.join()
     assert reader.wait_for_version("m", newer_than=1) == 2  # timeout=None: no deadline
-    with pytest.raises(tensorhub.Timeout):
+    with pytest.raises(tensorhub.Timeout, match="within 0.2 s"):
         reader.wait_for_version("m", newer_than=2, timeout=0.2)
+    # Longer than one of the waits the binding makes (2 s each, so that
+    # Ctrl-C is seen): the error names the whole timeout, not the last wait.
+    t0 = time.monotonic()
+    with pytest.raises(tensorhub.Timeout, match="newer than 2 was committed within 2.5 s"):
+        reader.wait_for_version("m", newer_than=2, timeout=2.5)
+    assert time.monotonic() - t0 >= 2.5
 
 
 def test_begin_mutation_spills_the_last_copy(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
