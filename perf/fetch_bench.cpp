@@ -10,13 +10,13 @@
 // faulted in before every timed transfer, and each size is warmed up once
 // untimed (registration, endpoints) and verified once, byte for byte.
 //
-// Each lane (UCX_TLS: tcp, the path between hosts, where tensorhub pulls
-// with active messages; sm, shared memory and cma on one host, where it reads
-// one-sided; cuda, device memory on both sides over cuda_ipc, measured by
-// default where a CUDA device is present; tcp-cuda, device memory staged
-// through the host over tcp) is measured with fresh processes. The CPU time the holder (the
-// publisher; for the raw pair, the target) spent while being read is reported
-// per GiB served: about zero on one-sided lanes.
+// Each lane is measured with fresh processes: tcp (the path between hosts,
+// where tensorhub pulls with active messages), sm (shared memory and cma on
+// one host, where it reads one-sided), cuda (device memory on both sides over
+// cuda_ipc; measured by default where a CUDA device is present) and tcp-cuda
+// (device memory, answered by the holder over tcp). The CPU time the holder
+// (the publisher; for the raw pair, the target) spent while being read is
+// reported per GiB served: about zero on one-sided lanes.
 //
 // Checksums: the publisher computes one per chunk at every publish (the
 // library's default), timed and reported per GiB; tensorhub fetches use the
