@@ -197,7 +197,7 @@ class Bench:
                 runs[name] = run()
                 return
             except procs.ProcError as e:
-                print(f"# {BASELINES[name]} failed (try {attempt + 1} of {tries}): {str(e).splitlines()[0]}",
+                print(f"# {BASELINES[name]} failed (try {attempt + 1} of {tries}): {e.summary()}",
                       flush=True)
                 procs.stop_all()
         self.failed.append(name)

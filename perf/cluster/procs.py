@@ -15,7 +15,12 @@ _running = []  # every process started and not yet reaped, for stop_all()
 
 
 class ProcError(RuntimeError):
-    pass
+    def summary(self):
+        """One line: what happened and the first line the process said about
+        it (Open MPI frames its messages in rules of dashes)."""
+        lines = [l.strip() for l in str(self).splitlines()]
+        said = [l for l in lines[1:] if l and set(l) != {"-"}]
+        return lines[0] + (" " + said[0] if said else "")
 
 
 class Proc:
