@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "control/close.hpp"
 #include "wire/auth.hpp"
 
 namespace th {
@@ -50,8 +51,8 @@ RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), tok
     // A request is re-sent when its connection is re-established; a timer-based
     // resend would duplicate slow requests, so it is left long.
     nng_socket_set_ms(sock_, NNG_OPT_REQ_RESENDTIME, 60000);
-    nng_pipe_notify(sock_, NNG_PIPE_EV_ADD_POST, &RpcClient::on_pipe, this);
-    nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &RpcClient::on_pipe, this);
+    nng_pipe_notify(sock_, NNG_PIPE_EV_ADD_POST, &RpcClient::on_pipe, pipes_.get());
+    nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &RpcClient::on_pipe, pipes_.get());
     if (int rv = nng_dial(sock_, url.c_str(), nullptr, NNG_FLAG_NONBLOCK); rv != 0) {
         nng_close(sock_);
         fail(TH_ERR_INVALID_ARG, "cannot dial server URL '", url, "': ", nng_error(rv));
@@ -59,13 +60,20 @@ RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), tok
 }
 
 // Callers hold the client through a shared_ptr while they call: no call is in
-// flight here.
-RpcClient::~RpcClient() { nng_close(sock_); }
+// flight here. The close is bounded; its pipe callbacks count into pipes_,
+// which the closing thread keeps.
+RpcClient::~RpcClient() {
+    nng_socket sock = sock_;
+    close_within([sock, pipes = pipes_] {
+        nng_close(sock);
+        (void)pipes;
+    }, kCloseLimit, "the connection to the server");
+}
 
-void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *self) {
-    auto *c = static_cast<RpcClient *>(self);
-    if (ev == NNG_PIPE_EV_ADD_POST) c->pipes_++;
-    else if (ev == NNG_PIPE_EV_REM_POST) c->pipes_--;
+void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes) {
+    auto *n = static_cast<std::atomic<int> *>(pipes);
+    if (ev == NNG_PIPE_EV_ADD_POST) ++*n;
+    else if (ev == NNG_PIPE_EV_REM_POST) --*n;
 }
 
 wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline) {

@@ -32,7 +32,7 @@ class RpcClient {
     wire::Bytes call(const wire::Bytes &request, const Deadline &deadline);
 
     const std::string &url() const { return url_; }
-    bool connected() const { return pipes_.load() > 0; }
+    bool connected() const { return pipes_->load() > 0; }
 
     // The caller moved on to another server: later calls fail at once with
     // TH_ERR_CLOSED. Calls in flight end as they would have (reply or
@@ -43,11 +43,13 @@ class RpcClient {
     bool abandoned() const { return abandoned_.load(); }
 
   private:
-    static void on_pipe(nng_pipe, nng_pipe_ev ev, void *self);
+    static void on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes);
     std::string url_;
     std::string token_;
     nng_socket sock_ = NNG_SOCKET_INITIALIZER;
-    std::atomic<int> pipes_{0};
+    // Connected pipes, counted by NNG's callbacks; its own allocation, which
+    // a close that outlives this client (control/close.hpp) keeps alive.
+    std::shared_ptr<std::atomic<int>> pipes_ = std::make_shared<std::atomic<int>>(0);
     std::atomic<bool> abandoned_{false};
 };
 

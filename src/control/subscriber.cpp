@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "control/close.hpp"
 #include "control/rpc.hpp"
 #include "wire/wire.hpp"
 
@@ -39,10 +40,11 @@ Subscriber::Subscriber(const std::string &url, Handler handler) : url_(url), han
 
 Subscriber::~Subscriber() {
     // Let the receive loop end on its own (it wakes every 100 ms) before the
-    // socket closes: closing under a blocked receive can hang in NNG 1.5.
+    // socket closes: closing under a blocked receive can hang in NNG 1.5. The
+    // socket has no callbacks into this object.
     stop_ = true;
     thread_.join();
-    nng_close(sock_);
+    close_socket(sock_, "the server's event socket");
 }
 
 }  // namespace th

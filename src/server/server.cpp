@@ -5,6 +5,7 @@
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "control/close.hpp"
 #include "server/live_page.hpp"
 #include "wire/auth.hpp"
 
@@ -103,7 +104,7 @@ Server::~Server() {
     leadership_.reset();  // resigns first: clients move on while we stop
     http_.reset();
     rpc_.reset();  // no handler runs after this, so no event is sent either
-    nng_close(pub_);
+    close_socket(pub_, "the event socket");
 }
 
 }  // namespace th

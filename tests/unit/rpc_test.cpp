@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "common/error.hpp"
+#include "control/close.hpp"
 #include "control/rpc.hpp"
 
 using namespace th;
@@ -72,4 +75,24 @@ TEST(Rpc, AbandonRacesWithCallsSafely) {
         client.reset();
         ASSERT_EQ(unexpected.load(), 0) << "round " << round;
     }
+}
+
+// A close that never ends (NNG 1.5's can wait forever on its reaper) holds
+// its caller no longer than the bound; the close goes on by itself.
+TEST(Close, AHungCloseReleasesItsCallerAtTheBound) {
+    auto release = std::make_shared<std::promise<void>>();
+    auto closed = std::make_shared<std::atomic<bool>>(false);
+    std::shared_future<void> go = release->get_future().share();
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(close_within([go, closed] {
+        go.wait();
+        *closed = true;
+    }, std::chrono::milliseconds(200), "a test socket"));
+    auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(waited, std::chrono::milliseconds(200));
+    EXPECT_FALSE(*closed);
+    release->set_value();
+    for (int i = 0; i < 200 && !*closed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(*closed) << "the close did not go on after its caller left";
+    EXPECT_TRUE(close_within([] {}, std::chrono::milliseconds(2000), "a test socket"));
 }

@@ -1,0 +1,28 @@
+// Closing NNG sockets without hanging. NNG 1.5.2's nng_close can wait
+// forever on its reaper thread: seen once in a chaos run, a worker closing its
+// event socket after the server it had dialed was killed (the reaper waiting
+// on something that never came; the worker did not exit on SIGTERM). Nothing
+// in tensorhub may hang forever, so the client's sockets are closed with a
+// bound: past it, the close is left to finish (or not) on a thread of its own
+// and the caller goes on, with a warning.
+#pragma once
+
+#include <chrono>
+#include <functional>
+
+#include <nng/nng.h>
+
+namespace th {
+
+constexpr std::chrono::milliseconds kCloseLimit{2000};
+
+// Runs close on a thread of its own and waits for it at most `limit`.
+// Returns false, after a warning naming `what`, when it did not end in time;
+// whatever close needs must then stay valid until it ends (capture it).
+bool close_within(std::function<void()> close, std::chrono::milliseconds limit, const char *what);
+
+// nng_close(s), bounded by kCloseLimit. Only for sockets whose callbacks no
+// longer touch memory their owner frees (or that keep it alive themselves).
+bool close_socket(nng_socket s, const char *what);
+
+}  // namespace th
