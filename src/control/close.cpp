@@ -28,8 +28,8 @@ bool close_within(std::function<void()> close, std::chrono::milliseconds limit, 
     return false;
 }
 
-bool close_socket(nng_socket s, const char *what) {
-    return close_within([s] { nng_close(s); }, kCloseLimit, what);
+bool close_socket(nng_socket s, const char *what, std::shared_ptr<const void> keep_alive) {
+    return close_within([s, keep_alive = std::move(keep_alive)] { nng_close(s); }, kCloseLimit, what);
 }
 
 }  // namespace th

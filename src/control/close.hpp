@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 
 #include <nng/nng.h>
 
@@ -21,8 +22,9 @@ constexpr std::chrono::milliseconds kCloseLimit{2000};
 // whatever close needs must then stay valid until it ends (capture it).
 bool close_within(std::function<void()> close, std::chrono::milliseconds limit, const char *what);
 
-// nng_close(s), bounded by kCloseLimit. Only for sockets whose callbacks no
-// longer touch memory their owner frees (or that keep it alive themselves).
-bool close_socket(nng_socket s, const char *what);
+// nng_close(s), bounded by kCloseLimit. The socket's callbacks may touch
+// only what keep_alive holds (kept until the close ends), or nothing of its
+// owner.
+bool close_socket(nng_socket s, const char *what, std::shared_ptr<const void> keep_alive = nullptr);
 
 }  // namespace th

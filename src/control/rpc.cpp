@@ -62,13 +62,7 @@ RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), tok
 // Callers hold the client through a shared_ptr while they call: no call is in
 // flight here. The close is bounded; its pipe callbacks count into pipes_,
 // which the closing thread keeps.
-RpcClient::~RpcClient() {
-    nng_socket sock = sock_;
-    close_within([sock, pipes = pipes_] {
-        nng_close(sock);
-        (void)pipes;
-    }, kCloseLimit, "the connection to the server");
-}
+RpcClient::~RpcClient() { close_socket(sock_, "the connection to the server", pipes_); }
 
 void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes) {
     auto *n = static_cast<std::atomic<int> *>(pipes);
