@@ -7,6 +7,7 @@
 #include "client/queries.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/trace.hpp"
 
 namespace th {
 
@@ -35,6 +36,7 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
         gethostname(host, sizeof host - 1);
         cfg_.labels["host"] = host;
     }
+    trace::event("worker", worker_id_);
     session_ = std::make_unique<ServerSession>(cfg_, worker_id_);
     // Readers give up on a source after chunk_timeout_ms without progress; a
     // process paused that long starts its UCX worker afresh and must then

@@ -8,6 +8,7 @@
 #include "common/faults.hpp"
 #include "common/log.hpp"
 #include "common/stripes.hpp"
+#include "common/trace.hpp"
 #include "wire/replica_desc.hpp"
 
 namespace th {
@@ -116,6 +117,7 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
         for (const Buffer &b : target_.buffers()) given.push_back(b.spec);
     uint64_t version = have_layout_ ? version_ : req_.version;
     Bytes reply;
+    trace::event("plan_ask", lo, count, static_cast<uint64_t>(mode));
     for (;;) {
         try {
             reply = session_.call(
@@ -146,6 +148,7 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
     }
+    trace::event("plan_reply", lo, count);
     const Envelope *env = GetEnvelope(reply.data());
     if (env->body_type() != Body::PlanReply) fail(TH_ERR_PROTOCOL, "unexpected reply to PlanFetch");
     const PlanReply *p = env->body_as_PlanReply();
@@ -193,6 +196,7 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
             s->report = true;
             s->why = e.what();
         }
+        trace::event("plan", s->worker, first, s->end, s->complete);
         TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,
                ") from worker ", s->worker, s->complete ? "" : " (filling)");
         sources_.push_back(std::move(s));
@@ -210,6 +214,7 @@ void Fetch::issue_chunk(FetchSource &s, uint32_t chunk) {
     std::vector<Piece> ps = target_.pieces(chunk);
     state_[chunk - first_chunk_] = InFlight;
     inflight_++;
+    trace::event("read_ask", s.worker, chunk);
     s.read_chunk(ucx_, mailbox_, chunk, ps);
 }
 
@@ -254,6 +259,7 @@ void Fetch::handle(const ReadEvent &e) {
             return;
         }
         st = Got;
+        trace::event("read_done", s.worker, e.chunk, static_cast<uint64_t>(e.latency.count()));
         s.window.on_complete(e.latency);
         s.unconfirmed.push_back({e.chunk, ++event_seq_});
         s.last_progress = Clock::now();
@@ -276,6 +282,7 @@ void Fetch::handle(const ReadEvent &e) {
         return;
     }
     s.saw_fill_level(e.level);
+    trace::event("ctrl_ans", s.worker, s.avail, s.next);
     advance_served_prefix();
 }
 
@@ -295,6 +302,7 @@ bool Fetch::confirm(FetchSource &s) {
             return true;
         }
         state_[u.first - first_chunk_] = Confirmed;
+        trace::event("confirm", s.worker, u.first);
         confirmed_++;
         uint64_t n = 0;
         for (const Piece &p : target_.pieces(u.first)) n += p.length;
@@ -362,7 +370,10 @@ void Fetch::advance_served_prefix() {
     if (!serving_) return;
     uint32_t before = served_prefix_;
     while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
-    if (served_prefix_ != before) serving_->filled(served_prefix_);
+    if (served_prefix_ != before) {
+        serving_->filled(served_prefix_);
+        trace::event("fill", served_prefix_);
+    }
     uint32_t n = end_chunk_;  // a fetch that serves reads the whole shard
     for (uint32_t i = 0; i < stripe_served_.size(); ++i) {
         uint32_t begin = stripe_begin(n, stripes_, i), end = stripe_begin(n, stripes_, i + 1);
@@ -371,12 +382,14 @@ void Fetch::advance_served_prefix() {
         if (c - begin == stripe_served_[i]) continue;
         stripe_served_[i] = c - begin;
         serving_->stripe_filled(i, c - begin);
+        trace::event("stripe_fill", i, c - begin, c);
     }
 }
 
 FetchResult Fetch::run() {
     Deadline deadline(req_.timeout_ms != 0 ? req_.timeout_ms : cfg_.timeout_ms * 6);
     auto chunk_timeout = std::chrono::milliseconds(cfg_.chunk_timeout_ms);
+    trace::event("fetch", session_.worker_id(), req_.shard, serve_);
     try {
         plan(deadline);
         while (!done()) {
@@ -502,6 +515,8 @@ void Fetch::drain() {
 
 void Fetch::finish(bool ok) {
     finished_ = true;
+    trace::event("fetch_end", session_.worker_id(), ok);
+    trace::flush();
     if (serving_) serving_->stop_reporting();  // no Progress after FetchDone
     if (!have_layout_) {
         if (serving_) serving_->abandon();

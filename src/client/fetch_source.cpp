@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/trace.hpp"
 
 namespace th {
 
@@ -41,6 +42,7 @@ void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbo
     // A filling source's per-stripe levels come with the word, where it has them.
     op->bytes = !complete && desc.ctrl_bytes >= kControlBlockBytes ? kControlBlockBytes : kControlWordBytes;
     const RegionDesc &reg = desc.regions[desc.ctrl_region];
+    trace::event("ctrl_ask", worker, reg.address + desc.ctrl_offset);
     ucx.read(peer, Lane::Control, op->block, op->bytes, nullptr, reg.address + desc.ctrl_offset, reg.rkey,
              [op](const char *error) {
                  ReadEvent e{ReadEvent::Ctrl, op->source, 0, error};

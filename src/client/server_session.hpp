@@ -51,6 +51,7 @@ class ServerSession {
     // use of them (until disconnect()).
     void connect(UcxWorker &ucx, SessionListener &listener);
     const ClientConfig &config() const { return cfg_; }
+    uint64_t worker_id() const { return worker_id_; }
     // Ends heartbeats (and with them re-registration and owned-copy drops).
     // From then on the worker is leaving: calls neither fail over nor
     // register again, so that shutting down waits at most for the attempt

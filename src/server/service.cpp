@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/stripes.hpp"
+#include "common/trace.hpp"
 #include "server/status_report.hpp"
 #include "wire/status_json.hpp"
 
@@ -257,6 +258,7 @@ Bytes Service::on_resolve(const Envelope &env, const Header &h) {
 
 Bytes Service::on_plan(const Envelope &env, const Header &h) {
     auto started = Clock::now();
+    trace::event("on_plan", h.worker_id);
     const PlanFetch *m = env.body_as_PlanFetch();
     std::string name = model_name(m->model());
     VersionInfo &v = catalog_.committed_version(name, m->version());
@@ -328,6 +330,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
                                  v.num_shards, sums, striped ? stripes : 1);
     Bytes out = finish(b, h, reply);
     metrics_.plan_seconds.observe(std::chrono::duration<double>(Clock::now() - started).count());
+    trace::event("on_plan_end", h.worker_id);
     return out;
 }
 

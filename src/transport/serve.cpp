@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "common/trace.hpp"
 #include "transport/reads.hpp"
 
 namespace th {
@@ -61,6 +62,7 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
         return UCS_OK;
     }
     std::memcpy(&h, header, sizeof h);
+    trace::event("serve", h.remote, h.length);
     ReadReplyHeader reply{h.id, UCS_OK, 0};
     RegionRef region;
     if (h.length == 0) {
