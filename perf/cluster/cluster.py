@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import netns  # noqa: E402
 import procs  # noqa: E402
+import hop_profile  # noqa: E402
 import systems  # noqa: E402
 
 SKIP = 77
@@ -57,7 +58,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # How the baselines are called in the output and in results JSON.
 BASELINES = {"trainer_direct": "trainer-direct", "mpi_default": "MPI_Bcast", "mpi_tuned": "MPI_Bcast tuned",
              "redis": "Redis", "tensorhub_prefetch": "tensorhub prefetch",
-             "tensorhub_spill_ahead": "tensorhub ahead"}
+             "tensorhub_spill_ahead": "tensorhub ahead", "tensorhub_cold_connect": "tensorhub cold"}
 
 
 def floor_s(size, gbit):
@@ -77,7 +78,8 @@ class Bench:
         return systems.Setup(net=net, bin_dir=a.bin_dir, server_bin=a.server_bin, workdir=self.workdir, size=size,
                              chunk_kb=a.chunk_kb, inflight=a.inflight, timeout=120 + 40 * floor_s(size, a.gbit) * 10,
                              trainer_keeps=a.trainer_keeps, trainer_step_s=a.trainer_step_s,
-                             spill_ahead=a.spill_ahead)
+                             spill_ahead=a.spill_ahead,
+                             trace_dir=a.trace or (os.path.join(self.workdir, "trace") if a.smoke else ""))
 
     def record(self, entry, runs):
         """Adds a scenario entry: per system its seconds and stalls, the
@@ -91,6 +93,12 @@ class Bench:
         if "mutation_s" in th.detail:
             entry["tensorhub_mutation_s"] = th.detail["mutation_s"]
         entry["ratio_tensorhub_floor"] = th.makespan_s / entry["floor_s"]
+        # Hops of readers that start together (a chain, or trees of stripes).
+        if "trace_dir" in th.detail and entry["scenario"] in ("standalone_ready", "trainer_step"):
+            entry["tensorhub_hops"] = hop_profile.summarize(th.detail["trace_dir"])
+            if entry["scenario"] == "standalone_ready" and entry["tensorhub_hops"]["readers"] != entry["n"]:
+                raise RuntimeError(f"the trace of {entry['scenario']} n={entry['n']} shows "
+                                   f"{entry['tensorhub_hops']['readers']} readers")
         for name, run in runs.items():
             if name != "tensorhub":
                 entry[f"{name}_s"] = run.makespan_s
@@ -156,6 +164,9 @@ class Bench:
                 spread = [round(rng.uniform(0, 3 * floor), 6) for _ in readers]
                 for variant, offsets in (("ready", [0.0] * n), ("staggered", spread)):
                     runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
+                    if a.cold_connect and variant == "ready":
+                        runs["tensorhub_cold_connect"] = systems.tensorhub(
+                            dataclasses.replace(s, connect_ahead=False), meta, trainer, readers, offsets)
                     if self.wanted("trainer_direct"):
                         runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
                     if self.wanted("mpi") and systems.mpi_available(s):
@@ -341,6 +352,12 @@ def parse():
                    "forward and backward); its stall counts only the tensorhub calls")
     p.add_argument("--spill-ahead", action="store_true",
                    help="tensorhub's trainer makes its owned copy right after publishing (th_client_config.spill_ahead)")
+    p.add_argument("--cold-connect", action="store_true",
+                   help="standalone, all ready: also run tensorhub with TENSORHUB_CONNECT_AHEAD=0 (each fetch makes its "
+                   "first UCX connections itself), side by side")
+    p.add_argument("--trace", metavar="DIR",
+                   help="tensorhub's processes write their event traces under DIR (TENSORHUB_TRACE_DIR, a folder per "
+                   "run); each entry then says where its hops' lag went (perf/cluster/hop_profile.py)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write the JSON here too (e.g. perf/results/cluster.json)")
     a = p.parse_args()

@@ -11,9 +11,11 @@ Redis (push then pull). Each returns a Run with the same figures:
   verified        every reader's bytes checked against the pattern
 """
 
+import dataclasses
 import os
 import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +47,8 @@ class Setup:
     trainer_keeps: bool = False  # tensorhub's trainer does not mutate after publishing
     trainer_step_s: float = 0.0  # its forward and backward between publish and mutation
     spill_ahead: bool = False    # th_client_config.spill_ahead for tensorhub's trainer
+    connect_ahead: bool = True   # False: TENSORHUB_CONNECT_AHEAD=0 (first connections made by the fetch)
+    trace_dir: str = ""          # TENSORHUB_TRACE_DIR for tensorhub's processes (a folder per run under it)
 
     def env(self):
         e = dict(os.environ)
@@ -52,6 +56,10 @@ class Setup:
         # shared memory: force tcp over the namespace's NIC.
         e.update(UCX_TLS="tcp", UCX_NET_DEVICES="eth0", UCX_WARN_UNUSED_ENV_VARS="n",
                  OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        if not self.connect_ahead:
+            e["TENSORHUB_CONNECT_AHEAD"] = "0"
+        if self.trace_dir:
+            e["TENSORHUB_TRACE_DIR"] = self.trace_dir
         return e
 
     def start(self, name, host, argv):
@@ -111,6 +119,9 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
     they fetch first (untimed) and `readers` join at T1, after the holders
     are done; the figures are then counted from T1."""
     started = []
+    if s.trace_dir:
+        os.makedirs(s.trace_dir, exist_ok=True)
+        s = dataclasses.replace(s, trace_dir=tempfile.mkdtemp(prefix="run-", dir=s.trace_dir))
     try:
         server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"])
         started.append(server)
@@ -159,6 +170,8 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
         detail = {"mutation_s": trainer_result["stall_s"], "done_s": [f["done_s"] for f in fetches], "fetches": fetches}
         if not holders:
             detail["publish_s"] = trainer_result["published"] - t0
+        if s.trace_dir:
+            detail["trace_dir"] = s.trace_dir  # read once the processes are gone (cluster.py)
         return Run(makespan, stall, trainer_stall, busy, ok, detail)
     finally:
         _finish([p for p in started if p is not started[0]])

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <random>
+#include <string_view>
 
 #include "client/queries.hpp"
 #include "common/error.hpp"
@@ -48,9 +51,27 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
     ctrl_ = std::make_unique<ControlPage>(*ucx_);
     holdings_ = std::make_unique<Holdings>(cfg_, worker_id_, *session_, *ucx_, *ctrl_);
     session_->connect(*ucx_, *holdings_);
+    // Off the caller's path: the first fetch finds UCX's endpoint
+    // configuration made, or, racing it, waits for no more than before.
+    // TENSORHUB_CONNECT_AHEAD=0 leaves it to the first fetch (to measure it).
+    const char *ahead = std::getenv("TENSORHUB_CONNECT_AHEAD");
+    if (ahead != nullptr && std::string_view(ahead) == "0") return;
+    connect_ahead_ = std::thread([ucx = ucx_.get(), peers = session_->take_connect_ahead()] {
+        for (const auto &[id, address] : peers) {
+            auto t = std::chrono::steady_clock::now();
+            try {
+                bool ok = ucx->connect_ahead(id, address);
+                TH_LOG(Debug, "connected ahead to worker ", id, ok ? "" : " (not wired up in time)", " in ",
+                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(), " ms");
+            } catch (const std::exception &e) {
+                TH_LOG(Info, "connecting ahead to worker ", id, " failed: ", e.what());
+            }
+        }
+    });
 }
 
 Client::~Client() {
+    if (connect_ahead_.joinable()) connect_ahead_.join();
     session_->stop_heartbeats();
     // Withdraw what we still hold; the handles stay valid for th_replica_release.
     holdings_->withdraw_all();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client_config.hpp"
@@ -60,6 +61,7 @@ class Client {
     std::unique_ptr<UcxWorker> ucx_;
     std::unique_ptr<ControlPage> ctrl_;
     std::unique_ptr<Holdings> holdings_;
+    std::thread connect_ahead_;  // connects to the workers the server suggested
 };
 
 }  // namespace th

@@ -271,6 +271,11 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
     }
 }
 
+std::vector<std::pair<uint64_t, std::vector<uint8_t>>> ServerSession::take_connect_ahead() {
+    std::lock_guard lk(hello_mu_);
+    return std::exchange(connect_ahead_, {});
+}
+
 void ServerSession::hello(const Deadline &deadline) {
     Builder b(512);
     Header h = header();
@@ -286,11 +291,17 @@ void ServerSession::hello(const Deadline &deadline) {
     uint64_t seen = max_epoch_.load();
     while (seen < r->server_epoch() && !max_epoch_.compare_exchange_weak(seen, r->server_epoch())) {
     }
-    registrations_++;
     {
         std::lock_guard lk(hello_mu_);
         hello_address_ = std::move(address);
+        if (registrations_ == 0 && r->connect_ahead() != nullptr)
+            for (const PeerAddress *p : *r->connect_ahead())
+                if (p->worker_id() != 0 && p->worker_id() != worker_id_ && p->ucx_address() != nullptr &&
+                    p->ucx_address()->size() > 0)
+                    connect_ahead_.emplace_back(p->worker_id(), std::vector<uint8_t>(p->ucx_address()->begin(),
+                                                                                     p->ucx_address()->end()));
     }
+    registrations_++;
     if (r->lease_ms() > 0) lease_ms_ = r->lease_ms();
     std::string events = r->events_url() ? r->events_url()->str() : "";
     if (!events.empty()) {

@@ -205,8 +205,30 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
     // A worker registering again replaces its old state.
     (catalog_.register_worker(std::move(w)) ? metrics_.registered_again : metrics_.registered_new)++;
-    Builder b(64);
-    return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms, b.CreateString(cfg_.events_url)));
+    Builder b(256);
+    std::vector<flatbuffers::Offset<PeerAddress>> ahead;
+    for (const WorkerInfo *p : connect_ahead(*catalog_.find_worker(h.worker_id)))
+        ahead.push_back(CreatePeerAddress(b, p->id, b.CreateVector(p->ucx_address)));
+    return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms, b.CreateString(cfg_.events_url),
+                                         b.CreateVector(ahead)));
+}
+
+std::vector<const WorkerInfo *> Service::connect_ahead(const WorkerInfo &w) {
+    constexpr size_t kRecent = 16;
+    const WorkerInfo *same_host = nullptr, *elsewhere = nullptr;
+    for (uint64_t id : recent_workers_) {
+        const WorkerInfo *r = id == w.id ? nullptr : catalog_.find_worker(id);
+        if (r == nullptr || r->suspect) continue;
+        const WorkerInfo *&slot = r->place.host == w.place.host ? same_host : elsewhere;
+        if (slot == nullptr) slot = r;
+    }
+    std::erase(recent_workers_, w.id);
+    recent_workers_.push_front(w.id);
+    if (recent_workers_.size() > kRecent) recent_workers_.pop_back();
+    std::vector<const WorkerInfo *> out;
+    for (const WorkerInfo *r : {same_host, elsewhere})
+        if (r != nullptr) out.push_back(r);
+    return out;
 }
 
 Bytes Service::on_goodbye(const Header &h) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -84,6 +85,10 @@ class Service {
     wire::Bytes refuse(Header h, const Error &e, wire::Body type);
     wire::Bytes dispatch(const Env &env, const Header &h);
     wire::Bytes on_hello(const Env &env, const Header &h);
+    // Workers a newly registered one connects to ahead of its first fetch
+    // (HelloReply.connect_ahead): the most recent other registrant on its
+    // host, and the most recent elsewhere. Then remembers it as recent.
+    std::vector<const WorkerInfo *> connect_ahead(const WorkerInfo &w);
     wire::Bytes on_publish(const Env &env, const Header &h);
     wire::Bytes on_resolve(const Env &env, const Header &h);
     wire::Bytes on_plan(const Env &env, const Header &h);
@@ -113,6 +118,7 @@ class Service {
     std::mutex mu_;  // guards everything below but metrics_.bad_requests
     Catalog catalog_;
     Planner planner_;
+    std::deque<uint64_t> recent_workers_;  // the last few registered, newest first
     ReplyCache replies_;
     uint64_t event_seq_ = 0;
     ServerMetrics metrics_;

@@ -1,6 +1,8 @@
 #include "transport/peer.hpp"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -176,6 +178,52 @@ void UcxWorker::greet(const PeerRef &p) {
             return;
         }
     }
+}
+
+bool UcxWorker::connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &address) {
+    PeerRef p;
+    try {
+        p = peer(worker_id, address);  // the active-message path greets it
+    } catch (const Error &e) {
+        TH_LOG(Debug, "connecting ahead to worker ", worker_id, ": ", e.what());
+        return false;
+    }
+    if (p->path_ == ReadPath::ActiveMessage) return !p->failed();
+    // One-sided lanes wire up on first use: a flush makes them.
+    constexpr auto kLimit = std::chrono::milliseconds(1000);
+    for (Lane l : {Lane::Data, Lane::Control}) {
+        auto done = std::make_shared<std::atomic<int>>(1);  // 1: not yet
+        ucp_request_param_t prm{};
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        auto *hold = new std::shared_ptr<std::atomic<int>>(done);
+        prm.user_data = hold;
+        prm.cb.send = [](void *request, ucs_status_t st, void *user_data) {
+            auto *d = static_cast<std::shared_ptr<std::atomic<int>> *>(user_data);
+            (*d)->store(st == UCS_OK ? 0 : -1);
+            delete d;
+            ucp_request_free(request);
+        };
+        ucs_status_ptr_t req;
+        {
+            std::lock_guard lk(p->mu_);
+            if (p->lane(l) == nullptr) {
+                delete hold;
+                return false;
+            }
+            req = ucp_ep_flush_nbx(p->lane(l), &prm);
+        }
+        if (!UCS_PTR_IS_PTR(req)) {
+            delete hold;
+            if (UCS_PTR_IS_ERR(req)) return false;
+            continue;
+        }
+        ucp_worker_signal(worker_);
+        auto until = std::chrono::steady_clock::now() + kLimit;
+        while (done->load() == 1 && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (done->load() != 0) return false;
+    }
+    return true;
 }
 
 void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {

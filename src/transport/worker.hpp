@@ -90,6 +90,13 @@ class UcxWorker {
     // peer, or one at an older address of the worker (it was restarted), is
     // replaced by a new one.
     PeerRef peer(uint64_t worker_id, const std::vector<uint8_t> &address);
+    // Connects to worker_id ahead of need: creates the endpoints and waits,
+    // up to a second per lane, until they are wired up, so that UCX has made
+    // its endpoint configuration for peers of that kind (10-40 ms of CPU the
+    // first time, on both sides) before a fetch waits on it. The endpoints
+    // stay for later use. False when they could not be made or did not come
+    // up in time.
+    bool connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &address);
     // Force-closes the endpoints to a peer (a stalled source): in-flight
     // reads complete with an error.
     void close_peer(const PeerRef &peer, const std::string &why);

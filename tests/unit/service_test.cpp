@@ -414,3 +414,33 @@ TEST(ServiceClock, LeasesFollowTheConfiguredClock) {
     EXPECT_EQ(svc.expire(fake + 1), 1u);  // worker 1's lease ran out on the fake clock
     EXPECT_EQ(svc.expire(fake + cfg.lease_ms + 1), 1u);
 }
+
+// A worker is told, at its first Hello, whom to connect to ahead of its
+// first fetch: the most recent other registrant on its host and the most
+// recent elsewhere, never itself, nor one gone or suspected.
+TEST_F(ServiceTest, ANewWorkerIsToldWhomToConnectToAhead) {
+    auto ahead = [&](uint64_t worker, const char *host) {
+        Bytes r = call(hello(worker, req++, {{"host", host}}));
+        EXPECT_EQ(env(r)->body_type(), Body::HelloReply);
+        std::vector<uint64_t> ids;
+        if (const auto *list = env(r)->body_as_HelloReply()->connect_ahead())
+            for (const PeerAddress *p : *list) {
+                EXPECT_EQ(std::vector<uint8_t>(p->ucx_address()->begin(), p->ucx_address()->end()),
+                          (std::vector<uint8_t>{1, 2, 3, 4}));
+                ids.push_back(p->worker_id());
+            }
+        return ids;
+    };
+    using Ids = std::vector<uint64_t>;
+    EXPECT_EQ(ahead(1, "a"), Ids{});
+    EXPECT_EQ(ahead(2, "a"), (Ids{1}));
+    EXPECT_EQ(ahead(3, "b"), (Ids{2}));      // nobody else on b yet
+    EXPECT_EQ(ahead(4, "a"), (Ids{2, 3}));   // same host first, then elsewhere
+    Builder b;
+    ASSERT_EQ(error_code(call(finish(b, hdr(2, req++), CreateGoodbye(b)))), 0);
+    EXPECT_EQ(ahead(5, "a"), (Ids{4, 3}));   // 2 left
+    EXPECT_EQ(ahead(4, "a"), (Ids{5, 3}));   // registering again: not itself
+    Builder b2;
+    ASSERT_EQ(error_code(call(finish(b2, hdr(1, req++), CreateSourceFailed(b2, 4, b2.CreateString("stalled"))))), 0);
+    EXPECT_EQ(ahead(6, "a"), (Ids{5, 3}));   // 4 is suspected
+}

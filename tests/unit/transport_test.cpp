@@ -165,6 +165,43 @@ TEST_P(Lanes, AReleasedRegionCannotBeRead) {
     }
 }
 
+// Connecting ahead wires the endpoints up and keeps them: the next peer()
+// of that worker is the same, and reads over it.
+TEST_P(Lanes, ConnectingAheadKeepsWiredUpEndpoints) {
+    std::string lane = GetParam();
+    if (lane == "sm" && !ucx_one_sided_reads()) GTEST_SKIP() << "no shared-memory lane with this UCX";
+    UcxWorker holder({}, {lane}), reader({}, {lane});
+    uint64_t answers = holder.answers_sent();
+    ASSERT_TRUE(reader.connect_ahead(7, holder.address()));
+    PeerRef p = reader.peer(7, holder.address());
+    EXPECT_FALSE(p->failed());
+    if (p->path() == ReadPath::ActiveMessage) {
+        EXPECT_EQ(holder.answers_sent() - answers, 2u) << "one greeting per lane";
+    }
+    EXPECT_EQ(reader.peer(7, holder.address()), p) << "kept, not made again";
+    std::vector<uint8_t> src(4096, 0x3c), dst(4096, 0);
+    RegionRef exposed = holder.register_memory(src.data(), src.size(), TH_MEM_HOST, /*expose=*/true);
+    Completion done;
+    reader.read(p, Lane::Data, dst.data(), dst.size(), nullptr, exposed->base, exposed->rkey, done.callback());
+    auto error = done.wait();
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(*error, "");
+    EXPECT_EQ(dst, src);
+}
+
+// A worker that is gone is reported, within the bound, and nothing hangs.
+TEST(Transport, ConnectingAheadToAWorkerThatIsGoneFailsInTime) {
+    std::vector<uint8_t> address;
+    {
+        UcxWorker gone({}, {"tcp"});
+        address = gone.address();
+    }
+    UcxWorker reader({}, {"tcp"});
+    auto started = std::chrono::steady_clock::now();
+    EXPECT_FALSE(reader.connect_ahead(9, address));
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transport, Lanes, ::testing::Values("tcp", "sm"),
                          [](const auto &info) { return std::string(info.param); });
 
