@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
+#include "common/trace.hpp"
 #include "wire/auth.hpp"
 
 namespace th {
@@ -210,7 +211,11 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
             Deadline attempt = recover_asked && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
             attempt_ms = attempt.remaining_ms();
-            reply = rpc->call(build(b, header()), attempt);
+            Bytes request = build(b, header());
+            const Envelope *sent = GetEnvelope(request.data());
+            trace::event("call", sent->request_id(), static_cast<uint64_t>(sent->body_type()));
+            reply = rpc->call(request, attempt);
+            trace::event("call_done", sent->request_id());
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.
             if (rpc->abandoned() && recover && !deadline.expired()) continue;
@@ -365,6 +370,12 @@ void ServerSession::address_changed() {
     hb_cv_.notify_all();
 }
 
+void ServerSession::beat_soon() {
+    std::lock_guard lk(hb_mu_);
+    beat_asked_ = true;
+    hb_cv_.notify_all();
+}
+
 void ServerSession::beat() {
     Bytes reply = call([](Builder &b, const Header &h) { return finish(b, h, CreateHeartbeat(b)); },
                        Deadline(cfg_.timeout_ms));
@@ -378,8 +389,10 @@ void ServerSession::heartbeat_loop() {
     std::unique_lock lk(hb_mu_);
     bool warned = false, retry = false;
     while (!stop_) {
-        hb_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms), [this] { return stop_ || reregister_asked_; });
+        hb_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.heartbeat_ms),
+                        [this] { return stop_ || reregister_asked_ || beat_asked_; });
         if (stop_) break;
+        beat_asked_ = false;
         bool again = std::exchange(reregister_asked_, false) || retry;
         lk.unlock();
         // A call that found this worker unknown after the pause may have

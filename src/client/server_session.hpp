@@ -69,6 +69,8 @@ class ServerSession {
     wire::Bytes call(const Build &build, const Deadline &deadline, bool recover = true);
     // A heartbeat now; the listener drops the owned copies its reply names.
     void beat();
+    // The same, soon, on the heartbeat thread: the caller does not wait.
+    void beat_soon();
 
     // The UCX worker has a new address (after a pause): the heartbeat thread
     // registers it.
@@ -143,6 +145,7 @@ class ServerSession {
     // by calls, which stop recovering once the worker is leaving.
     std::atomic<bool> stop_{false};
     bool reregister_asked_ = false;  // the UCX worker has a new address
+    bool beat_asked_ = false;        // beat_soon()
     std::thread heartbeat_;
 };
 

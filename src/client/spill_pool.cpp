@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/trace.hpp"
 
 namespace th {
 
@@ -62,7 +63,7 @@ SpillPool::~SpillPool() {
 
 uint64_t SpillPool::round_up(uint64_t n) { return (std::max<uint64_t>(n, 1) + kSlabAlign - 1) / kSlabAlign * kSlabAlign; }
 
-SpillPool::Slab *SpillPool::find_free(uint64_t n) {
+SpillPool::Slab *SpillPool::find_free(uint64_t n) const {
     Slab *best = nullptr;
     for (auto &s : slabs_)
         if (!s->lent && s->region && s->bytes >= n && (!best || s->bytes < best->bytes)) best = s.get();
@@ -73,6 +74,11 @@ bool SpillPool::coming(uint64_t n) const {
     if (making_ >= n) return true;
     if (std::any_of(to_make_.begin(), to_make_.end(), [&](uint64_t m) { return m >= n; })) return true;
     return std::any_of(slabs_.begin(), slabs_.end(), [&](auto &s) { return !s->lent && !s->region && s->bytes >= n; });
+}
+
+bool SpillPool::has_free(uint64_t n) const {
+    std::lock_guard lk(mu_);
+    return find_free(round_up(n)) != nullptr;
 }
 
 void SpillPool::prepare(uint64_t n) {
@@ -198,6 +204,7 @@ void SpillPool::worker_loop() {
 }
 
 std::unique_ptr<SpillPool::Slab> SpillPool::make_slab(uint64_t bytes) {
+    trace::event("slab_make", bytes);
     void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) fail(TH_ERR_NO_MEMORY, "cannot map ", mib(bytes), " for owned copies: ", std::strerror(errno));
     madvise(p, bytes, MADV_HUGEPAGE);  // a hint: fewer faults and TLB misses when it is available
@@ -213,6 +220,7 @@ std::unique_ptr<SpillPool::Slab> SpillPool::make_slab(uint64_t bytes) {
         munmap(p, bytes);
         throw;
     }
+    trace::event("slab_made", bytes);
     TH_LOG(Debug, "spill pool: prepared a slab of ", mib(bytes));
     return s;
 }
@@ -221,6 +229,7 @@ std::unique_ptr<SpillPool::Slab> SpillPool::make_slab(uint64_t bytes) {
 // working (docs/security.md). Drop the old registration, then register the
 // same, still faulted-in pages again, which gives them a new rkey.
 void SpillPool::register_slab_anew(Slab &s) {
+    trace::event("slab_renew", s.bytes);
     std::weak_ptr<MemRegion> was;
     {
         std::lock_guard lk(mu_);
@@ -239,6 +248,7 @@ void SpillPool::register_slab_anew(Slab &s) {
     } catch (const std::exception &e) {
         TH_LOG(Warn, "spill pool: registering a slab again failed, freeing it: ", e.what());
     }
+    trace::event("slab_renewed", s.bytes, fresh != nullptr);
     std::lock_guard lk(mu_);
     if (fresh) {
         s.region = std::move(fresh);

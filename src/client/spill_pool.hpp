@@ -52,6 +52,8 @@ class SpillPool {
         Slab *slab_ = nullptr;
     };
 
+    // Whether a free slab of at least n bytes is ready now.
+    bool has_free(uint64_t n) const;
     // Makes sure a free slab of at least n bytes exists or is being made,
     // unless the cap forbids it; returns at once.
     void prepare(uint64_t n);
@@ -85,7 +87,7 @@ class SpillPool {
     void register_slab_anew(Slab &s);
     void free_slab(Slab &s);
     // The smallest ready, free slab of at least n bytes (mu_ held).
-    Slab *find_free(uint64_t n);
+    Slab *find_free(uint64_t n) const;
     // Whether a slab of at least n bytes is being made or registered anew
     // (mu_ held).
     bool coming(uint64_t n) const;

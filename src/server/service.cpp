@@ -69,6 +69,7 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         type = env->body_type();
         h.request_id = env->request_id();
         h.worker_id = env->worker_id();
+        trace::event("request", h.worker_id, h.request_id, static_cast<uint64_t>(type));
         std::lock_guard lk(mu_);
         if (!leading()) {
             h.epoch = epoch_;
