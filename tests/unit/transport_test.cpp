@@ -170,6 +170,9 @@ TEST_P(Lanes, AReleasedRegionCannotBeRead) {
 TEST_P(Lanes, ConnectingAheadKeepsWiredUpEndpoints) {
     std::string lane = GetParam();
     if (lane == "sm" && !ucx_one_sided_reads()) GTEST_SKIP() << "no shared-memory lane with this UCX";
+    // Declared first: the holder's worker may still be sending from src
+    // after the reader has its bytes, until it is destroyed.
+    std::vector<uint8_t> src(4096, 0x3c), dst(4096, 0);
     UcxWorker holder({}, {lane}), reader({}, {lane});
     uint64_t answers = holder.answers_sent();
     ASSERT_TRUE(reader.connect_ahead(7, holder.address()));
@@ -179,7 +182,6 @@ TEST_P(Lanes, ConnectingAheadKeepsWiredUpEndpoints) {
         EXPECT_EQ(holder.answers_sent() - answers, 2u) << "one greeting per lane";
     }
     EXPECT_EQ(reader.peer(7, holder.address()), p) << "kept, not made again";
-    std::vector<uint8_t> src(4096, 0x3c), dst(4096, 0);
     RegionRef exposed = holder.register_memory(src.data(), src.size(), TH_MEM_HOST, /*expose=*/true);
     Completion done;
     reader.read(p, Lane::Data, dst.data(), dst.size(), nullptr, exposed->base, exposed->rkey, done.callback());
