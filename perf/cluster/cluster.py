@@ -79,7 +79,8 @@ class Bench:
                              chunk_kb=a.chunk_kb, inflight=a.inflight, timeout=120 + 40 * floor_s(size, a.gbit) * 10,
                              trainer_keeps=a.trainer_keeps, trainer_step_s=a.trainer_step_s,
                              spill_ahead=a.spill_ahead,
-                             trace_dir=a.trace or (os.path.join(self.workdir, "trace") if a.smoke else ""))
+                             trace_dir=a.trace or (os.path.join(self.workdir, "trace") if a.smoke else ""),
+                             stripes=a.stripes)
 
     def record(self, entry, runs):
         """Adds a scenario entry: per system its seconds and stalls, the
@@ -306,7 +307,7 @@ class Bench:
         run cut short keeps what it measured."""
         out = {"bench": "cluster", "mode": self.args.mode, "cpus": os.cpu_count(),
                "chunk_kb": self.args.chunk_kb, "inflight": self.args.inflight, "single_pair": self.pair,
-               "trainer_step_s": self.args.trainer_step_s, "spill_ahead": self.args.spill_ahead,
+               "trainer_step_s": self.args.trainer_step_s, "spill_ahead": self.args.spill_ahead, "stripes": self.args.stripes,
                "scenarios": self.scenarios}
         if self.args.out:
             os.makedirs(os.path.dirname(os.path.abspath(self.args.out)), exist_ok=True)
@@ -358,6 +359,9 @@ def parse():
     p.add_argument("--trace", metavar="DIR",
                    help="tensorhub's processes write their event traces under DIR (TENSORHUB_TRACE_DIR, a folder per "
                    "run); each entry then says where its hops' lag went (perf/cluster/hop_profile.py)")
+    p.add_argument("--stripes", type=int, default=0,
+                   help="tensorhub's server cuts shards into this many stripes (its --stripes; 0: its default, "
+                   "chains below 24 workers)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write the JSON here too (e.g. perf/results/cluster.json)")
     a = p.parse_args()

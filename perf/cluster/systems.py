@@ -49,6 +49,7 @@ class Setup:
     spill_ahead: bool = False    # th_client_config.spill_ahead for tensorhub's trainer
     connect_ahead: bool = True   # False: TENSORHUB_CONNECT_AHEAD=0 (first connections made by the fetch)
     trace_dir: str = ""          # TENSORHUB_TRACE_DIR for tensorhub's processes (a folder per run under it)
+    stripes: int = 0             # the server's --stripes (0: its default)
 
     def env(self):
         e = dict(os.environ)
@@ -123,7 +124,8 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
         os.makedirs(s.trace_dir, exist_ok=True)
         s = dataclasses.replace(s, trace_dir=tempfile.mkdtemp(prefix="run-", dir=s.trace_dir))
     try:
-        server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"])
+        server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"]
+                         + (["--stripes", str(s.stripes)] if s.stripes else []))
         started.append(server)
         server.expect(lambda o: isinstance(o, str) and o.startswith("listening on"), 30)
         url = f"tcp://{meta.ip}:7070"
