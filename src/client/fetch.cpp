@@ -175,6 +175,15 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
     if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
     if (replan) plans_++;
     if (serving_) serving_->start_reporting();
+    // Connected to all at once: a striped plan names up to one source per
+    // stripe, and new ones are greeted together.
+    std::vector<UcxWorker::PeerAddress> wanted;
+    for (const SourceRange *r : *p->ranges()) {
+        if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
+        wanted.emplace_back(r->worker_id(), std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
+    }
+    std::vector<UcxWorker::PeerOrError> peers = ucx_.peers(wanted);
+    size_t next_peer = 0;
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<FetchSource>();
         s->window = ReadWindow(cfg_.max_inflight);
@@ -183,18 +192,17 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
         publisher_[s->replica] = r->publisher();
         s->desc = get_desc(r->replica());
         check_desc(s->desc, target_.layout().tensors());
-        if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
         s->complete = r->complete();
         s->num_chunks = target_.layout().num_chunks();
         uint32_t first = std::max(r->first_chunk(), first_chunk_);
         s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
         s->next = first;
-        try {
-            s->peer = ucx_.peer(s->worker, std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
-        } catch (const Error &e) {
+        UcxWorker::PeerOrError &peer = peers[next_peer++];
+        s->peer = std::move(peer.peer);
+        if (!s->peer) {
             s->failed = true;
             s->report = true;
-            s->why = e.what();
+            s->why = peer.error;
         }
         trace::event("plan", s->worker, first, s->end, s->complete);
         TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,

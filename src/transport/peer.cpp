@@ -1,5 +1,6 @@
 #include "transport/peer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -105,15 +106,25 @@ std::string Peer::failure() const {
 }
 
 PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address) {
-    PeerRef p;
-    std::unique_lock<std::mutex> greeting;
+    std::vector<PeerOrError> one = peers({{worker_id, address}});
+    if (!one[0].peer) fail(TH_ERR_TRANSPORT, one[0].error);
+    return one[0].peer;
+}
+
+std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddress> &wanted) {
+    std::vector<PeerOrError> out(wanted.size());
+    std::vector<PeerRef> to_greet;
+    std::vector<std::unique_lock<std::mutex>> greetings;  // held until they are greeted
     {
         std::lock_guard lk(mu_);
-        auto it = peers_.find(worker_id);
-        if (it != peers_.end() && !it->second->failed() && it->second->address_ == address) {
-            p = it->second;
-        } else {
-            p = std::make_shared<Peer>();
+        for (size_t i = 0; i < wanted.size(); ++i) {
+            const auto &[worker_id, address] = wanted[i];
+            auto it = peers_.find(worker_id);
+            if (it != peers_.end() && !it->second->failed() && it->second->address_ == address) {
+                out[i].peer = it->second;
+                continue;
+            }
+            auto p = std::make_shared<Peer>();
             p->worker_ = this;
             p->worker_id_ = worker_id;
             p->address_ = address;
@@ -125,17 +136,23 @@ PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address)
             ep.err_handler.cb = &Peer::on_error;
             ep.err_handler.arg = p.get();
             p->ep_worker_ = worker_;
+            ucs_status_t st = UCS_OK;
             for (ucp_ep_h &e : p->eps_) {
-                ucs_status_t st = ucp_ep_create(p->ep_worker_, &ep, &e);
-                if (st != UCS_OK) {
-                    for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
-                    fail(TH_ERR_TRANSPORT, "cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
-                }
+                st = ucp_ep_create(p->ep_worker_, &ep, &e);
+                if (st != UCS_OK) break;
+            }
+            if (st != UCS_OK) {
+                for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+                out[i].error = str("cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+                continue;
             }
             p->choose_path(one_sided_);
             TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_);
             // Only the active-message path over tcp needs the greeting (see greet).
-            if (p->path_ == ReadPath::ActiveMessage) greeting = std::unique_lock(p->greeting_);
+            if (p->path_ == ReadPath::ActiveMessage) {
+                greetings.emplace_back(p->greeting_);
+                to_greet.push_back(p);
+            }
             if (it != peers_.end()) {
                 // The failed (or outdated) endpoints stay referenced by
                 // whoever still uses them; close them.
@@ -146,14 +163,16 @@ PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address)
             } else {
                 peers_.emplace(worker_id, p);
             }
+            out[i].peer = p;
         }
     }
-    if (greeting.owns_lock()) {
-        greet(p);
-        return p;
-    }
-    std::lock_guard wait(p->greeting_);  // until whoever created it has greeted it
-    return p;
+    greet(to_greet);  // a copy: to_greet is compared against below
+    greetings.clear();
+    // Peers another thread created: until it has greeted them.
+    for (const PeerOrError &o : out)
+        if (o.peer && std::find(to_greet.begin(), to_greet.end(), o.peer) == to_greet.end())
+            std::lock_guard wait(o.peer->greeting_);
+    return out;
 }
 
 // Over tcp each side of an endpoint connects a socket of its own, the peer
@@ -162,21 +181,37 @@ PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address)
 // just handed over: it logs "recv(-1) failed" and fails the endpoint. So the
 // peer answers one empty read on each lane, one lane at a time, before any
 // other traffic; a peer that does not answer in time is left to the reads'
-// own deadlines. One-sided reads need no answer and no greeting.
-void UcxWorker::greet(const PeerRef &p) {
+// own deadlines. One-sided reads need no answer and no greeting. Several new
+// peers (a striped plan's sources) are greeted together: their round trips
+// overlap instead of adding up.
+void UcxWorker::greet(std::vector<PeerRef> ps) {
     constexpr auto kGreetLimit = std::chrono::milliseconds(1000);
     auto until = std::chrono::steady_clock::now() + kGreetLimit;
     for (Lane l : {Lane::Data, Lane::Control}) {
-        auto answered = std::make_shared<std::atomic<int>>(1);  // 1: not yet
-        read(p, l, nullptr, 0, nullptr, 0, {}, [answered](const char *error) { answered->store(error ? -1 : 0); });
-        ucp_worker_signal(worker_);
-        while (answered->load() == 1 && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
-        if (answered->load() != 0) {
-            TH_LOG(Info, "worker ", p->worker_id_, " did not answer a first read within ", kGreetLimit.count(), " ms",
-                   answered->load() < 0 ? " (failed)" : "");
-            return;
+        if (ps.empty()) return;
+        std::vector<std::shared_ptr<std::atomic<int>>> answered;  // 1: not yet, 0: answered, -1: failed
+        for (const PeerRef &p : ps) {
+            auto a = std::make_shared<std::atomic<int>>(1);
+            answered.push_back(a);
+            read(p, l, nullptr, 0, nullptr, 0, {}, [a](const char *error) { a->store(error ? -1 : 0); });
         }
+        ucp_worker_signal(worker_);
+        auto waiting = [&] {
+            return std::any_of(answered.begin(), answered.end(), [](auto &a) { return a->load() == 1; });
+        };
+        while (waiting() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        // One that did not answer is left to the reads' deadlines.
+        std::vector<PeerRef> next;
+        for (size_t i = 0; i < ps.size(); ++i) {
+            if (answered[i]->load() == 0) {
+                next.push_back(ps[i]);
+                continue;
+            }
+            TH_LOG(Info, "worker ", ps[i]->worker_id_, " did not answer a first read within ", kGreetLimit.count(), " ms",
+                   answered[i]->load() < 0 ? " (failed)" : "");
+        }
+        ps = std::move(next);
     }
 }
 

@@ -90,6 +90,15 @@ class UcxWorker {
     // peer, or one at an older address of the worker (it was restarted), is
     // replaced by a new one.
     PeerRef peer(uint64_t worker_id, const std::vector<uint8_t> &address);
+    // The same for several workers at once (a plan's sources): new ones are
+    // greeted together, so connecting to K sources costs about one greeting's
+    // round trips, not K. Each entry has its peer, or why there is none.
+    using PeerAddress = std::pair<uint64_t, std::vector<uint8_t>>;
+    struct PeerOrError {
+        PeerRef peer;
+        std::string error;
+    };
+    std::vector<PeerOrError> peers(const std::vector<PeerAddress> &wanted);
     // Connects to worker_id ahead of need: creates the endpoints and waits,
     // up to a second per lane, until they are wired up, so that UCX has made
     // its endpoint configuration for peers of that kind (10-40 ms of CPU the
@@ -124,7 +133,7 @@ class UcxWorker {
     std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker();
     void restart_after_pause(uint64_t paused_ms);
     void settle_pause();
-    void greet(const PeerRef &p);
+    void greet(std::vector<PeerRef> ps);
 
     // read.cpp
     void fail_reads(const Peer *peer, ucs_status_t status);

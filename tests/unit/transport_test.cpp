@@ -204,6 +204,33 @@ TEST(Transport, ConnectingAheadToAWorkerThatIsGoneFailsInTime) {
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
 }
 
+// A plan's sources are connected to at once: each new one is greeted (one
+// empty read per lane), one that is gone gets its reason, and the others
+// are not held back by it beyond the greeting's bound.
+TEST(Transport, PeersOfAPlanAreConnectedTogether) {
+    std::vector<uint8_t> gone_address;
+    {
+        UcxWorker gone({}, {"tcp"});
+        gone_address = gone.address();
+    }
+    UcxWorker a({}, {"tcp"}), b({}, {"tcp"}), reader({}, {"tcp"});
+    uint64_t a0 = a.answers_sent(), b0 = b.answers_sent();
+    auto started = std::chrono::steady_clock::now();
+    std::vector<UcxWorker::PeerOrError> got = reader.peers({{1, a.address()}, {2, gone_address}, {3, b.address()}});
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+    ASSERT_EQ(got.size(), 3u);
+    ASSERT_TRUE(got[0].peer) << got[0].error;
+    ASSERT_TRUE(got[2].peer) << got[2].error;
+    EXPECT_EQ(a.answers_sent() - a0, 2u) << "greeted on both lanes";
+    EXPECT_EQ(b.answers_sent() - b0, 2u) << "greeted on both lanes";
+    EXPECT_TRUE(!got[1].peer || got[1].peer->failed()) << "the worker that is gone";
+    // Asked again: the same peers, not new ones.
+    std::vector<UcxWorker::PeerOrError> again = reader.peers({{1, a.address()}, {3, b.address()}});
+    EXPECT_EQ(again[0].peer, got[0].peer);
+    EXPECT_EQ(again[1].peer, got[2].peer);
+    EXPECT_EQ(a.answers_sent() - a0, 2u) << "no second greeting";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transport, Lanes, ::testing::Values("tcp", "sm"),
                          [](const auto &info) { return std::string(info.param); });
 
