@@ -1,6 +1,7 @@
 #include "client/fetch.hpp"
 
 #include <algorithm>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -90,6 +91,9 @@ void Fetch::plan(const Deadline &deadline) {
 
 std::vector<std::pair<uint32_t, uint32_t>> Fetch::uncovered() const {
     std::vector<uint8_t> covered(end_chunk_ - first_chunk_, 0);
+    for (const Planning &p : planning_)
+        for (uint32_t c = std::max(p.call->lo, first_chunk_); c < std::min(p.call->lo + p.call->count, end_chunk_); ++c)
+            covered[c - first_chunk_] = 1;
     for (const auto &sp : sources_)
         if (!sp->failed)
             for (uint32_t c = std::max(sp->next, first_chunk_); c < std::min(sp->end, end_chunk_); ++c)
@@ -105,32 +109,51 @@ std::vector<std::pair<uint32_t, uint32_t>> Fetch::uncovered() const {
     return runs;
 }
 
+// Off the fetch's thread: the call and the connections to new sources take
+// long on a busy host (0.9 s seen with seven new sources on two cores), and
+// meanwhile the sources already planned are read.
 void Fetch::plan_uncovered(const Deadline &deadline) {
     bool replan = source_lost_;
     replan_due_ = source_lost_ = false;
-    for (auto [lo, count] : uncovered()) ask(deadline, lo, count, PlanMode::StripedNow, replan);
+    for (auto [lo, count] : uncovered()) ask_later(deadline, lo, count, replan);
 }
 
-void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode mode, bool replan) {
-    std::vector<TensorSpec> given;
+Fetch::PlanCall Fetch::plan_call(uint32_t lo, uint32_t count, PlanMode mode, bool replan) const {
+    PlanCall c;
+    c.model = req_.model;
+    c.version = have_layout_ ? version_ : req_.version;
+    c.shard = req_.shard;
+    c.lo = lo;
+    c.count = count;
+    c.mode = mode;
+    c.replan = replan;
+    if (serving_) {
+        c.desc = serving_->replica().desc();
+        c.replica_id = serving_->replica().id();
+    }
+    c.exclude = exclude_;
+    c.exclude_replicas = exclude_replicas_;
     if (!target_.partial())
-        for (const Buffer &b : target_.buffers()) given.push_back(b.spec);
-    uint64_t version = have_layout_ ? version_ : req_.version;
-    Bytes reply;
-    trace::event("plan_ask", lo, count, static_cast<uint64_t>(mode));
+        for (const Buffer &b : target_.buffers()) c.given.push_back(b.spec);
+    c.partial = target_.partial();
+    return c;
+}
+
+// Touches nothing of the fetch but the call: it may run on another thread.
+void Fetch::call_plan(ServerSession &session, UcxWorker &ucx, PlanCall &c, const Deadline &deadline) {
     for (;;) {
         try {
-            reply = session_.call(
+            c.reply = session.call(
                 [&](Builder &b, const Header &h) {
-                    auto model = b.CreateString(req_.model);
+                    auto model = b.CreateString(c.model);
                     flatbuffers::Offset<wire::ReplicaDesc> desc;
-                    if (serving_) desc = put_desc(b, serving_->replica().desc());
-                    auto ex = b.CreateVector(exclude_);
-                    auto ex_replicas = b.CreateVector(exclude_replicas_);
+                    if (c.desc) desc = put_desc(b, *c.desc);
+                    auto ex = b.CreateVector(c.exclude);
+                    auto ex_replicas = b.CreateVector(c.exclude_replicas);
                     flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::TensorSpec>>> specs;
-                    if (!target_.partial()) specs = put_tensors(b, given);
-                    auto body = CreatePlanFetch(b, model, version, req_.shard, lo, count, desc, serving_ ? serving_->replica().id() : 0, ex, specs,
-                                                ex_replicas, mode);
+                    if (!c.partial) specs = put_tensors(b, c.given);
+                    auto body = CreatePlanFetch(b, model, c.version, c.shard, c.lo, c.count, desc, c.replica_id, ex, specs,
+                                                ex_replicas, c.mode);
                     return wire::finish(b, h, body);
                 },
                 deadline);
@@ -141,17 +164,54 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
             // deadline, rather than report a version that exists as missing.
             bool maybe_back_soon = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED ||
                                    e.code() == TH_ERR_UNAVAILABLE;
-            if (!maybe_back_soon || !session_.rebuilding() || deadline.remaining_ms() < 100) {
-                TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !session_.rebuilding() ? " (not rebuilding)" : "");
+            if (!maybe_back_soon || !session.rebuilding() || deadline.remaining_ms() < 100) {
+                TH_LOG(Info, "plan failed: ", e.what(), maybe_back_soon && !session.rebuilding() ? " (not rebuilding)" : "");
                 throw;
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
     }
-    trace::event("plan_reply", lo, count);
-    const Envelope *env = GetEnvelope(reply.data());
+    const Envelope *env = GetEnvelope(c.reply.data());
     if (env->body_type() != Body::PlanReply) fail(TH_ERR_PROTOCOL, "unexpected reply to PlanFetch");
     const PlanReply *p = env->body_as_PlanReply();
+    if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
+    // Connected to all at once: a striped plan names up to one source per
+    // stripe, and new ones are greeted together.
+    std::vector<UcxWorker::PeerAddress> wanted;
+    for (const SourceRange *r : *p->ranges()) {
+        if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
+        wanted.emplace_back(r->worker_id(), std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
+    }
+    c.peers = ucx.peers(wanted);
+}
+
+void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode mode, bool replan) {
+    trace::event("plan_ask", lo, count, static_cast<uint64_t>(mode));
+    PlanCall c = plan_call(lo, count, mode, replan);
+    call_plan(session_, ucx_, c, deadline);
+    apply_plan(c);
+}
+
+void Fetch::ask_later(const Deadline &deadline, uint32_t lo, uint32_t count, bool replan) {
+    trace::event("plan_ask", lo, count, static_cast<uint64_t>(PlanMode::StripedNow));
+    auto c = std::make_shared<PlanCall>(plan_call(lo, count, PlanMode::StripedNow, replan));
+    ServerSession *session = &session_;
+    UcxWorker *ucx = &ucx_;
+    std::shared_ptr<Mailbox> box = mailbox_;
+    planning_.push_back({c, std::async(std::launch::async, [session, ucx, c, deadline, box] {
+                             try {
+                                 call_plan(*session, *ucx, *c, deadline);
+                             } catch (...) {
+                                 box->wake();
+                                 throw;
+                             }
+                             box->wake();
+                         })});
+}
+
+void Fetch::apply_plan(PlanCall &c) {
+    trace::event("plan_reply", c.lo, c.count);
+    const PlanReply *p = GetEnvelope(c.reply.data())->body_as_PlanReply();
     if (!have_layout_) {
         if (p->num_shards() == 0 || req_.shard >= p->num_shards()) fail(TH_ERR_PROTOCOL, "plan with a bad shard count");
         apply_layout(p->version(), p->chunk_bytes(), p->num_shards(), get_tensors(p->tensors()));
@@ -164,7 +224,7 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
         // Planned per stripe: the replica tells its followers how far each
         // stripe has filled, for the count the server plans with.
         uint32_t k = p->stripes();
-        if (serving_ && mode == PlanMode::Striped && k > 1 && k <= kMaxStripes && k <= target_.layout().num_chunks()) {
+        if (serving_ && c.mode == PlanMode::Striped && k > 1 && k <= kMaxStripes && k <= target_.layout().num_chunks()) {
             striped_ = true;
             stripes_ = k;
             stripe_served_.assign(k, 0);
@@ -172,17 +232,8 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
         }
     }
     else if (p->version() != version_) fail(TH_ERR_PROTOCOL, "server planned another version");
-    if (p->ranges() == nullptr || p->ranges()->size() == 0) fail(TH_ERR_PROTOCOL, "plan without sources");
-    if (replan) plans_++;
+    if (c.replan) plans_++;
     if (serving_) serving_->start_reporting();
-    // Connected to all at once: a striped plan names up to one source per
-    // stripe, and new ones are greeted together.
-    std::vector<UcxWorker::PeerAddress> wanted;
-    for (const SourceRange *r : *p->ranges()) {
-        if (r->ucx_address() == nullptr) fail(TH_ERR_PROTOCOL, "plan without UCX address");
-        wanted.emplace_back(r->worker_id(), std::vector<uint8_t>(r->ucx_address()->begin(), r->ucx_address()->end()));
-    }
-    std::vector<UcxWorker::PeerOrError> peers = ucx_.peers(wanted);
     size_t next_peer = 0;
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<FetchSource>();
@@ -197,7 +248,7 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
         uint32_t first = std::max(r->first_chunk(), first_chunk_);
         s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
         s->next = first;
-        UcxWorker::PeerOrError &peer = peers[next_peer++];
+        UcxWorker::PeerOrError &peer = c.peers[next_peer++];
         s->peer = std::move(peer.peer);
         if (!s->peer) {
             s->failed = true;
@@ -210,11 +261,25 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
         sources_.push_back(std::move(s));
     }
     // Stripes left out wait for their relays, briefly.
-    if (mode == PlanMode::Striped && striped_ && !uncovered().empty()) {
+    if (c.mode == PlanMode::Striped && striped_ && !uncovered().empty()) {
         replan_due_ = true;
         replan_at_ = Clock::now() + kStripeWait;
     }
     if (faults().plan_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().plan_delay_us));
+}
+
+// Plans asked for off the fetch's thread that have come back.
+void Fetch::take_plans() {
+    for (auto it = planning_.begin(); it != planning_.end();) {
+        if (it->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+            ++it;
+            continue;
+        }
+        Planning p = std::move(*it);
+        it = planning_.erase(it);
+        p.done.get();  // its error, if it failed
+        apply_plan(*p.call);
+    }
 }
 
 void Fetch::issue_chunk(FetchSource &s, uint32_t chunk) {
@@ -413,6 +478,7 @@ FetchResult Fetch::run() {
                                   std::chrono::microseconds(0), wait);
             ucx_.wake();
             for (const ReadEvent &e : mailbox_->take(wait)) handle(e);
+            take_plans();
             report_progress(false);
 
             // A source that stops making progress is treated as dead: closing

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,6 +59,29 @@ class Fetch {
     // One PlanFetch for chunks [lo, lo + count) (count 0 and no layout yet:
     // the whole shard); adds its sources. replan: counts in the stats' replans.
     void ask(const Deadline &deadline, uint32_t lo, uint32_t count, wire::PlanMode mode, bool replan);
+    // The same (mode StripedNow) on a thread of its own; its sources are
+    // added by take_plans() once it is back.
+    void ask_later(const Deadline &deadline, uint32_t lo, uint32_t count, bool replan);
+    void take_plans();
+    // A PlanFetch: what it asks, taken from the fetch on its thread, and what
+    // came back with the peers of its sources, made by call_plan.
+    struct PlanCall {
+        std::string model;
+        uint64_t version = 0;
+        uint32_t shard = 0, lo = 0, count = 0;
+        wire::PlanMode mode = wire::PlanMode::Single;
+        bool replan = false;
+        std::optional<th::ReplicaDesc> desc;
+        uint64_t replica_id = 0;
+        std::vector<uint64_t> exclude, exclude_replicas;
+        std::vector<TensorSpec> given;
+        bool partial = false;
+        wire::Bytes reply;
+        std::vector<UcxWorker::PeerOrError> peers;
+    };
+    PlanCall plan_call(uint32_t lo, uint32_t count, wire::PlanMode mode, bool replan) const;
+    static void call_plan(ServerSession &session, UcxWorker &ucx, PlanCall &c, const Deadline &deadline);
+    void apply_plan(PlanCall &c);
     // Runs of needed chunks that no live source is assigned: (first, count).
     std::vector<std::pair<uint32_t, uint32_t>> uncovered() const;
     void apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors);
@@ -118,6 +142,11 @@ class Fetch {
     uint64_t event_seq_ = 0;
 
     std::vector<std::unique_ptr<FetchSource>> sources_;
+    struct Planning {
+        std::shared_ptr<PlanCall> call;
+        std::future<void> done;
+    };
+    std::vector<Planning> planning_;  // asked for with ask_later, not back yet
 
     std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
     bool finished_ = false;

@@ -17,10 +17,19 @@ void Mailbox::post(const ReadEvent &e) {
     cv.notify_one();
 }
 
+void Mailbox::wake() {
+    {
+        std::lock_guard lk(mu);
+        woken = true;
+    }
+    cv.notify_one();
+}
+
 std::deque<ReadEvent> Mailbox::take(std::chrono::microseconds wait) {
     std::deque<ReadEvent> out;
     std::unique_lock lk(mu);
-    cv.wait_for(lk, wait, [&] { return !events.empty(); });
+    cv.wait_for(lk, wait, [&] { return !events.empty() || woken; });
+    woken = false;
     out.swap(events);
     return out;
 }

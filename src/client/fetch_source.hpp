@@ -54,7 +54,10 @@ struct Mailbox {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<ReadEvent> events;
+    bool woken = false;
     void post(const ReadEvent &e);
+    // Ends a take() without an event (a plan came back).
+    void wake();
     // What was posted, waiting up to `wait` for something to be.
     std::deque<ReadEvent> take(std::chrono::microseconds wait);
 };
