@@ -56,11 +56,12 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
     // TENSORHUB_CONNECT_AHEAD=0 leaves it to the first fetch (to measure it).
     const char *ahead = std::getenv("TENSORHUB_CONNECT_AHEAD");
     if (ahead != nullptr && std::string_view(ahead) == "0") return;
-    connect_ahead_ = std::thread([ucx = ucx_.get(), peers = session_->take_connect_ahead()] {
+    connect_ahead_ = std::thread([ucx = ucx_.get(), closing = &closing_, peers = session_->take_connect_ahead()] {
         for (const auto &[id, address] : peers) {
+            if (closing->load()) return;
             auto t = std::chrono::steady_clock::now();
             try {
-                bool ok = ucx->connect_ahead(id, address);
+                bool ok = ucx->connect_ahead(id, address, closing);
                 TH_LOG(Debug, "connected ahead to worker ", id, ok ? "" : " (not wired up in time)", " in ",
                        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(), " ms");
             } catch (const std::exception &e) {
@@ -71,6 +72,7 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
 }
 
 Client::~Client() {
+    closing_ = true;  // a worker that does not answer holds nobody up
     if (connect_ahead_.joinable()) connect_ahead_.join();
     session_->stop_heartbeats();
     // Withdraw what we still hold; the handles stay valid for th_replica_release.

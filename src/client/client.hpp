@@ -4,6 +4,7 @@
 // queries (queries.hpp), and forwards each call to the part that does it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -62,6 +63,7 @@ class Client {
     std::unique_ptr<ControlPage> ctrl_;
     std::unique_ptr<Holdings> holdings_;
     std::thread connect_ahead_;  // connects to the workers the server suggested
+    std::atomic<bool> closing_{false};  // tells it to stop waiting
 };
 
 }  // namespace th

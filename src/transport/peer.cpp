@@ -111,7 +111,8 @@ PeerRef UcxWorker::peer(uint64_t worker_id, const std::vector<uint8_t> &address)
     return one[0].peer;
 }
 
-std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddress> &wanted) {
+std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddress> &wanted,
+                                                     const std::atomic<bool> *stop) {
     std::vector<PeerOrError> out(wanted.size());
     std::vector<PeerRef> to_greet;
     std::vector<std::unique_lock<std::mutex>> greetings;  // held until they are greeted
@@ -166,7 +167,7 @@ std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddre
             out[i].peer = p;
         }
     }
-    greet(to_greet);  // a copy: to_greet is compared against below
+    greet(to_greet, stop);  // a copy: to_greet is compared against below
     greetings.clear();
     // Peers another thread created: until it has greeted them.
     for (const PeerOrError &o : out)
@@ -184,7 +185,7 @@ std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddre
 // own deadlines. One-sided reads need no answer and no greeting. Several new
 // peers (a striped plan's sources) are greeted together: their round trips
 // overlap instead of adding up.
-void UcxWorker::greet(std::vector<PeerRef> ps) {
+void UcxWorker::greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop) {
     constexpr auto kGreetLimit = std::chrono::milliseconds(1000);
     auto until = std::chrono::steady_clock::now() + kGreetLimit;
     for (Lane l : {Lane::Data, Lane::Control}) {
@@ -199,8 +200,9 @@ void UcxWorker::greet(std::vector<PeerRef> ps) {
         auto waiting = [&] {
             return std::any_of(answered.begin(), answered.end(), [](auto &a) { return a->load() == 1; });
         };
-        while (waiting() && std::chrono::steady_clock::now() < until)
+        while (waiting() && std::chrono::steady_clock::now() < until && !(stop && stop->load()))
             std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (stop && stop->load()) return;
         // One that did not answer is left to the reads' deadlines.
         std::vector<PeerRef> next;
         for (size_t i = 0; i < ps.size(); ++i) {
@@ -215,14 +217,14 @@ void UcxWorker::greet(std::vector<PeerRef> ps) {
     }
 }
 
-bool UcxWorker::connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &address) {
-    PeerRef p;
-    try {
-        p = peer(worker_id, address);  // the active-message path greets it
-    } catch (const Error &e) {
-        TH_LOG(Debug, "connecting ahead to worker ", worker_id, ": ", e.what());
+bool UcxWorker::connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &address, const std::atomic<bool> *stop) {
+    PeerOrError got = std::move(peers({{worker_id, address}}, stop)[0]);  // the active-message path greets it
+    if (!got.peer) {
+        TH_LOG(Debug, "connecting ahead to worker ", worker_id, ": ", got.error);
         return false;
     }
+    PeerRef p = std::move(got.peer);
+    if (stop && stop->load()) return false;  // maybe not greeted: told to stop
     if (p->path_ == ReadPath::ActiveMessage) return !p->failed();
     // One-sided lanes wire up on first use: a flush makes them.
     constexpr auto kLimit = std::chrono::milliseconds(1000);
@@ -254,7 +256,7 @@ bool UcxWorker::connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &ad
         }
         ucp_worker_signal(worker_);
         auto until = std::chrono::steady_clock::now() + kLimit;
-        while (done->load() == 1 && std::chrono::steady_clock::now() < until)
+        while (done->load() == 1 && std::chrono::steady_clock::now() < until && !(stop && stop->load()))
             std::this_thread::sleep_for(std::chrono::microseconds(200));
         if (done->load() != 0) return false;
     }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -202,6 +203,44 @@ TEST(Transport, ConnectingAheadToAWorkerThatIsGoneFailsInTime) {
     auto started = std::chrono::steady_clock::now();
     EXPECT_FALSE(reader.connect_ahead(9, address));
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+}
+
+// A client going away does not wait out the greeting's bound: connecting
+// ahead to a worker that never answers (its UCX worker is never progressed)
+// gives up as soon as it is told to stop.
+TEST(Transport, ConnectingAheadStopsWhenTold) {
+    ucp_config_t *config = nullptr;
+    ASSERT_EQ(ucp_config_read(nullptr, nullptr, &config), UCS_OK);
+    ASSERT_EQ(ucp_config_modify(config, "TLS", "tcp"), UCS_OK);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+    ucp_context_h context = nullptr;
+    ASSERT_EQ(ucp_init(&params, config, &context), UCS_OK);
+    ucp_config_release(config);
+    ucp_worker_params_t wp{};
+    ucp_worker_h silent = nullptr;
+    ASSERT_EQ(ucp_worker_create(context, &wp, &silent), UCS_OK);
+    ucp_address_t *packed = nullptr;
+    size_t len = 0;
+    ASSERT_EQ(ucp_worker_get_address(silent, &packed, &len), UCS_OK);
+    std::vector<uint8_t> address(reinterpret_cast<uint8_t *>(packed), reinterpret_cast<uint8_t *>(packed) + len);
+    ucp_worker_release_address(silent, packed);
+    {
+        UcxWorker reader({}, {"tcp"});
+        std::atomic<bool> stop{false};
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            stop = true;
+        });
+        auto started = std::chrono::steady_clock::now();
+        EXPECT_FALSE(reader.connect_ahead(5, address, &stop));
+        auto took = std::chrono::steady_clock::now() - started;
+        stopper.join();
+        EXPECT_LT(took, std::chrono::milliseconds(700)) << "waited out the greeting's bound of 1 s";
+    }
+    ucp_worker_destroy(silent);
+    ucp_cleanup(context);
 }
 
 // A plan's sources are connected to at once: each new one is greeted (one
