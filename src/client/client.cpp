@@ -57,16 +57,14 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
     const char *ahead = std::getenv("TENSORHUB_CONNECT_AHEAD");
     if (ahead != nullptr && std::string_view(ahead) == "0") return;
     connect_ahead_ = std::thread([ucx = ucx_.get(), closing = &closing_, peers = session_->take_connect_ahead()] {
-        for (const auto &[id, address] : peers) {
-            if (closing->load()) return;
-            auto t = std::chrono::steady_clock::now();
-            try {
-                bool ok = ucx->connect_ahead(id, address, closing);
-                TH_LOG(Debug, "connected ahead to worker ", id, ok ? "" : " (not wired up in time)", " in ",
-                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(), " ms");
-            } catch (const std::exception &e) {
-                TH_LOG(Info, "connecting ahead to worker ", id, " failed: ", e.what());
-            }
+        if (peers.empty()) return;
+        auto t = std::chrono::steady_clock::now();
+        try {
+            size_t up = ucx->connect_ahead(peers, closing);
+            TH_LOG(Debug, "connected ahead to ", up, " of ", peers.size(), " workers in ",
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(), " ms");
+        } catch (const std::exception &e) {
+            TH_LOG(Info, "connecting ahead failed: ", e.what());
         }
     });
 }

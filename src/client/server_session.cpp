@@ -212,10 +212,10 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             Deadline attempt = recover_asked && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
             attempt_ms = attempt.remaining_ms();
             Bytes request = build(b, header());
-            const Envelope *sent = GetEnvelope(request.data());
-            trace::event("call", sent->request_id(), static_cast<uint64_t>(sent->body_type()));
+            const Envelope *sent = trace::on() ? GetEnvelope(request.data()) : nullptr;
+            if (sent) trace::event("call", sent->request_id(), static_cast<uint64_t>(sent->body_type()));
             reply = rpc->call(request, attempt);
-            trace::event("call_done", sent->request_id());
+            if (sent) trace::event("call_done", sent->request_id());
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.
             if (rpc->abandoned() && recover && !deadline.expired()) continue;
@@ -276,7 +276,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
     }
 }
 
-std::vector<std::pair<uint64_t, std::vector<uint8_t>>> ServerSession::take_connect_ahead() {
+std::vector<UcxWorker::PeerAddress> ServerSession::take_connect_ahead() {
     std::lock_guard lk(hello_mu_);
     return std::exchange(connect_ahead_, {});
 }

@@ -16,7 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <utility>
 
 #include "client/client_config.hpp"
 #include "client/follow_leader.hpp"
@@ -83,7 +82,7 @@ class ServerSession {
     uint64_t registrations() const { return registrations_.load(); }
     // Workers the server suggested, at the first registration, to connect
     // to ahead of the first fetch (HelloReply.connect_ahead); taken once.
-    std::vector<std::pair<uint64_t, std::vector<uint8_t>>> take_connect_ahead();
+    std::vector<UcxWorker::PeerAddress> take_connect_ahead();
     // Waits until `until`, or until an event says model has a version newer
     // than newer_than, or events were missed.
     void wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until);
@@ -127,7 +126,7 @@ class ServerSession {
     std::atomic<uint64_t> registrations_{0};
     std::mutex hello_mu_;
     std::vector<uint8_t> hello_address_;  // the UCX address the last Hello gave the server
-    std::vector<std::pair<uint64_t, std::vector<uint8_t>>> connect_ahead_;  // guarded by hello_mu_
+    std::vector<UcxWorker::PeerAddress> connect_ahead_;  // guarded by hello_mu_
     std::atomic<uint32_t> lease_ms_{TH_DEFAULT_LEASE_MS};  // the server's, from HelloReply
     std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
 

@@ -25,6 +25,13 @@ constexpr const char *kOneSided[] = {"rc", "dc", "cma", "knem", "xpmem", "cuda_i
     return false;
 }
 
+// Sleeps while pending() holds, until `until` or until told to stop.
+template <typename Pending>
+void wait_while(Pending pending, std::chrono::steady_clock::time_point until, const std::atomic<bool> *stop) {
+    while (pending() && std::chrono::steady_clock::now() < until && !(stop && stop->load()))
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 }  // namespace
 
 const char *read_path_name(ReadPath p) { return p == ReadPath::OneSided ? "one-sided GET" : "active-message pull"; }
@@ -197,11 +204,8 @@ void UcxWorker::greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop) {
             read(p, l, nullptr, 0, nullptr, 0, {}, [a](const char *error) { a->store(error ? -1 : 0); });
         }
         ucp_worker_signal(worker_);
-        auto waiting = [&] {
-            return std::any_of(answered.begin(), answered.end(), [](auto &a) { return a->load() == 1; });
-        };
-        while (waiting() && std::chrono::steady_clock::now() < until && !(stop && stop->load()))
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        wait_while([&] { return std::any_of(answered.begin(), answered.end(), [](auto &a) { return a->load() == 1; }); },
+                   until, stop);
         if (stop && stop->load()) return;
         // One that did not answer is left to the reads' deadlines.
         std::vector<PeerRef> next;
@@ -217,15 +221,21 @@ void UcxWorker::greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop) {
     }
 }
 
-bool UcxWorker::connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &address, const std::atomic<bool> *stop) {
-    PeerOrError got = std::move(peers({{worker_id, address}}, stop)[0]);  // the active-message path greets it
-    if (!got.peer) {
-        TH_LOG(Debug, "connecting ahead to worker ", worker_id, ": ", got.error);
-        return false;
+size_t UcxWorker::connect_ahead(const std::vector<PeerAddress> &workers, const std::atomic<bool> *stop) {
+    std::vector<PeerOrError> got = peers(workers, stop);  // the active-message path greets them
+    size_t up = 0;
+    for (size_t i = 0; i < got.size() && !(stop && stop->load()); ++i) {
+        if (!got[i].peer) {
+            TH_LOG(Debug, "connecting ahead to worker ", workers[i].first, ": ", got[i].error);
+            continue;
+        }
+        up += wired_up(got[i].peer, stop);
     }
-    PeerRef p = std::move(got.peer);
-    if (stop && stop->load()) return false;  // maybe not greeted: told to stop
-    if (p->path_ == ReadPath::ActiveMessage) return !p->failed();
+    return stop && stop->load() ? 0 : up;  // maybe not greeted: told to stop
+}
+
+bool UcxWorker::wired_up(const PeerRef &p, const std::atomic<bool> *stop) {
+    if (p->path_ == ReadPath::ActiveMessage) return !p->failed();  // greeted
     // One-sided lanes wire up on first use: a flush makes them.
     constexpr auto kLimit = std::chrono::milliseconds(1000);
     for (Lane l : {Lane::Data, Lane::Control}) {
@@ -255,9 +265,7 @@ bool UcxWorker::connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &ad
             continue;
         }
         ucp_worker_signal(worker_);
-        auto until = std::chrono::steady_clock::now() + kLimit;
-        while (done->load() == 1 && std::chrono::steady_clock::now() < until && !(stop && stop->load()))
-            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        wait_while([&] { return done->load() == 1; }, std::chrono::steady_clock::now() + kLimit, stop);
         if (done->load() != 0) return false;
     }
     return true;

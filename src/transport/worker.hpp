@@ -99,14 +99,14 @@ class UcxWorker {
         std::string error;
     };
     std::vector<PeerOrError> peers(const std::vector<PeerAddress> &wanted, const std::atomic<bool> *stop = nullptr);
-    // Connects to worker_id ahead of need: creates the endpoints and waits,
-    // up to a second per lane, until they are wired up, so that UCX has made
-    // its endpoint configuration for peers of that kind (10-40 ms of CPU the
-    // first time, on both sides) before a fetch waits on it. The endpoints
-    // stay for later use. False when they could not be made or did not come
-    // up in time.
-    // stop: set, it gives up waiting at once (the client is going away).
-    bool connect_ahead(uint64_t worker_id, const std::vector<uint8_t> &address, const std::atomic<bool> *stop = nullptr);
+    // Connects to workers ahead of need: creates the endpoints (together, as
+    // peers() does) and waits, up to a second per lane, until they are wired
+    // up, so that UCX has made its endpoint configuration for peers of that
+    // kind (10-40 ms of CPU the first time, on both sides) before a fetch
+    // waits on it. The endpoints stay for later use. Returns how many came
+    // up in time. stop: set, it gives up waiting at once (the client is going
+    // away) and returns 0.
+    size_t connect_ahead(const std::vector<PeerAddress> &workers, const std::atomic<bool> *stop = nullptr);
     // Force-closes the endpoints to a peer (a stalled source): in-flight
     // reads complete with an error.
     void close_peer(const PeerRef &peer, const std::string &why);
@@ -135,6 +135,9 @@ class UcxWorker {
     void restart_after_pause(uint64_t paused_ms);
     void settle_pause();
     void greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop);
+    // Whether p's lanes are usable: greeted (active messages), or flushed
+    // within a second (one-sided lanes, which wire up on first use).
+    bool wired_up(const PeerRef &p, const std::atomic<bool> *stop);
 
     // read.cpp
     void fail_reads(const Peer *peer, ucs_status_t status);

@@ -176,7 +176,7 @@ TEST_P(Lanes, ConnectingAheadKeepsWiredUpEndpoints) {
     std::vector<uint8_t> src(4096, 0x3c), dst(4096, 0);
     UcxWorker holder({}, {lane}), reader({}, {lane});
     uint64_t answers = holder.answers_sent();
-    ASSERT_TRUE(reader.connect_ahead(7, holder.address()));
+    ASSERT_EQ(reader.connect_ahead({{7, holder.address()}}), 1u);
     PeerRef p = reader.peer(7, holder.address());
     EXPECT_FALSE(p->failed());
     if (p->path() == ReadPath::ActiveMessage) {
@@ -201,7 +201,7 @@ TEST(Transport, ConnectingAheadToAWorkerThatIsGoneFailsInTime) {
     }
     UcxWorker reader({}, {"tcp"});
     auto started = std::chrono::steady_clock::now();
-    EXPECT_FALSE(reader.connect_ahead(9, address));
+    EXPECT_EQ(reader.connect_ahead({{9, address}}), 0u);
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
 }
 
@@ -234,7 +234,7 @@ TEST(Transport, ConnectingAheadStopsWhenTold) {
             stop = true;
         });
         auto started = std::chrono::steady_clock::now();
-        EXPECT_FALSE(reader.connect_ahead(5, address, &stop));
+        EXPECT_EQ(reader.connect_ahead({{5, address}}, &stop), 0u);
         auto took = std::chrono::steady_clock::now() - started;
         stopper.join();
         EXPECT_LT(took, std::chrono::milliseconds(700)) << "waited out the greeting's bound of 1 s";
