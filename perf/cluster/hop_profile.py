@@ -21,6 +21,7 @@ answer back). Medians and 90th percentiles per hop, then over all hops.
     python3 perf/cluster/hop_profile.py /tmp/tr [--json out.json]
 """
 import argparse
+import bisect
 import collections
 import glob
 import json
@@ -61,10 +62,8 @@ class Proc:
 
 def first_after(times, t):
     """The first time in sorted `times` at or after t, or None."""
-    for x in times:
-        if x >= t:
-            return x
-    return None
+    i = bisect.bisect_left(times, t)
+    return times[i] if i < len(times) else None
 
 
 def pct(xs, q):

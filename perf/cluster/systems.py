@@ -115,6 +115,15 @@ def _trainer_flags(s):
             + (["--step-s", f"{s.trainer_step_s:.6f}"] if s.trainer_step_s > 0 else []))
 
 
+def _tensorhub_server(s, meta, started):
+    """Starts the metadata server on meta (first in `started`, which the
+    caller stops) and waits until it listens."""
+    server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"]
+                     + (["--stripes", str(s.stripes)] if s.stripes else []))
+    started.append(server)
+    server.expect(lambda o: isinstance(o, str) and o.startswith("listening on"), 30)
+
+
 def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0):
     """The trainer publishes at T0 and at once begins to mutate. With holders,
     they fetch first (untimed) and `readers` join at T1, after the holders
@@ -124,10 +133,7 @@ def tensorhub(s, meta, trainer, readers, offsets, holders=(), mutation_wait_ms=0
         os.makedirs(s.trace_dir, exist_ok=True)
         s = dataclasses.replace(s, trace_dir=tempfile.mkdtemp(prefix="run-", dir=s.trace_dir))
     try:
-        server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"]
-                         + (["--stripes", str(s.stripes)] if s.stripes else []))
-        started.append(server)
-        server.expect(lambda o: isinstance(o, str) and o.startswith("listening on"), 30)
+        _tensorhub_server(s, meta, started)
         url = f"tcp://{meta.ip}:7070"
         common = [s.program("tensorhub-cluster-node"), "--bytes", str(s.size), "--tensors", str(s.tensors),
                   "--chunk-kb", str(s.chunk_kb), "--inflight", str(s.inflight), "--server", url]
@@ -190,9 +196,7 @@ def tensorhub_versions(s, meta, trainer, readers, interval_s, use_s, prefetch):
     stall is from wanting version 2 to holding it in its live buffers."""
     started = []
     try:
-        server = s.start("tensorhub-server", meta, [s.server_bin, "--listen", f"tcp://{meta.ip}:7070"])
-        started.append(server)
-        server.expect(lambda o: isinstance(o, str) and o.startswith("listening on"), 30)
+        _tensorhub_server(s, meta, started)
         common = [s.program("tensorhub-cluster-node"), "--bytes", str(s.size), "--tensors", str(s.tensors),
                   "--chunk-kb", str(s.chunk_kb), "--inflight", str(s.inflight), "--server", f"tcp://{meta.ip}:7070",
                   "--versions", "2", "--interval-s", f"{interval_s:.6f}"]
