@@ -28,7 +28,7 @@ Needs root (namespaces, tc); exits 77 (skipped) without them.
 
   cluster.py [--smoke | --quick] [--bin-dir DIR] [--server-bin PATH]
              [--size-mb S] [--gbit B] [--ns 1,2,4,8] [--only standalone,trainer_step,elastic,cross_dc,prefetch]
-             [--chunk-kb C] [--inflight I] [--nic-queue-ms Q] [--seed N] [--out results.json]
+             [--chunk-kb C] [--inflight I] [--nic-queue-ms Q] [--seed N] [--repeat K] [--out results.json]
 """
 
 import argparse
@@ -117,7 +117,7 @@ class Bench:
         entry["cpu_bound"] = entry["cpu_busy_max"] >= CPU_BOUND
         entry["verified"] = all(r.verified for r in runs.values())
         if self.failed:
-            entry["failed_baselines"], self.failed = self.failed, []
+            entry["failed_baselines"], self.failed = sorted(set(self.failed)), []
         self.scenarios.append(entry)
         self.save()
         label = entry["scenario"] + " " + " ".join(f"{k}={entry[k]}" for k in ("n", "m", "k") if k in entry)
@@ -164,20 +164,18 @@ class Bench:
                 # the entry records exactly the times that were used.
                 spread = [round(rng.uniform(0, 3 * floor), 6) for _ in readers]
                 for variant, offsets in (("ready", [0.0] * n), ("staggered", spread)):
-                    runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
-                    if a.cold_connect and variant == "ready":
-                        runs["tensorhub_cold_connect"] = systems.tensorhub(
-                            dataclasses.replace(s, connect_ahead=False), meta, trainer, readers, offsets)
-                    if self.wanted("trainer_direct"):
-                        runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
-                    if self.wanted("mpi") and systems.mpi_available(s):
-                        for name, tuned in (("mpi_default", False), ("mpi_tuned", True)):
-                            self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
-                    if self.wanted("redis") and systems.redis_available(s):
-                        self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
-                    self.record({"scenario": f"standalone_{variant}", "n": n, "size_bytes": a.size,
-                                 "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed,
-                                 "ready_offsets_s": offsets}, runs)
+                    # Readers that start together are where the systems are
+                    # closest and a 2-core machine's noise largest: --repeat
+                    # runs every system that many times, round by round.
+                    rounds = a.repeat if variant == "ready" else 1
+                    runs, spread_of = median_runs([self.standalone_round(s, meta, trainer, readers, offsets, variant)
+                                                   for _ in range(rounds)])
+                    entry = {"scenario": f"standalone_{variant}", "n": n, "size_bytes": a.size,
+                             "host_gbit": a.gbit, "floor_s": floor, "seed": a.seed, "ready_offsets_s": offsets}
+                    if rounds > 1:
+                        entry["rounds"] = rounds
+                        entry.update(spread_of)
+                    self.record(entry, runs)
                     if n == 1 and variant == "ready" and "trainer_direct" in runs:
                         self.check_pair(runs["trainer_direct"], floor)
         if "trainer_step" in a.only:
@@ -199,6 +197,21 @@ class Bench:
             self.record({"scenario": "elastic_join", "n": a.elastic_n, "m": a.elastic_m, "size_bytes": a.size,
                          "host_gbit": a.gbit, "floor_s": floor}, runs)
         net.teardown()
+
+    def standalone_round(self, s, meta, trainer, readers, offsets, variant):
+        """Every system once, one after the other, on the same hosts."""
+        runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
+        if self.args.cold_connect and variant == "ready":
+            runs["tensorhub_cold_connect"] = systems.tensorhub(
+                dataclasses.replace(s, connect_ahead=False), meta, trainer, readers, offsets)
+        if self.wanted("trainer_direct"):
+            runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
+        if self.wanted("mpi") and systems.mpi_available(s):
+            for name, tuned in (("mpi_default", False), ("mpi_tuned", True)):
+                self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
+        if self.wanted("redis") and systems.redis_available(s):
+            self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
+        return runs
 
     def baseline(self, runs, name, run, tries=2):
         """Runs a baseline, once more if it fails (an mpirun daemon that never
@@ -324,6 +337,20 @@ class Bench:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def median_runs(rounds):
+    """Per system, its run of median makespan over the rounds it completed
+    (the lower of the two middle ones for an even count), and every round's
+    makespan and trainer stall, for the entry."""
+    chosen, spread = {}, {}
+    for name in dict.fromkeys(k for r in rounds for k in r):
+        runs = sorted((r[name] for r in rounds if name in r), key=lambda run: run.makespan_s)
+        chosen[name] = runs[(len(runs) - 1) // 2]
+        if len(rounds) > 1:
+            spread[f"{name}_s_rounds"] = [round(run.makespan_s, 4) for run in runs]
+            spread[f"{name}_trainer_stall_s_rounds"] = [round(run.trainer_stall_s, 4) for run in runs]
+    return chosen, spread
+
+
 def parse():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny sizes, every scenario once (for ctest)")
@@ -363,6 +390,9 @@ def parse():
                    help="tensorhub's server cuts shards into this many stripes (its --stripes; 0: its default, "
                    "chains below 24 workers)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=1, metavar="K",
+                   help="all-ready runs: every system K times, round by round; entries keep the median run "
+                        "and every round's figures")
     p.add_argument("--out", help="write the JSON here too (e.g. perf/results/cluster.json)")
     a = p.parse_args()
     a.mode = "smoke" if a.smoke else "quick" if a.quick else "full"
@@ -377,6 +407,8 @@ def parse():
     a.only = set(a.only.split(","))
     a.prefetch_uses = [float(x) for x in (a.prefetch_uses or ("2" if a.smoke else "0.5,2")).split(",")]
     a.baselines = set(a.baselines.split(",")) - {""}
+    if a.repeat < 1:
+        p.error("--repeat must be at least 1")
     if a.smoke:
         a.chunk_kb = min(a.chunk_kb, 256)
         # Tiny sizes arm in a second or two: a launch that hangs (mpirun) is
