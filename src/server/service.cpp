@@ -216,19 +216,18 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
 
 std::vector<const WorkerInfo *> Service::connect_ahead(const WorkerInfo &w) {
     constexpr size_t kRecent = 16;
-    const WorkerInfo *same_host = nullptr, *elsewhere = nullptr;
+    std::vector<const WorkerInfo *> same_host, elsewhere;
     for (uint64_t id : recent_workers_) {
         const WorkerInfo *r = id == w.id ? nullptr : catalog_.find_worker(id);
         if (r == nullptr || r->suspect) continue;
-        const WorkerInfo *&slot = r->place.host == w.place.host ? same_host : elsewhere;
-        if (slot == nullptr) slot = r;
+        (r->place.host == w.place.host ? same_host : elsewhere).push_back(r);
     }
     std::erase(recent_workers_, w.id);
     recent_workers_.push_front(w.id);
     if (recent_workers_.size() > kRecent) recent_workers_.pop_back();
-    std::vector<const WorkerInfo *> out;
-    for (const WorkerInfo *r : {same_host, elsewhere})
-        if (r != nullptr) out.push_back(r);
+    std::vector<const WorkerInfo *> out = same_host;
+    out.insert(out.end(), elsewhere.begin(), elsewhere.end());
+    if (out.size() > kConnectAhead) out.resize(kConnectAhead);
     return out;
 }
 

@@ -86,8 +86,9 @@ class Service {
     wire::Bytes dispatch(const Env &env, const Header &h);
     wire::Bytes on_hello(const Env &env, const Header &h);
     // Workers a newly registered one connects to ahead of its first fetch
-    // (HelloReply.connect_ahead): the most recent other registrant on its
-    // host, and the most recent elsewhere. Then remembers it as recent.
+    // (HelloReply.connect_ahead): the most recent other registrants, those
+    // on its host first, kConnectAhead at most. Then remembers it as recent.
+    static constexpr size_t kConnectAhead = 8;
     std::vector<const WorkerInfo *> connect_ahead(const WorkerInfo &w);
     wire::Bytes on_publish(const Env &env, const Header &h);
     wire::Bytes on_resolve(const Env &env, const Header &h);

@@ -434,13 +434,16 @@ TEST_F(ServiceTest, ANewWorkerIsToldWhomToConnectToAhead) {
     using Ids = std::vector<uint64_t>;
     EXPECT_EQ(ahead(1, "a"), Ids{});
     EXPECT_EQ(ahead(2, "a"), (Ids{1}));
-    EXPECT_EQ(ahead(3, "b"), (Ids{2}));      // nobody else on b yet
-    EXPECT_EQ(ahead(4, "a"), (Ids{2, 3}));   // same host first, then elsewhere
+    EXPECT_EQ(ahead(3, "b"), (Ids{2, 1}));     // nobody else on b yet: the most recent first
+    EXPECT_EQ(ahead(4, "a"), (Ids{2, 1, 3}));  // same host first, then elsewhere
     Builder b;
     ASSERT_EQ(error_code(call(finish(b, hdr(2, req++), CreateGoodbye(b)))), 0);
-    EXPECT_EQ(ahead(5, "a"), (Ids{4, 3}));   // 2 left
-    EXPECT_EQ(ahead(4, "a"), (Ids{5, 3}));   // registering again: not itself
+    EXPECT_EQ(ahead(5, "a"), (Ids{4, 1, 3}));  // 2 left
+    EXPECT_EQ(ahead(4, "a"), (Ids{5, 1, 3}));  // registering again: not itself
     Builder b2;
     ASSERT_EQ(error_code(call(finish(b2, hdr(1, req++), CreateSourceFailed(b2, 4, b2.CreateString("stalled"))))), 0);
-    EXPECT_EQ(ahead(6, "a"), (Ids{5, 3}));   // 4 is suspected
+    EXPECT_EQ(ahead(6, "a"), (Ids{5, 1, 3}));  // 4 is suspected
+    // Never more than kConnectAhead: the most recent ones.
+    for (uint64_t w = 7; w < 20; w++) ahead(w, "c");
+    EXPECT_EQ(ahead(20, "d"), (Ids{19, 18, 17, 16, 15, 14, 13, 12}));
 }
