@@ -216,18 +216,31 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
 
 std::vector<const WorkerInfo *> Service::connect_ahead(const WorkerInfo &w) {
     constexpr size_t kRecent = 16;
-    std::vector<const WorkerInfo *> same_host, elsewhere;
-    for (uint64_t id : recent_workers_) {
+    auto usable = [&](uint64_t id) {
         const WorkerInfo *r = id == w.id ? nullptr : catalog_.find_worker(id);
-        if (r == nullptr || r->suspect) continue;
-        (r->place.host == w.place.host ? same_host : elsewhere).push_back(r);
+        return r != nullptr && !r->suspect ? r : nullptr;
+    };
+    std::vector<const WorkerInfo *> out;
+    for (auto &[id, offered] : recent_publishers_) {
+        const WorkerInfo *p = usable(id);
+        if (p == nullptr || offered >= kPublisherFanIn) continue;
+        offered++;
+        out.push_back(p);
     }
+    std::vector<const WorkerInfo *> elsewhere;
+    for (uint64_t id : recent_workers_) {
+        const WorkerInfo *r = usable(id);
+        if (r == nullptr || std::find(out.begin(), out.end(), r) != out.end()) continue;
+        if (r->place.host == w.place.host)
+            out.push_back(r);
+        else
+            elsewhere.push_back(r);
+    }
+    out.insert(out.end(), elsewhere.begin(), elsewhere.end());
+    if (out.size() > kConnectAhead) out.resize(kConnectAhead);
     std::erase(recent_workers_, w.id);
     recent_workers_.push_front(w.id);
     if (recent_workers_.size() > kRecent) recent_workers_.pop_back();
-    std::vector<const WorkerInfo *> out = same_host;
-    out.insert(out.end(), elsewhere.begin(), elsewhere.end());
-    if (out.size() > kConnectAhead) out.resize(kConnectAhead);
     return out;
 }
 
@@ -266,7 +279,20 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
             fail(TH_ERR_PROTOCOL, "publish with ", sums->size(), " checksums for ", p.layout.num_chunks(), " chunks");
         p.checksums.assign(sums->begin(), sums->end());
     }
+    bool own = !p.owned && !m->again();  // a version of its own, not a copy or a re-declaration
     bool committed = catalog_.publish(h.worker_id, std::move(p));
+    if (own) {
+        // Newest first; a publisher keeps its count when it publishes again.
+        auto it = std::find_if(recent_publishers_.begin(), recent_publishers_.end(),
+                               [&](const auto &e) { return e.first == h.worker_id; });
+        std::pair<uint64_t, uint32_t> entry{h.worker_id, 0};
+        if (it != recent_publishers_.end()) {
+            entry = *it;
+            recent_publishers_.erase(it);
+        }
+        recent_publishers_.push_front(entry);
+        if (recent_publishers_.size() > kPublishersAhead) recent_publishers_.pop_back();
+    }
     Builder b(64);
     return finish(b, h, CreatePublishReply(b, committed));
 }

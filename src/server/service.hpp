@@ -45,6 +45,13 @@ struct ServiceConfig {
 
 class Service {
   public:
+    // Connect-ahead suggestions (see connect_ahead): at most this many per
+    // newcomer, of which at most kPublishersAhead publishers, each offered
+    // to kPublisherFanIn newcomers at most.
+    static constexpr size_t kConnectAhead = 8;
+    static constexpr size_t kPublishersAhead = 4;
+    static constexpr uint32_t kPublisherFanIn = 32;
+
     explicit Service(ServiceConfig cfg);
 
     // Answers one request. Never throws: malformed input gets an ErrorReply
@@ -86,9 +93,11 @@ class Service {
     wire::Bytes dispatch(const Env &env, const Header &h);
     wire::Bytes on_hello(const Env &env, const Header &h);
     // Workers a newly registered one connects to ahead of its first fetch
-    // (HelloReply.connect_ahead): the most recent other registrants, those
-    // on its host first, kConnectAhead at most. Then remembers it as recent.
-    static constexpr size_t kConnectAhead = 8;
+    // (HelloReply.connect_ahead), kConnectAhead at most: the
+    // kPublishersAhead most recent publishers (the head of every update
+    // reads from one), each offered to kPublisherFanIn newcomers at most,
+    // then the most recent other registrants, those on its host first.
+    // Then remembers it as recent.
     std::vector<const WorkerInfo *> connect_ahead(const WorkerInfo &w);
     wire::Bytes on_publish(const Env &env, const Header &h);
     wire::Bytes on_resolve(const Env &env, const Header &h);
@@ -120,6 +129,9 @@ class Service {
     Catalog catalog_;
     Planner planner_;
     std::deque<uint64_t> recent_workers_;  // the last few registered, newest first
+    // The last workers that published a version of their own, newest
+    // first, and how many newcomers each was offered to.
+    std::deque<std::pair<uint64_t, uint32_t>> recent_publishers_;
     ReplyCache replies_;
     uint64_t event_seq_ = 0;
     ServerMetrics metrics_;

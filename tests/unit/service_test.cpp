@@ -447,3 +447,43 @@ TEST_F(ServiceTest, ANewWorkerIsToldWhomToConnectToAhead) {
     for (uint64_t w = 7; w < 20; w++) ahead(w, "c");
     EXPECT_EQ(ahead(20, "d"), (Ids{19, 18, 17, 16, 15, 14, 13, 12}));
 }
+
+TEST_F(ServiceTest, NewcomersConnectAheadToThePublisherUpToItsFanIn) {
+    auto ahead = [&](uint64_t worker) {
+        Bytes r = call(hello(worker, req++, {{"host", "h" + std::to_string(worker)}}));
+        std::vector<uint64_t> ids;
+        if (const auto *list = env(r)->body_as_HelloReply()->connect_ahead())
+            for (const PeerAddress *p : *list) ids.push_back(p->worker_id());
+        return ids;
+    };
+    ahead(1);  // the trainer
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, specs(8192), 100))), 0);
+    // Long after the trainer registered, and while it is not among the
+    // recent registrants, a newcomer is still offered it, first.
+    for (uint64_t w = 2; w < 2 + Service::kPublisherFanIn; w++) {
+        std::vector<uint64_t> ids = ahead(w);
+        ASSERT_FALSE(ids.empty());
+        EXPECT_EQ(ids.front(), 1u) << "newcomer " << w;
+        EXPECT_LE(ids.size(), Service::kConnectAhead);
+        EXPECT_EQ(std::count(ids.begin(), ids.end(), 1u), 1);
+    }
+    // Past its fan-in it is offered no more: no publisher ends up with an
+    // endpoint from every worker of a large job.
+    std::vector<uint64_t> ids = ahead(100);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 1u), 0);
+    // Publishing again keeps the count; a copy (owned) or a re-declaration
+    // does not make a publisher.
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 2, 0, 1, specs(8192), 101))), 0);
+    ids = ahead(101);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 1u), 0);
+    ASSERT_EQ(error_code(call(publish(3, req++, "m", 2, 0, 1, specs(8192), 102, 4096, /*again=*/true))), 0);
+    Builder b;
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(finish(b, hdr(4, req++),
+                                     CreatePublish(b, b.CreateString("m"), 2, 0, 1, 4096, put_tensors(b, ts),
+                                                   put_desc(b, desc_for(ts)), 103, /*owned=*/true)))),
+              0);
+    ids = ahead(102);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 3u), 0);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 4u), 0);
+}
