@@ -205,39 +205,39 @@ Bytes Service::on_hello(const Envelope &env, const Header &h) {
     w.last_seen_ms = clock_ms();
     TH_LOG(Info, "worker ", w.id, " '", w.name, "' registered (", format_labels(w.labels), ")");
     // A worker registering again replaces its old state.
-    (catalog_.register_worker(std::move(w)) ? metrics_.registered_again : metrics_.registered_new)++;
+    bool again = catalog_.register_worker(std::move(w));
+    (again ? metrics_.registered_again : metrics_.registered_new)++;
     Builder b(256);
     std::vector<flatbuffers::Offset<PeerAddress>> ahead;
-    for (const WorkerInfo *p : connect_ahead(*catalog_.find_worker(h.worker_id)))
+    for (const WorkerInfo *p : connect_ahead(*catalog_.find_worker(h.worker_id), /*offer=*/!again))
         ahead.push_back(CreatePeerAddress(b, p->id, b.CreateVector(p->ucx_address)));
     return finish(b, h, CreateHelloReply(b, epoch_, cfg_.lease_ms, cfg_.heartbeat_ms, b.CreateString(cfg_.events_url),
                                          b.CreateVector(ahead)));
 }
 
-std::vector<const WorkerInfo *> Service::connect_ahead(const WorkerInfo &w) {
+std::vector<const WorkerInfo *> Service::connect_ahead(const WorkerInfo &w, bool offer) {
     constexpr size_t kRecent = 16;
-    auto usable = [&](uint64_t id) {
-        const WorkerInfo *r = id == w.id ? nullptr : catalog_.find_worker(id);
-        return r != nullptr && !r->suspect ? r : nullptr;
-    };
     std::vector<const WorkerInfo *> out;
-    for (auto &[id, offered] : recent_publishers_) {
-        const WorkerInfo *p = usable(id);
-        if (p == nullptr || offered >= kPublisherFanIn) continue;
-        offered++;
-        out.push_back(p);
+    if (offer) {
+        auto usable = [&](uint64_t id) {
+            const WorkerInfo *r = id == w.id ? nullptr : catalog_.find_worker(id);
+            return r != nullptr && !r->suspect ? r : nullptr;
+        };
+        for (auto &[id, offered] : recent_publishers_) {
+            const WorkerInfo *p = usable(id);
+            if (p == nullptr || offered >= kPublisherFanIn) continue;
+            offered++;
+            out.push_back(p);
+        }
+        std::vector<const WorkerInfo *> elsewhere;
+        for (uint64_t id : recent_workers_) {
+            const WorkerInfo *r = usable(id);
+            if (r == nullptr || std::find(out.begin(), out.end(), r) != out.end()) continue;
+            (r->place.host == w.place.host ? out : elsewhere).push_back(r);
+        }
+        out.insert(out.end(), elsewhere.begin(), elsewhere.end());
+        if (out.size() > kConnectAhead) out.resize(kConnectAhead);
     }
-    std::vector<const WorkerInfo *> elsewhere;
-    for (uint64_t id : recent_workers_) {
-        const WorkerInfo *r = usable(id);
-        if (r == nullptr || std::find(out.begin(), out.end(), r) != out.end()) continue;
-        if (r->place.host == w.place.host)
-            out.push_back(r);
-        else
-            elsewhere.push_back(r);
-    }
-    out.insert(out.end(), elsewhere.begin(), elsewhere.end());
-    if (out.size() > kConnectAhead) out.resize(kConnectAhead);
     std::erase(recent_workers_, w.id);
     recent_workers_.push_front(w.id);
     if (recent_workers_.size() > kRecent) recent_workers_.pop_back();

@@ -97,8 +97,10 @@ class Service {
     // kPublishersAhead most recent publishers (the head of every update
     // reads from one), each offered to kPublisherFanIn newcomers at most,
     // then the most recent other registrants, those on its host first.
+    // None without offer: a worker registering again (a client takes them
+    // at its first registration only) would use up publishers' fan-in.
     // Then remembers it as recent.
-    std::vector<const WorkerInfo *> connect_ahead(const WorkerInfo &w);
+    std::vector<const WorkerInfo *> connect_ahead(const WorkerInfo &w, bool offer);
     wire::Bytes on_publish(const Env &env, const Header &h);
     wire::Bytes on_resolve(const Env &env, const Header &h);
     wire::Bytes on_plan(const Env &env, const Header &h);
