@@ -153,8 +153,18 @@ RpcServer::RpcServer(const std::string &url, Handler handler, int parallel) : ha
 RpcServer::~RpcServer() {
     stopping_ = true;
     for (auto &s : slots_) nng_aio_stop(s->aio);
-    nng_close(sock_);
-    for (auto &s : slots_) nng_aio_free(s->aio);
+    // Bounded like the clients' sockets (close.hpp): a server that did not
+    // exit on SIGTERM was found waiting in this close. The stopped contexts'
+    // aios are freed once the close has ended.
+    struct Aios {
+        std::vector<std::unique_ptr<Slot>> slots;
+        ~Aios() {
+            for (auto &s : slots) nng_aio_free(s->aio);
+        }
+    };
+    auto aios = std::make_shared<Aios>();
+    aios->slots = std::move(slots_);
+    close_socket(sock_, "the server's request socket", aios);
 }
 
 void RpcServer::on_io(void *slot) {
