@@ -363,10 +363,11 @@ typedef struct th_publish_config {
                              across shards */
     th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
                              Default NULL. */
-    uint32_t checksums;   /* nonzero: compute a checksum (XXH3-64) of every chunk and
-                             declare them with the version, for readers to check
-                             (th_fetch_config.verify). One pass over the bytes at
-                             publish (CUDA memory is staged through host memory).
+    uint32_t checksums;   /* nonzero: compute a checksum of every chunk (XXH3-64 of
+                             its 4 KiB leaves' XXH3-64s) and declare them with the
+                             version, for readers to check (th_fetch_config.verify).
+                             One pass over the bytes at publish, on several threads
+                             for large host shards and on the GPU for CUDA memory.
                              Default TH_DEFAULT_CHECKSUMS. */
 } th_publish_config;
 

@@ -1,6 +1,13 @@
-// Per-chunk checksums: XXH3-64 of each chunk's bytes, computed once by the
-// publisher and carried by the version's shard, so that a reader can check
-// what it read against the version, whichever replica it came from.
+// Per-chunk checksums, computed once by the publisher and carried by the
+// version's shard, so that a reader can check what it read against the
+// version, whichever replica it came from.
+//
+// A chunk's checksum is XXH3-64 of the XXH3-64s of its 4 KiB leaves (the last
+// one may be shorter), each as 8 little-endian bytes: a tree, so that CUDA
+// memory is hashed on its GPU, a leaf per thread (checksum_cuda.hpp), and
+// only the leaves' hashes cross to the host. The wire protocol's version
+// names this definition (a peer that hashes otherwise is refused at its
+// first message).
 #pragma once
 
 #include <cstdint>
@@ -18,9 +25,12 @@ struct ChunkPiece {
     th_mem_kind kind;
 };
 
-// XXH3-64 of the pieces laid end to end (a chunk may span tensors). CUDA
-// memory is staged through host memory.
+// The checksum of the pieces laid end to end (a chunk may span tensors, of
+// either kind of memory).
 uint64_t checksum(const std::vector<ChunkPiece> &pieces);
+// The checksums of many chunks: their device work is queued together and
+// waited for once per batch, rather than once per chunk.
+std::vector<uint64_t> checksums(const std::vector<std::vector<ChunkPiece>> &chunks);
 
 // Which confirmed chunks a reader checks.
 class VerifyPolicy {

@@ -122,16 +122,13 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
     std::unique_ptr<Replica> r = prepare(model, shard, std::move(buffers));
     r->set_version(version, num_shards, chunk_bytes);
     if (checksums) {
-        std::vector<uint64_t> sums;
-        for (uint32_t c = 0; c < layout.num_chunks(); ++c) {
-            std::vector<ChunkPiece> pieces;
+        std::vector<std::vector<ChunkPiece>> chunks(layout.num_chunks());
+        for (uint32_t c = 0; c < layout.num_chunks(); ++c)
             for (const Segment &s : layout.segments(layout.chunk_begin(c), layout.chunk_end(c))) {
                 const Buffer &b = r->buffers()[s.tensor];
-                pieces.push_back({static_cast<const uint8_t *>(b.data) + s.offset, s.length, b.kind});
+                chunks[c].push_back({static_cast<const uint8_t *>(b.data) + s.offset, s.length, b.kind});
             }
-            sums.push_back(checksum(pieces));
-        }
-        r->set_checksums(std::move(sums));
+        r->set_checksums(th::checksums(chunks));
     }
     r->control_word()->chunks_done.store(layout.num_chunks());
     r->mark_complete();

@@ -2,10 +2,16 @@
 // version, checked by readers; a holder whose bytes differ is read around.
 #include <gtest/gtest.h>
 
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <cstring>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "client/checksum.hpp"
+#include "client/xxh3_leaf.hpp"
 #include "client/client.hpp"
 #include "common/error.hpp"
 #include "server/server.hpp"
@@ -57,6 +63,60 @@ struct ThreeWorkers {
 };
 
 }  // namespace
+
+// The leaf hash, run lane by lane as the GPU's threads run it, is XXH3-64,
+// at every alignment.
+TEST(Checksum, TheLeafHashIsXxh3OfFourKiB) {
+    std::mt19937_64 rng(7);
+    std::vector<uint8_t> bytes(xxh3::kLeafBytes + 16);
+    for (uint8_t &b : bytes) b = static_cast<uint8_t>(rng());
+    for (int round = 0; round < 4; ++round) {
+        for (size_t off = 0; off < 16; ++off) {
+            const uint8_t *p = bytes.data() + off;
+            uint64_t want = XXH3_64bits(p, xxh3::kLeafBytes);
+            uint64_t got = xxh3::leaf_hash(p, xxh3::leaf_keys());
+            EXPECT_EQ(got, want) << "offset " << off;
+        }
+        bytes[rng() % bytes.size()] ^= 0x5a;
+    }
+}
+
+// A chunk's checksum is XXH3-64 over its 4 KiB leaves' XXH3-64s; a short
+// last leaf is hashed as it is, and an empty chunk has no leaves.
+TEST(Checksum, IsTheHashOfItsLeavesHashes) {
+    std::vector<uint8_t> bytes(2 * xxh3::kLeafBytes + 1000);
+    std::iota(bytes.begin(), bytes.end(), 3);
+    std::vector<uint64_t> leaves;
+    for (uint64_t at = 0; at < bytes.size(); at += xxh3::kLeafBytes)
+        leaves.push_back(XXH3_64bits(bytes.data() + at, std::min<uint64_t>(xxh3::kLeafBytes, bytes.size() - at)));
+    uint64_t want = XXH3_64bits(leaves.data(), leaves.size() * 8);
+    EXPECT_EQ(checksum({{bytes.data(), bytes.size(), TH_MEM_HOST}}), want);
+    EXPECT_EQ(checksum({}), XXH3_64bits(nullptr, 0));
+    // Pieces that cut leaves anywhere: the same bytes, the same checksum.
+    std::vector<ChunkPiece> pieces;
+    for (uint64_t at = 0, n = 1; at < bytes.size(); at += n, n = n * 3 + 1)
+        pieces.push_back({bytes.data() + at, std::min<uint64_t>(n, bytes.size() - at), TH_MEM_HOST});
+    EXPECT_GT(pieces.size(), 5u);
+    EXPECT_EQ(checksum(pieces), want);
+}
+
+// A large shard's checksums are computed on several threads: each is the
+// chunk's own checksum, in chunk order.
+TEST(Checksum, AShardsChecksumsSplitAmongThreadsAreEachChunks) {
+    const uint64_t chunk = 3 << 20, n = 96ull << 20;  // above the threshold for threads
+    std::vector<uint8_t> bytes(n);
+    std::mt19937_64 rng(11);
+    for (uint64_t i = 0; i < n; i += 8) {
+        uint64_t v = rng();
+        std::memcpy(bytes.data() + i, &v, 8);
+    }
+    std::vector<std::vector<ChunkPiece>> chunks;
+    for (uint64_t at = 0; at < n; at += chunk) chunks.push_back({{bytes.data() + at, std::min(chunk, n - at), TH_MEM_HOST}});
+    std::vector<uint64_t> all = checksums(chunks);
+    ASSERT_EQ(all.size(), chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) EXPECT_EQ(all[c], checksum(chunks[c])) << "chunk " << c;
+    EXPECT_NE(all[0], all[1]);
+}
 
 TEST(Checksum, CoversTheChunkAcrossPieces) {
     std::vector<uint8_t> bytes(100);

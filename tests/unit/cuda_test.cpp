@@ -3,9 +3,12 @@
 // without CUDA transports (Debian's).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "client/checksum.hpp"
 #include "tensorhub/tensorhub.h"
 #include "transport/memory_kind.hpp"
 
@@ -142,5 +145,86 @@ TEST(Cuda, PublishFromHostAndFetchToDeviceMemory) {
     GTEST_SKIP() << "built without TH_WITH_CUDA";
 #else
     round_trip(TH_MEM_HOST, TH_MEM_CUDA);
+#endif
+}
+
+#ifdef TH_WITH_CUDA
+namespace {
+
+// Device bytes at device + offset, the same bytes as host[offset...].
+struct DeviceCopy {
+    uint8_t *device = nullptr;
+    explicit DeviceCopy(const std::vector<uint8_t> &host) {
+        EXPECT_EQ(cudaMalloc(reinterpret_cast<void **>(&device), host.size()), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    ~DeviceCopy() { cudaFree(device); }
+};
+
+// The same cut of [lo, hi) into pieces, over host and over device memory;
+// every other piece on the device when mixed.
+std::vector<th::ChunkPiece> cut(const uint8_t *host, const uint8_t *device, uint64_t lo, uint64_t hi,
+                                const std::vector<uint64_t> &sizes, bool mixed) {
+    std::vector<th::ChunkPiece> out;
+    size_t i = 0;
+    for (uint64_t at = lo; at < hi; ++i) {
+        uint64_t n = std::min(sizes[i % sizes.size()], hi - at);
+        bool on_device = device != nullptr && (!mixed || i % 2 == 0);
+        out.push_back({(on_device ? device : host) + at, n, on_device ? TH_MEM_CUDA : TH_MEM_HOST});
+        at += n;
+    }
+    return out;
+}
+
+}  // namespace
+#endif
+
+// Device memory is hashed on the GPU: whatever the cut into pieces, the
+// alignment or the mix with host memory, its checksum is the host's.
+TEST(Cuda, AChecksumOfDeviceMemoryIsTheChecksumOfItsBytes) {
+#ifndef TH_WITH_CUDA
+    GTEST_SKIP() << "built without TH_WITH_CUDA";
+#else
+    if (!th::cuda_available()) GTEST_SKIP() << "no CUDA device on this machine";
+    const uint64_t n = (3 << 20) + 12345;
+    std::vector<uint8_t> host(n);
+    std::mt19937 rng(5);  // no period: a leaf hashed in another's place shows
+    for (uint8_t &b : host) b = static_cast<uint8_t>(rng());
+    DeviceCopy dev(host);
+    struct Case {
+        uint64_t lo, hi;
+        std::vector<uint64_t> sizes;
+        bool mixed;
+    };
+    const std::vector<Case> cases = {
+        {0, 1 << 20, {1 << 20}, false},            // one aligned piece, whole leaves
+        {3, (1 << 20) + 3, {1 << 20}, false},      // unaligned
+        {0, n, {n}, false},                         // a short last leaf
+        {5, n, {100000, 4096, 1, 77777}, false},   // leaves across device pieces
+        {0, n, {70000, 8192, 333}, true},           // device and host pieces alternate
+        {0, 600000, {1000}, false},                 // hundreds of small tensors
+        {100, 100, {1}, false},                     // empty
+    };
+    for (const Case &c : cases) {
+        uint64_t want = th::checksum(cut(host.data(), nullptr, c.lo, c.hi, c.sizes, false));
+        EXPECT_EQ(th::checksum(cut(host.data(), dev.device, c.lo, c.hi, c.sizes, c.mixed)), want)
+            << "[" << c.lo << ", " << c.hi << ") mixed " << c.mixed;
+    }
+    // A changed byte on the device changes it.
+    uint64_t before = th::checksum({{dev.device, n, TH_MEM_CUDA}});
+    uint8_t flipped = host[n / 2] ^ 1;
+    ASSERT_EQ(cudaMemcpy(dev.device + n / 2, &flipped, 1, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_NE(th::checksum({{dev.device, n, TH_MEM_CUDA}}), before);
+    // Threads at once take lanes of their own from the pool.
+    std::vector<uint64_t> got(4);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < got.size(); ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 20; ++i) got[t] = th::checksum({{dev.device + t, n - t, TH_MEM_CUDA}});
+        });
+    for (auto &th : threads) th.join();
+    host[n / 2] = flipped;
+    for (size_t t = 0; t < got.size(); ++t)
+        EXPECT_EQ(got[t], th::checksum({{host.data() + t, n - t, TH_MEM_HOST}})) << "thread " << t;
 #endif
 }
