@@ -282,13 +282,26 @@ void Fetch::take_plans() {
     }
 }
 
-void Fetch::issue_chunk(FetchSource &s, uint32_t chunk) {
-    if (faults().chunk_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().chunk_delay_us));
-    std::vector<Piece> ps = target_.pieces(chunk);
-    state_[chunk - first_chunk_] = InFlight;
+void Fetch::issue_chunks(FetchSource &s, uint32_t first, uint32_t count) {
+    if (faults().chunk_delay_us)
+        std::this_thread::sleep_for(std::chrono::microseconds(uint64_t{faults().chunk_delay_us} * count));
+    // Consecutive chunks of one tensor are one piece: contiguous here and at
+    // the source.
+    std::vector<Piece> ps;
+    for (uint32_t c = first; c < first + count; ++c) {
+        for (const Piece &p : target_.pieces(c)) {
+            Piece *last = ps.empty() ? nullptr : &ps.back();
+            if (last != nullptr && last->tensor == p.tensor && last->region == p.region &&
+                static_cast<uint8_t *>(last->local) + last->length == p.local && last->offset + last->length == p.offset)
+                last->length += p.length;
+            else
+                ps.push_back(p);
+        }
+        state_[c - first_chunk_] = InFlight;
+    }
     inflight_++;
-    trace::event("read_ask", s.worker, chunk);
-    s.read_chunk(ucx_, mailbox_, chunk, ps);
+    trace::event("read_ask", s.worker, first, count);
+    s.read_chunks(ucx_, mailbox_, first, count, ps);
 }
 
 void Fetch::issue(FetchSource &s) {
@@ -301,7 +314,13 @@ void Fetch::issue(FetchSource &s) {
     uint32_t max_inflight = cfg_.max_inflight;
     while (inflight_ < max_inflight && s.chunk_inflight < s.window.size() && s.next < limit) {
         uint32_t c = s.next++;
-        if (state_[c - first_chunk_] == Missing) issue_chunk(s, c);
+        if (state_[c - first_chunk_] != Missing) continue;
+        uint32_t n = 1;
+        while (n < s.merge && s.next < limit && state_[s.next - first_chunk_] == Missing) {
+            s.next++;
+            n++;
+        }
+        issue_chunks(s, c, n);
         if (s.failed) return;
     }
     if (s.ctrl_inflight) return;
@@ -320,9 +339,8 @@ void Fetch::handle(const ReadEvent &e) {
     if (e.kind == ReadEvent::Chunk) {
         s.chunk_inflight--;
         inflight_--;
-        uint8_t &st = state_[e.chunk - first_chunk_];
         if (e.error != nullptr || s.failed) {
-            st = Missing;
+            for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) state_[c - first_chunk_] = Missing;
             if (!s.failed) {
                 fail_source(s, str("read failed: ", e.error));
                 // Released under us (the seqlock would have said so next):
@@ -331,10 +349,13 @@ void Fetch::handle(const ReadEvent &e) {
             }
             return;
         }
-        st = Got;
-        trace::event("read_done", s.worker, e.chunk, static_cast<uint64_t>(e.latency.count()));
-        s.window.on_complete(e.latency);
-        s.unconfirmed.push_back({e.chunk, ++event_seq_});
+        trace::event("read_done", s.worker, e.chunk, static_cast<uint64_t>(e.latency.count()), e.count);
+        s.on_read(e.latency, e.count, target_.layout().chunk_bytes());
+        ++event_seq_;
+        for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) {
+            state_[c - first_chunk_] = Got;
+            s.unconfirmed.push_back({c, event_seq_});
+        }
         s.last_progress = Clock::now();
         return;
     }
@@ -366,12 +387,11 @@ void Fetch::handle(const ReadEvent &e) {
 // not match the version's checksum is read again elsewhere, and its source
 // reported.
 bool Fetch::confirm(FetchSource &s) {
-    std::optional<uint32_t> corrupt;
+    std::vector<uint32_t> bad = mismatching(s);
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
-        if (!matches_checksum(u.first)) {
+        if (std::find(bad.begin(), bad.end(), u.first) != bad.end()) {
             state_[u.first - first_chunk_] = Missing;
-            corrupt = u.first;
             return true;
         }
         state_[u.first - first_chunk_] = Confirmed;
@@ -384,20 +404,35 @@ bool Fetch::confirm(FetchSource &s) {
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
-    if (!corrupt) return true;
-    mismatches_++;
-    fail_source(s, str("chunk ", *corrupt, " does not match the version's checksum"));
-    TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", *corrupt, " from worker ",
+    if (bad.empty()) return true;
+    mismatches_ += static_cast<uint32_t>(bad.size());
+    fail_source(s, str("chunk ", bad.front(), " does not match the version's checksum"));
+    TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", bad.front(), " from worker ",
            s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
     return false;
 }
 
-bool Fetch::matches_checksum(uint32_t chunk) {
-    if (checksums_.empty() || !verify_.check(chunk)) return true;
-    // Only a chunk held whole can be checked: a partial or ranged fetch may
-    // hold part of it.
-    std::optional<std::vector<ChunkPiece>> got = target_.whole(chunk);
-    return !got || checksum(*got) == checksums_[chunk];
+// The chunks this confirmation covers that the verify policy checks, hashed
+// together (device chunks wait for their GPU once), and those that differ.
+std::vector<uint32_t> Fetch::mismatching(FetchSource &s) {
+    if (checksums_.empty()) return {};
+    std::vector<uint32_t> checked;
+    std::vector<std::vector<ChunkPiece>> pieces;
+    for (const auto &u : s.unconfirmed) {
+        if (u.second > s.ctrl_issue_seq || !verify_.check(u.first)) continue;
+        // Only a chunk held whole can be checked: a partial or ranged fetch
+        // may hold part of it.
+        if (std::optional<std::vector<ChunkPiece>> got = target_.whole(u.first)) {
+            checked.push_back(u.first);
+            pieces.push_back(std::move(*got));
+        }
+    }
+    if (checked.empty()) return {};
+    std::vector<uint64_t> sums = checksums(pieces);
+    std::vector<uint32_t> bad;
+    for (size_t i = 0; i < checked.size(); ++i)
+        if (sums[i] != checksums_[checked[i]]) bad.push_back(checked[i]);
+    return bad;
 }
 
 void Fetch::fail_source(FetchSource &s, const std::string &why) {

@@ -86,14 +86,15 @@ class Fetch {
     std::vector<std::pair<uint32_t, uint32_t>> uncovered() const;
     void apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors);
     void issue(FetchSource &s);
-    void issue_chunk(FetchSource &s, uint32_t chunk);
+    // One read of chunks [first, first + count) of s.
+    void issue_chunks(FetchSource &s, uint32_t first, uint32_t count);
     void handle(const ReadEvent &e);
     // Confirms what s read; false when a chunk did not match its checksum
     // (s is then failed).
     bool confirm(FetchSource &s);
-    // Whether a read chunk holds the version's bytes, as far as the verify
-    // policy checks it.
-    bool matches_checksum(uint32_t chunk);
+    // The chunks s's confirmation covers whose bytes are not the version's,
+    // as far as the verify policy checks them.
+    std::vector<uint32_t> mismatching(FetchSource &s);
     void fail_source(FetchSource &s, const std::string &why);
     void retire_failed_sources();
     void advance_served_prefix();

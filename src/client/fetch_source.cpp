@@ -63,12 +63,12 @@ void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbo
              });
 }
 
-void FetchSource::read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t chunk,
-                             const std::vector<Piece> &pieces) {
+void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t first, uint32_t count,
+                              const std::vector<Piece> &pieces) {
     struct Op {
         std::shared_ptr<Mailbox> box;
         FetchSource *source;
-        uint32_t chunk;
+        uint32_t chunk, count;
         std::atomic<size_t> left;
         std::atomic<const char *> error{nullptr};
         Clock::time_point asked = Clock::now();
@@ -76,7 +76,8 @@ void FetchSource::read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box
     auto op = std::make_shared<Op>();
     op->box = box;
     op->source = this;
-    op->chunk = chunk;
+    op->chunk = first;
+    op->count = count;
     op->left = pieces.size();
     chunk_inflight++;
     for (const Piece &p : pieces) {
@@ -86,7 +87,7 @@ void FetchSource::read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box
                  [op](const char *error) {
                      if (error != nullptr) op->error = error;
                      if (--op->left == 0) {
-                         ReadEvent e{ReadEvent::Chunk, op->source, op->chunk, op->error.load()};
+                         ReadEvent e{ReadEvent::Chunk, op->source, op->chunk, op->error.load(), op->count};
                          e.latency = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->asked);
                          op->box->post(e);
                      }
@@ -107,6 +108,21 @@ std::string FetchSource::check_generation(uint64_t generation) {
         return str("its buffers changed while being read (generation ", gen, " -> ", generation, ")");
     }
     return "";
+}
+
+uint32_t chunks_per_read(std::chrono::microseconds fastest, uint64_t chunk_bytes) {
+    uint64_t most = std::max<uint64_t>(1, kMaxMergedBytes / std::max<uint64_t>(chunk_bytes, 1));
+    auto per_chunk = std::max(fastest, std::chrono::microseconds(1));
+    return static_cast<uint32_t>(std::clamp<uint64_t>(kMergeTarget / per_chunk, 1, most));
+}
+
+void FetchSource::on_read(std::chrono::microseconds latency, uint32_t count, uint64_t chunk_bytes) {
+    auto per_chunk = std::max(latency / count, std::chrono::microseconds(1));
+    window.on_complete(per_chunk);
+    if (!peer || peer->path() != ReadPath::OneSided) return;
+    // The quickest chunk seen: a read with nothing queued ahead of it.
+    fastest = std::min(fastest, per_chunk);
+    merge = chunks_per_read(fastest, chunk_bytes);
 }
 
 void FetchSource::saw_fill_level(const FillLevel &level) {

@@ -37,12 +37,26 @@ constexpr auto kFollowPollMax = std::chrono::microseconds(3200);
 
 struct FetchSource;
 
+// How many consecutive chunks one read of a source may cover: on a lane
+// where a chunk takes a few microseconds (device memory over cuda_ipc, a
+// fast NIC), the work of each read on the fetch's and the progress thread
+// costs as much as moving its bytes, so a read covers as many chunks as
+// move in kMergeTarget, up to kMaxMergedBytes. Only on one-sided lanes: where
+// the holder answers, it does so chunk by chunk anyway.
+constexpr auto kMergeTarget = std::chrono::microseconds(100);
+constexpr uint64_t kMaxMergedBytes = 64ull << 20;
+
+// Chunks per read on a one-sided lane where the quickest chunk read took
+// `fastest`: 1 on any lane slower than kMergeTarget per chunk.
+uint32_t chunks_per_read(std::chrono::microseconds fastest, uint64_t chunk_bytes);
+
 // A read of a source that completed, or failed.
 struct ReadEvent {
     enum Kind { Chunk, Ctrl } kind;
     FetchSource *source;
-    uint32_t chunk;
+    uint32_t chunk;     // Chunk events: the first chunk read,
     const char *error;  // nullptr: the read completed
+    uint32_t count = 1;  // and how many
     uint64_t generation = 0;  // Ctrl events: the control word's generation,
     FillLevel level{};        // and how much of the shard the source holds
     std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
@@ -88,8 +102,10 @@ struct FetchSource {
     Clock::time_point ctrl_at{};
     std::chrono::microseconds follow_poll = kFollowPollMin;
     std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
-    uint32_t chunk_inflight = 0;
+    uint32_t chunk_inflight = 0;  // reads of chunks
     ReadWindow window{1};  // how many of chunk_inflight it may have
+    uint32_t merge = 1;    // chunks per read (kMergeTarget)
+    std::chrono::microseconds fastest = std::chrono::microseconds::max();  // per chunk, of any read
     bool failed = false;
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
@@ -103,8 +119,13 @@ struct FetchSource {
     // Reads its control word; seq: the completions handled so far, so that
     // the answer confirms only chunk reads that had completed before it.
     void read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint64_t seq);
-    // Reads the pieces of chunk; one event once all of them completed.
-    void read_chunk(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t chunk, const std::vector<Piece> &pieces);
+    // Reads the pieces of chunks [first, first + count); one event once all
+    // of them completed.
+    void read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t first, uint32_t count,
+                     const std::vector<Piece> &pieces);
+    // A read of `count` chunks took `latency`: how many chunks a read covers
+    // from now on.
+    void on_read(std::chrono::microseconds latency, uint32_t count, uint64_t chunk_bytes);
     // The seqlock check on a generation its control word returned: "" when
     // what was read since the previous check is the version's bytes, else why
     // not (the replica changed under us: the source must be dropped).

@@ -1,4 +1,5 @@
 #include "client/read_window.hpp"
+#include "client/fetch_source.hpp"
 
 #include <gtest/gtest.h>
 
@@ -76,4 +77,17 @@ TEST(ReadWindow, NeverBelowOneOrAboveItsMaximum) {
     ReadWindow instant(8);  // a completion measured as taking no time at all
     instant.on_complete(Micros(0));
     EXPECT_EQ(instant.size(), 8u);
+}
+
+// Chunks that move in microseconds are read several at a time (up to 64 MiB
+// a read); a chunk that takes longer than the target is read alone.
+TEST(ChunksPerRead, FollowTheQuickestChunkUpToTheCap) {
+    using th::chunks_per_read;
+    EXPECT_EQ(chunks_per_read(Micros(10), 4 << 20), 10u);
+    EXPECT_EQ(chunks_per_read(Micros(1), 4 << 20), 16u);       // 64 MiB
+    EXPECT_EQ(chunks_per_read(Micros(0), 4 << 20), 16u);       // a clock that saw nothing
+    EXPECT_EQ(chunks_per_read(Micros(1), 64ull << 20), 1u);    // one chunk is the cap
+    EXPECT_EQ(chunks_per_read(Micros(1), 256ull << 20), 1u);
+    EXPECT_EQ(chunks_per_read(Micros(100), 4 << 20), 1u);
+    EXPECT_EQ(chunks_per_read(Micros(4000), 512 << 10), 1u);  // 512 KiB at 1 gbit
 }
