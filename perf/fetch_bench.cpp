@@ -5,7 +5,10 @@
 // publisher and reader, and a plain-UCX target and reader. For each size the
 // publisher publishes one shard (a few float32 tensors) and the reader
 // th_fetch()es it (not serving it on); the raw pair moves the same bytes with
-// ucp_get_nbx, with the same chunk size and reads in flight. Repetitions of
+// ucp_get_nbx, with the same chunk size and reads in flight, and again with
+// reads of --raw-long-kb (64 MiB): the library reads several chunks at once
+// where a chunk takes microseconds, so the raw figure is the faster of the
+// two, the lane's limit whatever the read size. Repetitions of
 // the two alternate, so both see the same machine noise. Destinations are
 // faulted in before every timed transfer, and each size is warmed up once
 // untimed (registration, endpoints) and verified once, byte for byte.
@@ -24,7 +27,8 @@
 // fetches once with every chunk verified, reported beside it.
 //
 //   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
-//                         [--inflight 8] [--tensors 4] [--lanes tcp,sm[,cuda]] [--smoke]
+//                         [--raw-long-kb 65536] [--inflight 8] [--tensors 4]
+//                         [--lanes tcp,sm[,cuda]] [--smoke]
 //
 // Prints a table per lane and, last, one JSON line: the largest size of each
 // lane, with fetch_gbps, raw_gbps, ratio and transport.
@@ -57,6 +61,7 @@ struct Options {
     std::vector<uint64_t> sizes_mb = {64, 256, 1024};
     unsigned reps = 5;
     uint64_t chunk_bytes = 4ull << 20;
+    uint64_t raw_long_read = 64ull << 20;  // the raw pair's second read size; 0: none
     unsigned inflight = 8;
     unsigned tensors = 4;
     // The lanes measured (see Lane): tcp, sm, and cuda where a device is.
@@ -249,7 +254,7 @@ int run_raw_target(const Options &o) {
     return serve("raw target", handlers, kIdleLimit);
 }
 
-// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | get -> SECONDS | verify VERSION | drop
+// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | get [READ_BYTES] -> SECONDS | verify VERSION | drop
 int run_raw_reader(const Options &o) {
     RawReader reader;
     Buffer buffer;
@@ -268,9 +273,10 @@ int run_raw_reader(const Options &o) {
              return std::string();
          }},
         {"get",
-         [&](const std::vector<std::string> &) {
+         [&](const std::vector<std::string> &a) {
              buffer.clear();
-             return str(reader.read_all(o.chunk_bytes, o.inflight, Clock::now() + budget(buffer.size())));
+             uint64_t read = a.size() > 0 ? to_u64(a[0]) : o.chunk_bytes;
+             return str(reader.read_all(read, o.inflight, Clock::now() + budget(buffer.size())));
          }},
         {"verify",
          [&](const std::vector<std::string> &a) {
@@ -295,7 +301,9 @@ struct Result {
     uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
     std::string transport;  // the lane's name (Lane)
     Memory memory = Memory::Host;
-    std::vector<double> fetch_gbps, raw_gbps;
+    std::vector<double> fetch_gbps, raw_gbps;  // raw: reads of a chunk
+    std::vector<double> raw_long_gbps;           // raw: reads of --raw-long-kb, if longer
+    uint64_t long_read = 0;
     std::vector<double> verify_all_gbps;  // tensorhub, every chunk checked
     std::vector<double> verify_off_gbps;  // tensorhub, no chunk checked
     double publish_s = 0;                 // the publish, checksums included
@@ -304,7 +312,10 @@ struct Result {
     double holder_cpu_per_gib() const { return served ? holder_cpu_s / (double(served) / (1ull << 30)) : 0; }
     double raw_target_cpu_per_gib() const { return served ? raw_target_cpu_s / (double(served) / (1ull << 30)) : 0; }
     double fetch() const { return median(fetch_gbps); }
-    double raw() const { return median(raw_gbps); }
+    // The lane's limit: the raw pair with whichever read size was faster.
+    bool long_won() const { return !raw_long_gbps.empty() && median(raw_long_gbps) > median(raw_gbps); }
+    double raw() const { return long_won() ? median(raw_long_gbps) : median(raw_gbps); }
+    uint64_t raw_read(uint64_t chunk) const { return long_won() ? long_read : chunk; }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
     double verify_all() const { return median(verify_all_gbps); }
     double verify_off() const { return median(verify_off_gbps); }
@@ -351,17 +362,19 @@ class Bench {
         auto fetch_once = [&](const char *verify = "") {
             return seconds(reader_->call(str("fetch ", model, " ", version, " ", verify), limit));
         };
-        auto raw_once = [&] { return seconds(raw_reader_->call("get", limit)); };
+        auto raw_once = [&](uint64_t read) { return seconds(raw_reader_->call(str("get ", read), limit)); };
+        if (o_.raw_long_read > o_.chunk_bytes) r.long_read = o_.raw_long_read;
         fetch_once();  // warm-up: registration, endpoint, rkeys
-        raw_once();
+        raw_once(o_.chunk_bytes);
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
             double holder0 = publisher_->cpu_seconds();
             r.fetch_gbps.push_back(bytes / fetch_once() / 1e9);
             r.holder_cpu_s += publisher_->cpu_seconds() - holder0;
             double target0 = raw_target_->cpu_seconds();
-            r.raw_gbps.push_back(bytes / raw_once() / 1e9);
+            r.raw_gbps.push_back(bytes / raw_once(o_.chunk_bytes) / 1e9);
             r.raw_target_cpu_s += raw_target_->cpu_seconds() - target0;
             r.served += bytes;
+            if (r.long_read) r.raw_long_gbps.push_back(bytes / raw_once(r.long_read) / 1e9);
             r.verify_all_gbps.push_back(bytes / fetch_once("all") / 1e9);
             r.verify_off_gbps.push_back(bytes / fetch_once("off") / 1e9);
         }
@@ -408,27 +421,30 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
                 lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("%10s %15s %10s %7s   %-17s %-17s %-22s %14s %14s %18s\n", "size", "tensorhub GB/s", "raw GB/s",
-                "ratio", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s",
+    std::printf("%10s %15s %10s %9s %7s   %-17s %-17s %-22s %14s %14s %18s\n", "size", "tensorhub GB/s", "raw GB/s",
+                "raw read", "ratio", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s",
                 "verify-off GB/s", "publish s/GiB");
     std::fflush(stdout);
 }
 
-void print_row(const Result &r) {
+void print_row(const Result &r, const Options &o) {
     std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
-    std::printf("%10s %15.2f %10.2f %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f\n",
-                human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), r.ratio(), range(r.fetch_gbps).c_str(),
-                range(r.raw_gbps).c_str(), cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib());
+    std::printf("%10s %15.2f %10.2f %9s %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f\n",
+                human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read(o.chunk_bytes))).c_str(),
+                r.ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
+                cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib());
     std::fflush(stdout);
 }
 
-std::string json_fields(const Result &r) {
-    char buf[512];
+std::string json_fields(const Result &r, const Options &o) {
+    char buf[640];
     std::snprintf(buf, sizeof buf,
-                  "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,\"ratio\":%.3f,"
+                  "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,"
+                  "\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"ratio\":%.3f,"
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f",
-                  r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(), r.ratio(),
+                  r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
+                  static_cast<unsigned long long>(r.raw_read(o.chunk_bytes) >> 10), median(r.raw_gbps), r.ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib());
     return buf;
@@ -436,16 +452,16 @@ std::string json_fields(const Result &r) {
 
 // One line: the largest size of the last lane at top level, every lane's
 // largest size under "lanes", and how much faster shared memory was than tcp.
-void print_json(const std::vector<Result> &largest) {
+void print_json(const std::vector<Result> &largest, const Options &o) {
     std::string lanes;
     double tcp = 0, sm = 0;
     for (const Result &r : largest) {
-        lanes += (lanes.empty() ? "{" : ",{") + json_fields(r) + "}";
+        lanes += (lanes.empty() ? "{" : ",{") + json_fields(r, o) + "}";
         if (r.transport == "tcp") tcp = r.fetch();
         if (r.transport == "sm") sm = r.fetch();
     }
     std::string extra = tcp > 0 && sm > 0 ? str(",\"sm_over_tcp\":", sm / tcp) : std::string();
-    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s}\n", json_fields(largest.back()).c_str(), lanes.c_str(),
+    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s}\n", json_fields(largest.back(), o).c_str(), lanes.c_str(),
                 extra.c_str());
     std::fflush(stdout);
 }
@@ -508,13 +524,13 @@ int run_parent(const Options &o) {
             results.push_back(bench.measure(mb, index++));
             results.back().transport = lane.name;
             results.back().memory = lane.memory;
-            print_row(results.back());
+            print_row(results.back(), o);
         }
         bench.finish();
         largest.push_back(*std::max_element(results.begin(), results.end(),
                                             [](const Result &a, const Result &b) { return a.bytes < b.bytes; }));
     }
-    print_json(largest);
+    print_json(largest, o);
     return 0;
 }
 
@@ -533,6 +549,7 @@ Options parse(const th_support::Args &args) {
     }
     o.reps = static_cast<unsigned>(args.get_u64("reps", o.reps));
     o.chunk_bytes = args.get_u64("chunk-kb", o.chunk_bytes >> 10) << 10;
+    o.raw_long_read = args.get_u64("raw-long-kb", o.raw_long_read >> 10) << 10;
     o.inflight = static_cast<unsigned>(args.get_u64("inflight", o.inflight));
     o.tensors = static_cast<unsigned>(args.get_u64("tensors", o.tensors));
     if (args.has("lanes")) o.lanes = split(args.get("lanes"), ',');
@@ -555,12 +572,12 @@ int main(int argc, char **argv) {
         th_support::Args args(argc, argv, {"help", "smoke"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096] "
-                        "[--inflight 8] [--tensors 4] [--lanes tcp,sm[,cuda]] [--smoke]\n"
+                        "[--raw-long-kb 65536 (0: none)] [--inflight 8] [--tensors 4] [--lanes tcp,sm[,cuda]] [--smoke]\n"
                         "lanes: tcp, sm, cuda (device memory over cuda_ipc; default where a CUDA device is),\n"
                         "tcp-cuda (device memory over tcp), or any other UCX_TLS value over host memory\n");
             return 0;
         }
-        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "inflight", "tensors", "lanes", "smoke", "role", "server", "memory"});
+        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "raw-long-kb", "inflight", "tensors", "lanes", "smoke", "role", "server", "memory"});
         if (!bad.empty()) fail("unknown option --", bad[0], " (see --help)");
         Options o = parse(args);
         ensure_std_fds();
