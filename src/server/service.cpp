@@ -285,13 +285,12 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
         // Newest first; a publisher keeps its count when it publishes again.
         auto it = std::find_if(recent_publishers_.begin(), recent_publishers_.end(),
                                [&](const auto &e) { return e.first == h.worker_id; });
-        std::pair<uint64_t, uint32_t> entry{h.worker_id, 0};
         if (it != recent_publishers_.end()) {
-            entry = *it;
-            recent_publishers_.erase(it);
+            std::rotate(recent_publishers_.begin(), it, it + 1);
+        } else {
+            recent_publishers_.push_front({h.worker_id, 0});
+            if (recent_publishers_.size() > kPublishersAhead) recent_publishers_.pop_back();
         }
-        recent_publishers_.push_front(entry);
-        if (recent_publishers_.size() > kPublishersAhead) recent_publishers_.pop_back();
     }
     Builder b(64);
     return finish(b, h, CreatePublishReply(b, committed));
