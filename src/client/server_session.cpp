@@ -175,6 +175,7 @@ void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std:
         }
         TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", to);
         rpc_ = std::make_shared<RpcClient>(to, cfg_.token);
+        failed_over_to_ = leader_ ? nullptr : rpc_;
         // Calls still waiting on the old server end by their attempt deadline
         // (at most half a call's timeout) and come here next.
         from->abandon();
@@ -248,8 +249,20 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             if (!recover || (!can_fail_over() && reregistered++ >= 2))
                 fail(TH_ERR_UNAVAILABLE, "the server at ", rpc->url(), " is ", why);
             // With one server (restarted with a clock behind), saying Hello
-            // again makes it take over above the epoch we saw.
-            can_fail_over() ? fail_over(rpc, why, true, deadline) : reregister(deadline);
+            // again makes it take over above the epoch we saw. So it does
+            // with a server we just failed over to, a standby restarted
+            // after a server kill say: another thread's call may have
+            // reached it before our Hello and been answered with the epoch
+            // it had then. Leaving it would take us back to the server that
+            // did not answer; the workers would follow us round.
+            bool moved_here = [&] {
+                std::lock_guard lk(rpc_mu_);
+                return rpc == rpc_ && rpc == failed_over_to_;
+            }();
+            if (can_fail_over() && !(moved_here && reregistered++ < 2))
+                fail_over(rpc, why, true, deadline);
+            else
+                reregister(deadline);
             continue;
         }
         if (env->body_type() != Body::ErrorReply) return reply;

@@ -121,6 +121,9 @@ class ServerSession {
     LeaderRecord following_;                // etcd mode: the leader in use
     std::mutex rpc_mu_;
     std::shared_ptr<RpcClient> rpc_;
+    // rpc_ when list-mode failover chose it: the server we moved to because
+    // the one in use did not answer, and said Hello to.
+    std::shared_ptr<RpcClient> failed_over_to_;
     std::atomic<uint64_t> max_epoch_{0};  // the newest server epoch seen: older servers are stale
     std::atomic<uint64_t> next_request_{1};
     std::atomic<uint64_t> registrations_{0};
