@@ -12,7 +12,7 @@ type PublishConfig struct {
 	Version    uint64 // chosen by the publisher, strictly increasing per model
 	Shard      uint32
 	NumShards  uint32
-	ChunkBytes uint64 // transfer unit; must agree across shards
+	ChunkBytes uint64 // unit of progress, checksums and reads; must agree across shards
 	// NoChecksums skips the checksum of every chunk that readers check
 	// (computed by default: DefaultChecksums).
 	NoChecksums bool

@@ -359,8 +359,9 @@ typedef struct th_publish_config {
     uint64_t version;     /* chosen by the publisher, strictly increasing per model */
     uint32_t shard;       /* 0 <= shard < num_shards */
     uint32_t num_shards;  /* default TH_DEFAULT_NUM_SHARDS */
-    uint64_t chunk_bytes; /* transfer unit. Default TH_DEFAULT_CHUNK_BYTES; must agree
-                             across shards */
+    uint64_t chunk_bytes; /* unit of progress, checksums and reads (a read may cover
+                             several on fast lanes). Default TH_DEFAULT_CHUNK_BYTES;
+                             must agree across shards */
     th_sync_stats *stats; /* if not NULL, filled on success (see th_sync_stats).
                              Default NULL. */
     uint32_t checksums;   /* nonzero: compute a checksum of every chunk (XXH3-64 of

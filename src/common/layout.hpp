@@ -1,6 +1,8 @@
 // The layout of a shard: its ordered, named tensors laid end to end in one flat
-// byte space, cut into fixed-size chunks. Chunks are the unit of transfer and
-// of replication progress; a chunk may span several tensors.
+// byte space, cut into fixed-size chunks. Chunks are the unit of replication
+// progress, checksums and re-planning, and of reads (one read covers a chunk,
+// or several on a lane where a chunk takes microseconds); a chunk may span
+// several tensors.
 #pragma once
 
 #include <cstdint>

@@ -220,7 +220,8 @@ class Client(HandleOwner):
                 (name, tensor) pairs. Tensors must be contiguous.
             version: chosen by the publisher, strictly increasing per model.
             num_shards: None: TH_DEFAULT_NUM_SHARDS (one).
-            chunk_bytes: transfer unit; must agree across shards. None:
+            chunk_bytes: unit of progress, checksums and reads; must agree
+                across shards. None:
                 TH_DEFAULT_CHUNK_BYTES.
             checksums: compute a checksum of every chunk for readers to
                 check (one pass over the bytes). None: TH_DEFAULT_CHECKSUMS (on).

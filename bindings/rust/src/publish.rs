@@ -18,7 +18,8 @@ pub struct PublishConfig {
     pub version: u64,
     pub shard: u32,
     pub num_shards: u32,
-    /// Transfer unit; must agree across the shards of a version.
+    /// Unit of progress, checksums and reads; must agree across the shards
+    /// of a version.
     pub chunk_bytes: u64,
     /// Compute a checksum of every chunk for readers to check.
     pub checksums: bool,
