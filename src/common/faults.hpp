@@ -4,6 +4,8 @@
 //   TENSORHUB_FAULT_DROP_EVENTS=1      ignore every server event (forces catch-up queries)
 //   TENSORHUB_FAULT_PLAN_DELAY_US=N    sleep N us between getting a plan and reading the source
 //   TENSORHUB_FAULT_SPILL_DELAY_US=N   sleep N us while spilling a replica (a slow copy of a large shard)
+//   TENSORHUB_FAULT_HELLO_DELAY_US=N   (server) sleep N us before handling a Hello, so that requests
+//                                      arriving meanwhile are answered first
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@ struct Faults {
     bool drop_events = false;
     uint32_t plan_delay_us = 0;
     uint32_t spill_delay_us = 0;
+    uint32_t hello_delay_us = 0;
 };
 
 inline const Faults &faults() {
@@ -29,6 +32,7 @@ inline const Faults &faults() {
         if (const char *e = std::getenv("TENSORHUB_FAULT_DROP_EVENTS")) out.drop_events = e[0] == '1';
         out.plan_delay_us = us("TENSORHUB_FAULT_PLAN_DELAY_US");
         out.spill_delay_us = us("TENSORHUB_FAULT_SPILL_DELAY_US");
+        out.hello_delay_us = us("TENSORHUB_FAULT_HELLO_DELAY_US");
         return out;
     }();
     return f;

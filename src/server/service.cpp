@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 
 #include "common/error.hpp"
+#include "common/faults.hpp"
 #include "common/log.hpp"
 #include "common/stripes.hpp"
 #include "common/trace.hpp"
@@ -70,6 +72,8 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         h.request_id = env->request_id();
         h.worker_id = env->worker_id();
         trace::event("request", h.worker_id, h.request_id, static_cast<uint64_t>(type));
+        if (type == Body::Hello && faults().hello_delay_us)
+            std::this_thread::sleep_for(std::chrono::microseconds(faults().hello_delay_us));
         std::lock_guard lk(mu_);
         if (!leading()) {
             h.epoch = epoch_;

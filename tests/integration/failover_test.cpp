@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -205,15 +210,20 @@ namespace {
 struct ServerProc {
     Process proc;
     std::string url;
-    explicit ServerProc(bool standby = false)
-        : proc(standby ? std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000",
-                                                  "--standby"}
-                       : std::vector<std::string>{TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"}) {
+    // env: extra environment variables (fault hooks).
+    explicit ServerProc(bool standby = false, const std::vector<std::string> &env = {}) : proc(argv(standby, env)) {
         std::string l = proc.line(10000);
         EXPECT_EQ(l.rfind("listening on ", 0), 0u) << l;
         url = l.substr(13);
     }
     uint64_t epoch() { return server_status(url)["server_epoch"].get<uint64_t>(); }
+    static std::vector<std::string> argv(bool standby, const std::vector<std::string> &env) {
+        std::vector<std::string> out = {"/usr/bin/env"};
+        out.insert(out.end(), env.begin(), env.end());
+        out.insert(out.end(), {TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"});
+        if (standby) out.push_back("--standby");
+        return out;
+    }
 };
 
 // A primary and a standby listed after it; new clients start on the primary
@@ -384,4 +394,47 @@ TEST(Failover, AWorkerStoppedDuringACallDoesNotFailOverFromALiveServer) {
     for (const auto &w : s["workers"]) listed |= w["name"] == "trainer";
     EXPECT_TRUE(listed) << s.dump(1);
     EXPECT_EQ(pub.stop(), 0);
+}
+
+// The server in use dies; the workers fail over to a standby restarted
+// before, whose epoch is older than what they saw. A worker's Hello makes it
+// take over, but a call of another of the worker's threads (heartbeat,
+// publish) may reach the standby first and be answered with the old epoch
+// (the standby here answers every Hello 700 ms late to make that certain).
+// The worker must stay and say Hello again, not go back to the dead server.
+TEST(Failover, AnAnswerOlderThanItsHelloDoesNotSendAWorkerBackToTheDeadServer) {
+    ServerProc standby(true, {"TENSORHUB_FAULT_HELLO_DELAY_US=700000"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary;
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    const std::string both = primary.url + "," + standby.url;
+    // The worker's log (stderr) goes to a file: the test reads its failovers.
+    char log_path[] = "/tmp/th_failover_log.XXXXXX";
+    int fd = mkstemp(log_path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    std::string cmd = "exec";
+    for (const std::string &a : worker({"publish-loop", "--server", both, "--name", "trainer", "--model", "hl",
+                                        "--versions", "1000000", "--shards", "1", "--shard-kb", "64", "--delay-ms", "20",
+                                        "--for-ms", "6000", "--heartbeat-ms", "100", "--timeout-ms", "6000"}))
+        cmd += " " + a;
+    cmd += std::string(" 2>") + log_path;
+    Process pub({"/bin/sh", "-c", cmd});
+    ASSERT_TRUE(eventually(primary.url, [](const nlohmann::json &s) { return !version_status(s, "hl", 3).is_null(); }));
+    kill(primary.proc.pid(), SIGKILL);
+    // The loop publishes through the failover for 6 s; a publish that fails
+    // ends it with "error ...".
+    std::string l = pub.line(30000);
+    EXPECT_EQ(l.rfind("ready", 0), 0u) << l;
+    nlohmann::json st = server_status(standby.url);
+    bool listed = false;
+    for (const auto &w : st["workers"]) listed |= w["name"] == "trainer";
+    EXPECT_TRUE(listed) << st.dump(1);
+    EXPECT_EQ(pub.stop(), 0);
+    std::ifstream in(log_path);
+    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(log_path);
+    // It moved to the standby once, and never back to the dead server.
+    EXPECT_NE(log.find("failing over to " + standby.url), std::string::npos) << log;
+    EXPECT_EQ(log.find("failing over to " + primary.url), std::string::npos) << log;
 }
