@@ -213,10 +213,13 @@ class Bench:
             self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
         return runs
 
-    def baseline(self, runs, name, run, tries=2):
+    def baseline(self, runs, name, run):
         """Runs a baseline, once more if it fails (an mpirun daemon that never
         reports, say); a baseline that fails twice is left out of the entry
-        and named in the output, rather than losing the whole benchmark."""
+        and named in the output, rather than losing the whole benchmark. The
+        smoke run tries once: it checks that each system runs, and a hung
+        mpirun (seen in CI now and then) cost it 30 s a try."""
+        tries = 1 if self.args.smoke else 2
         for attempt in range(tries):
             try:
                 runs[name] = run()

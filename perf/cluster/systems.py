@@ -311,6 +311,9 @@ def mpi_bcast(s, trainer, readers, offsets, tuned):
         makespan, stall = _stalls(results, t0)
         ok = all(r["verified"] for r in ranks.values())
         return Run(makespan, stall, ranks[0]["done"] - t0, busy, ok)
+    except BaseException:
+        proc.kill()  # a launch that hung does not quit when asked: no 30 s wait
+        raise
     finally:
         proc.finish(timeout=30)
         s.net.kill_inside()  # orted daemons that outlived mpirun
