@@ -315,8 +315,8 @@ void Fetch::issue(FetchSource &s) {
     while (inflight_ < max_inflight && s.chunk_inflight < s.window.size() && s.next < limit) {
         uint32_t c = s.next++;
         if (state_[c - first_chunk_] != Missing) continue;
-        uint32_t n = 1;
-        while (n < s.merge && s.next < limit && state_[s.next - first_chunk_] == Missing) {
+        uint32_t n = 1, most = chunks_per_read(s.fastest, target_.layout().chunk_bytes());
+        while (n < most && s.next < limit && state_[s.next - first_chunk_] == Missing) {
             s.next++;
             n++;
         }
@@ -350,7 +350,7 @@ void Fetch::handle(const ReadEvent &e) {
             return;
         }
         trace::event("read_done", s.worker, e.chunk, static_cast<uint64_t>(e.latency.count()), e.count);
-        s.on_read(e.latency, e.count, target_.layout().chunk_bytes());
+        s.on_read(e.latency, e.count);
         ++event_seq_;
         for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) {
             state_[c - first_chunk_] = Got;

@@ -116,13 +116,11 @@ uint32_t chunks_per_read(std::chrono::microseconds fastest, uint64_t chunk_bytes
     return static_cast<uint32_t>(std::clamp<uint64_t>(kMergeTarget / per_chunk, 1, most));
 }
 
-void FetchSource::on_read(std::chrono::microseconds latency, uint32_t count, uint64_t chunk_bytes) {
+void FetchSource::on_read(std::chrono::microseconds latency, uint32_t count) {
     auto per_chunk = std::max(latency / count, std::chrono::microseconds(1));
     window.on_complete(per_chunk);
-    if (!peer || peer->path() != ReadPath::OneSided) return;
     // The quickest chunk seen: a read with nothing queued ahead of it.
-    fastest = std::min(fastest, per_chunk);
-    merge = chunks_per_read(fastest, chunk_bytes);
+    if (peer && peer->path() == ReadPath::OneSided) fastest = std::min(fastest, per_chunk);
 }
 
 void FetchSource::saw_fill_level(const FillLevel &level) {

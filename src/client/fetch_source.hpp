@@ -47,7 +47,8 @@ constexpr auto kMergeTarget = std::chrono::microseconds(100);
 constexpr uint64_t kMaxMergedBytes = 64ull << 20;
 
 // Chunks per read on a one-sided lane where the quickest chunk read took
-// `fastest`: 1 on any lane slower than kMergeTarget per chunk.
+// `fastest`: 1 on any lane slower than kMergeTarget per chunk (and with
+// `fastest` at its initial max).
 uint32_t chunks_per_read(std::chrono::microseconds fastest, uint64_t chunk_bytes);
 
 // A read of a source that completed, or failed.
@@ -104,8 +105,9 @@ struct FetchSource {
     std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
     uint32_t chunk_inflight = 0;  // reads of chunks
     ReadWindow window{1};  // how many of chunk_inflight it may have
-    uint32_t merge = 1;    // chunks per read (kMergeTarget)
-    std::chrono::microseconds fastest = std::chrono::microseconds::max();  // per chunk, of any read
+    // The quickest read of this source per chunk, on a one-sided lane (max
+    // elsewhere): how many chunks a read covers (chunks_per_read).
+    std::chrono::microseconds fastest = std::chrono::microseconds::max();
     bool failed = false;
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
@@ -123,9 +125,8 @@ struct FetchSource {
     // of them completed.
     void read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t first, uint32_t count,
                      const std::vector<Piece> &pieces);
-    // A read of `count` chunks took `latency`: how many chunks a read covers
-    // from now on.
-    void on_read(std::chrono::microseconds latency, uint32_t count, uint64_t chunk_bytes);
+    // A read of `count` chunks took `latency`.
+    void on_read(std::chrono::microseconds latency, uint32_t count);
     // The seqlock check on a generation its control word returned: "" when
     // what was read since the previous check is the version's bytes, else why
     // not (the replica changed under us: the source must be dropped).

@@ -90,4 +90,5 @@ TEST(ChunksPerRead, FollowTheQuickestChunkUpToTheCap) {
     EXPECT_EQ(chunks_per_read(Micros(1), 256ull << 20), 1u);
     EXPECT_EQ(chunks_per_read(Micros(100), 4 << 20), 1u);
     EXPECT_EQ(chunks_per_read(Micros(4000), 512 << 10), 1u);  // 512 KiB at 1 gbit
+    EXPECT_EQ(chunks_per_read(Micros::max(), 4 << 20), 1u);   // no read seen yet, or not one-sided
 }
