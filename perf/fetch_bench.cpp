@@ -301,9 +301,9 @@ struct Result {
     uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
     std::string transport;  // the lane's name (Lane)
     Memory memory = Memory::Host;
-    std::vector<double> fetch_gbps, raw_gbps;  // raw: reads of a chunk
-    std::vector<double> raw_long_gbps;           // raw: reads of --raw-long-kb, if longer
-    uint64_t long_read = 0;
+    std::vector<double> fetch_gbps, raw_gbps;  // raw: reads of a chunk,
+    std::vector<double> raw_long_gbps;           // and of --raw-long-kb, if longer
+    uint64_t chunk_read = 0, long_read = 0;      // their sizes
     std::vector<double> verify_all_gbps;  // tensorhub, every chunk checked
     std::vector<double> verify_off_gbps;  // tensorhub, no chunk checked
     double publish_s = 0;                 // the publish, checksums included
@@ -315,7 +315,7 @@ struct Result {
     // The lane's limit: the raw pair with whichever read size was faster.
     bool long_won() const { return !raw_long_gbps.empty() && median(raw_long_gbps) > median(raw_gbps); }
     double raw() const { return long_won() ? median(raw_long_gbps) : median(raw_gbps); }
-    uint64_t raw_read(uint64_t chunk) const { return long_won() ? long_read : chunk; }
+    uint64_t raw_read() const { return long_won() ? long_read : chunk_read; }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
     double verify_all() const { return median(verify_all_gbps); }
     double verify_off() const { return median(verify_off_gbps); }
@@ -363,7 +363,9 @@ class Bench {
             return seconds(reader_->call(str("fetch ", model, " ", version, " ", verify), limit));
         };
         auto raw_once = [&](uint64_t read) { return seconds(raw_reader_->call(str("get ", read), limit)); };
-        if (o_.raw_long_read > o_.chunk_bytes) r.long_read = o_.raw_long_read;
+        r.chunk_read = o_.chunk_bytes;
+        // No longer than the buffer: a smaller shard is one GET of it all.
+        if (std::min(o_.raw_long_read, bytes) > o_.chunk_bytes) r.long_read = std::min(o_.raw_long_read, bytes);
         fetch_once();  // warm-up: registration, endpoint, rkeys
         raw_once(o_.chunk_bytes);
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
@@ -427,16 +429,16 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::fflush(stdout);
 }
 
-void print_row(const Result &r, const Options &o) {
+void print_row(const Result &r) {
     std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
     std::printf("%10s %15.2f %10.2f %9s %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f\n",
-                human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read(o.chunk_bytes))).c_str(),
+                human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
                 r.ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
                 cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib());
     std::fflush(stdout);
 }
 
-std::string json_fields(const Result &r, const Options &o) {
+std::string json_fields(const Result &r) {
     char buf[640];
     std::snprintf(buf, sizeof buf,
                   "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,"
@@ -444,7 +446,7 @@ std::string json_fields(const Result &r, const Options &o) {
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
-                  static_cast<unsigned long long>(r.raw_read(o.chunk_bytes) >> 10), median(r.raw_gbps), r.ratio(),
+                  static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib());
     return buf;
@@ -452,16 +454,16 @@ std::string json_fields(const Result &r, const Options &o) {
 
 // One line: the largest size of the last lane at top level, every lane's
 // largest size under "lanes", and how much faster shared memory was than tcp.
-void print_json(const std::vector<Result> &largest, const Options &o) {
+void print_json(const std::vector<Result> &largest) {
     std::string lanes;
     double tcp = 0, sm = 0;
     for (const Result &r : largest) {
-        lanes += (lanes.empty() ? "{" : ",{") + json_fields(r, o) + "}";
+        lanes += (lanes.empty() ? "{" : ",{") + json_fields(r) + "}";
         if (r.transport == "tcp") tcp = r.fetch();
         if (r.transport == "sm") sm = r.fetch();
     }
     std::string extra = tcp > 0 && sm > 0 ? str(",\"sm_over_tcp\":", sm / tcp) : std::string();
-    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s}\n", json_fields(largest.back(), o).c_str(), lanes.c_str(),
+    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s}\n", json_fields(largest.back()).c_str(), lanes.c_str(),
                 extra.c_str());
     std::fflush(stdout);
 }
@@ -524,13 +526,13 @@ int run_parent(const Options &o) {
             results.push_back(bench.measure(mb, index++));
             results.back().transport = lane.name;
             results.back().memory = lane.memory;
-            print_row(results.back(), o);
+            print_row(results.back());
         }
         bench.finish();
         largest.push_back(*std::max_element(results.begin(), results.end(),
                                             [](const Result &a, const Result &b) { return a.bytes < b.bytes; }));
     }
-    print_json(largest, o);
+    print_json(largest);
     return 0;
 }
 
