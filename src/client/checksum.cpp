@@ -17,6 +17,11 @@
 namespace th {
 // Without CUDA no device piece gets this far (check_memory_kind refuses it).
 struct CudaLeafHasher {
+    [[noreturn]] static void unsupported() {
+        fail(TH_ERR_UNSUPPORTED, "CUDA memory, but this libtensorhub was built without CUDA");
+    }
+    void hash_leaves(const void *, uint64_t, uint64_t *) { unsupported(); }
+    void copy(void *, const void *, uint64_t) { unsupported(); }
     void wait() {}
 };
 }  // namespace th
@@ -90,12 +95,8 @@ class LeafWalk {
             for (uint64_t l = first; l < end; ++l) leaves_[l] = XXH3_64bits(base + (l - first) * kLeafBytes, kLeafBytes);
             return;
         }
-#ifdef TH_WITH_CUDA
         cuda_.hash_leaves(base, end - first, leaves_.data() + first);
         device_leaves_ += end - first;
-#else
-        fail(TH_ERR_UNSUPPORTED, "CUDA memory, but this libtensorhub was built without CUDA");
-#endif
     }
 
     // Every leaf not hashed whole, copied piece by piece into host memory.
@@ -113,15 +114,10 @@ class LeafWalk {
                 uint64_t lo = std::max(at, h->leaf * kLeafBytes), hi = std::min(end, h->leaf * kLeafBytes + h->bytes.size());
                 uint8_t *dst = h->bytes.data() + (lo - h->leaf * kLeafBytes);
                 const uint8_t *src = static_cast<const uint8_t *>(p.data) + (lo - at);
-                if (p.kind == TH_MEM_HOST) {
+                if (p.kind == TH_MEM_HOST)
                     std::memcpy(dst, src, hi - lo);
-                } else {
-#ifdef TH_WITH_CUDA
+                else
                     cuda_.copy(dst, src, hi - lo);
-#else
-                    fail(TH_ERR_UNSUPPORTED, "CUDA memory, but this libtensorhub was built without CUDA");
-#endif
-                }
             }
             at = end;
         }
