@@ -14,6 +14,7 @@
 //   th_fault_driver --server-bin PATH --worker-bin PATH
 //                   [--seed S] [--kinds k1,k2] [--runs N] [--long] [--log-dir DIR] [--keep-logs]
 #include <cmath>
+#include <csignal>
 #include <sstream>
 #include <stdexcept>
 
