@@ -4,5 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TH_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=${TH_BUILD_TYPE:-RelWithDebInfo} "$@" >/dev/null
+# TH_BUILD_TYPE (default RelWithDebInfo) sets the type of a new build
+# directory; an existing one keeps its type unless TH_BUILD_TYPE is given.
+type=()
+if [ -n "${TH_BUILD_TYPE:-}" ] || [ ! -f "$build/CMakeCache.txt" ]; then
+    type=(-DCMAKE_BUILD_TYPE="${TH_BUILD_TYPE:-RelWithDebInfo}")
+fi
+cmake -S . -B "$build" "${type[@]}" "$@" >/dev/null
 cmake --build "$build" -j "${TH_JOBS:-$(nproc)}"
