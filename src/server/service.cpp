@@ -21,9 +21,6 @@ namespace {
 constexpr size_t kReplyCacheSize = 4096;
 constexpr size_t kMaxModelName = 255;
 constexpr uint32_t kMaxShards = 65536;
-// The longest a Hello may make this server wait for the server the worker
-// left to answer (Hello.probe_ms).
-constexpr uint32_t kMaxProbeMs = 2000;
 
 uint64_t new_epoch(bool standby) {
     uint64_t low = std::random_device{}() & 0xfffu;
@@ -77,10 +74,6 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         trace::event("request", h.worker_id, h.request_id, static_cast<uint64_t>(type));
         if (type == Body::Hello && faults().hello_delay_us)
             std::this_thread::sleep_for(std::chrono::microseconds(faults().hello_delay_us));
-        if (type == Body::Heartbeat && faults().heartbeat_delay_us)
-            std::this_thread::sleep_for(std::chrono::microseconds(faults().heartbeat_delay_us));
-        if (type == Body::Hello)
-            if (std::optional<Bytes> refused = keep_live_leader(*env, h)) return *refused;
         std::lock_guard lk(mu_);
         if (!leading()) {
             h.epoch = epoch_;
@@ -135,30 +128,6 @@ std::optional<Bytes> Service::fence(const Envelope &env, Header &h) {
     return error_reply(h, TH_ERR_UNAVAILABLE,
                        str("this server is stale (epoch ", epoch_.load(), "; the worker has seen epoch ", env.epoch(), ")"),
                        {.stale_server = true});
-}
-
-std::optional<Bytes> Service::keep_live_leader(const Envelope &env, Header h) {
-    const Hello *m = env.body_as_Hello();
-    if (!cfg_.ping_server || cfg_.await_leadership || env.epoch() <= epoch_ || m->left_url() == nullptr ||
-        m->left_url()->size() == 0)
-        return std::nullopt;
-    std::string left = m->left_url()->str();
-    uint32_t ms = std::clamp<uint32_t>(m->probe_ms(), 1, kMaxProbeMs);
-    uint64_t answered = 0;
-    try {
-        answered = cfg_.ping_server(left, ms);
-    } catch (const Error &e) {
-        TH_LOG(Info, "worker ", h.worker_id, " left ", left, ", which does not answer either (", e.what(), ")");
-        return std::nullopt;
-    }
-    if (answered < env.epoch()) return std::nullopt;  // a server restarted there, behind the one the worker left
-    TH_LOG(Warn, "not taking over: worker ", h.worker_id, " left ", left, ", which still answers (epoch ", answered,
-           ")");
-    h.epoch = epoch_;
-    return error_reply(h, TH_ERR_UNAVAILABLE,
-                       str("the server at ", left, " still answers (epoch ", answered,
-                           "): this server does not take over from a live one"),
-                       {.left_server_alive = true});
 }
 
 // Every request but Ping, Hello and a status query comes from a registered

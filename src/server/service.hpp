@@ -38,11 +38,6 @@ struct ServiceConfig {
     std::string events_url;  // told to clients in HelloReply
     // Sends one event to subscribers (must not block); may be empty.
     std::function<void(const wire::Bytes &)> publish_event;
-    // List mode: the epoch the server at a URL answers a Ping with within
-    // the given milliseconds; throws if it does not. Asked before taking
-    // over from the server a worker left (Hello.left_url); empty: take over
-    // without asking (the simulator).
-    std::function<uint64_t(const std::string &url, uint32_t ms)> ping_server;
     // The clock leases and takeovers are measured with, in milliseconds;
     // empty: the real one. A simulator drives the service with its own.
     std::function<uint64_t()> now_ms;
@@ -91,12 +86,6 @@ class Service {
     // A reply when the sender must fail over (it knows a newer epoch), else
     // nullopt; takes over when a Hello comes from a newer epoch. Sets h.epoch.
     std::optional<wire::Bytes> fence(const Env &env, Header &h);
-    // List mode, before taking the lock: a refusal when a Hello that would
-    // make this server take over comes from a worker whose previous server
-    // still answers at the worker's epoch (the worker's calls there were
-    // slow, not lost: taking over would split the workers between two
-    // servers), else nullopt.
-    std::optional<wire::Bytes> keep_live_leader(const Env &env, Header h);
     // Why the sender must register (again) before this request, or nullopt.
     std::optional<std::string> unknown_sender(const Env &env, const Header &h);
     bool rebuilding() const;

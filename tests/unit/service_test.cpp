@@ -218,69 +218,6 @@ TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
     EXPECT_TRUE(rebuilding(2)) << "just after a takeover, unknown may mean not re-declared yet";
 }
 
-// List mode: a Hello that would make the server take over names the server
-// the worker left; the server pings it first and takes over only if it does
-// not answer, or answers with an older epoch (a server restarted there).
-TEST(ServiceTakeover, AServerDoesNotTakeOverFromOneThatStillAnswers) {
-    std::vector<std::pair<std::string, uint32_t>> pinged;
-    uint64_t answers = 0;  // 0: the left server does not answer
-    ServiceConfig cfg;
-    cfg.ping_server = [&](const std::string &url, uint32_t ms) -> uint64_t {
-        pinged.emplace_back(url, ms);
-        if (answers == 0) throw Error(TH_ERR_UNAVAILABLE, "no answer");
-        return answers;
-    };
-    Service svc(cfg);
-    uint64_t req = 1;
-    auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
-    const uint64_t epoch = env(call(hello(1, req++)))->epoch();
-    const uint64_t theirs = epoch + 10;
-    // The left server answers at the worker's epoch: no takeover.
-    answers = theirs;
-    Bytes r = call(hello(2, req++, {}, theirs, "tcp://a:1", 250));
-    EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE);
-    ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
-    EXPECT_TRUE(env(r)->body_as_ErrorReply()->left_server_alive());
-    EXPECT_NE(error_text(r).find("tcp://a:1 still answers"), std::string::npos) << error_text(r);
-    EXPECT_EQ(svc.epoch(), epoch);
-    ASSERT_EQ(pinged.size(), 1u);
-    EXPECT_EQ(pinged[0], std::make_pair(std::string("tcp://a:1"), 250u));
-    // A Hello at our own epoch (a worker registering again) pings nobody.
-    EXPECT_EQ(error_code(call(hello(1, req++, {}, epoch, "tcp://a:1", 250))), 0);
-    EXPECT_EQ(pinged.size(), 1u);
-    // The wait a Hello may ask for is capped.
-    answers = theirs + 1;
-    EXPECT_EQ(error_code(call(hello(2, req++, {}, theirs, "tcp://a:1", 60000))), TH_ERR_UNAVAILABLE);
-    EXPECT_EQ(pinged.back().second, 2000u);
-    // A server restarted at that address answers with an older epoch.
-    answers = theirs - 1;
-    r = call(hello(2, req++, {}, theirs, "tcp://a:1", 250));
-    ASSERT_EQ(error_code(r), 0) << error_text(r);
-    EXPECT_EQ(svc.epoch(), theirs + 1);
-    // Nobody answers: take over (again, above a newer worker's epoch).
-    answers = 0;
-    ASSERT_EQ(error_code(call(hello(3, req++, {}, theirs + 5, "tcp://a:1", 250))), 0);
-    EXPECT_EQ(svc.epoch(), theirs + 6);
-    EXPECT_EQ(pinged.size(), 4u);
-}
-
-// What a client from before the ping sends.
-TEST(ServiceTakeover, AHelloWithoutALeftServerTakesOverWithoutAPing) {
-    bool pinged = false;
-    ServiceConfig cfg;
-    cfg.ping_server = [&](const std::string &, uint32_t) -> uint64_t {
-        pinged = true;
-        return UINT64_MAX;
-    };
-    Service svc(cfg);
-    uint64_t req = 1;
-    auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
-    const uint64_t epoch = env(call(hello(1, req++)))->epoch();
-    ASSERT_EQ(error_code(call(hello(2, req++, {}, epoch + 10))), 0);
-    EXPECT_EQ(svc.epoch(), epoch + 11);
-    EXPECT_FALSE(pinged);
-}
-
 // After a takeover, a version its holders saw committed is committed again
 // even when one shard's holders moved on before: a reader of that shard hears
 // "no live holder", not "not committed".
