@@ -4,11 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${TH_BUILD_DIR:-build}
-# TH_BUILD_TYPE (default RelWithDebInfo) sets the type of a new build
-# directory; an existing one keeps its type unless TH_BUILD_TYPE is given.
+# TH_BUILD_TYPE sets the build type; without it a new build directory gets
+# TH_NEW_BUILD_TYPE (default RelWithDebInfo) and an existing one keeps its type.
 type=()
-if [ -n "${TH_BUILD_TYPE:-}" ] || [ ! -f "$build/CMakeCache.txt" ]; then
-    type=(-DCMAKE_BUILD_TYPE="${TH_BUILD_TYPE:-RelWithDebInfo}")
+if [ -n "${TH_BUILD_TYPE:-}" ]; then
+    type=(-DCMAKE_BUILD_TYPE="$TH_BUILD_TYPE")
+elif [ ! -f "$build/CMakeCache.txt" ]; then
+    type=(-DCMAKE_BUILD_TYPE="${TH_NEW_BUILD_TYPE:-RelWithDebInfo}")
 fi
 cmake -S . -B "$build" "${type[@]}" "$@" >/dev/null
 cmake --build "$build" -j "${TH_JOBS:-$(nproc)}"

@@ -11,10 +11,7 @@ echo "== build"
 # A new build directory is made Release: the tests need no debug information,
 # which makes compiling about a third slower (RelWithDebInfo, build.sh's
 # default). An existing one keeps its type.
-if [ -z "${TH_BUILD_TYPE:-}" ] && [ ! -f "${TH_BUILD_DIR:-build}/CMakeCache.txt" ]; then
-    export TH_BUILD_TYPE=Release
-fi
-scripts/build.sh
+TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} scripts/build.sh
 echo "== C/C++ tests"
 # No retries: a test that fails once fails the run (a retry would hide flakes).
 # Two tests at a time (most wait on timeouts and other processes); the fault
