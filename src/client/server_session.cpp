@@ -7,6 +7,7 @@
 #include "common/faults.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
+#include "control/ping.hpp"
 #include "wire/auth.hpp"
 
 namespace th {
@@ -19,6 +20,10 @@ namespace {
 // timed by this process: it was stopped or starved meanwhile.
 constexpr int64_t kLateTimerMs = 250;
 
+// How soon a Hello answered "probing" (the server asks the one we left
+// whether it still answers) is sent again.
+constexpr int32_t kProbingRetryMs = 20;
+
 // The server announces its event URL as it bound it ("tcp://0.0.0.0:port" when
 // it listens on all interfaces): dial the host we reach the server at instead.
 std::string reachable_events_url(const std::string &server_url, const std::string &events_url) {
@@ -27,6 +32,13 @@ std::string reachable_events_url(const std::string &server_url, const std::strin
     if (s == std::string::npos || e == std::string::npos) return events_url;
     return server_url.substr(0, s) + events_url.substr(e);
 }
+
+// A server asked to take over refused: the server this worker left still
+// answers (ErrorReply.left_server_alive).
+class LeftServerAlive : public Error {
+  public:
+    using Error::Error;
+};
 
 }  // namespace
 
@@ -108,19 +120,14 @@ size_t ServerSession::newest_server(const Deadline &deadline) {
     uint64_t best_epoch = 0;
     for (size_t i = 0; i < servers_.size(); ++i) {
         try {
-            RpcClient rpc(servers_[i], cfg_.token);
-            Builder b(64);
-            Header h;
-            h.request_id = next_request_++;
             // A fixed share of the whole budget, so that a silent server
             // cannot leave none for the Hello that follows.
             uint32_t share = std::max<uint32_t>(cfg_.timeout_ms / static_cast<uint32_t>(servers_.size() + 1), 1);
-            Bytes reply = rpc.call(finish(b, h, CreatePing(b)), deadline.capped(share));
-            const Envelope *env = verify(reply.data(), reply.size());
-            TH_LOG(Debug, "server ", servers_[i], " answers with epoch ", env->epoch());
-            if (env->body_type() == Body::Pong && env->body_as_Pong()->server_epoch() > best_epoch) {
+            uint64_t epoch = ping_server(servers_[i], cfg_.token, deadline.capped(share));
+            TH_LOG(Debug, "server ", servers_[i], " answers with epoch ", epoch);
+            if (epoch > best_epoch) {
                 best = i;
-                best_epoch = env->body_as_Pong()->server_epoch();
+                best_epoch = epoch;
             }
         } catch (const Error &e) {
             TH_LOG(Info, "server ", servers_[i], " did not answer: ", e.what());
@@ -144,7 +151,9 @@ std::shared_ptr<RpcClient> ServerSession::rpc() {
 }
 
 // Registers with everything we hold wherever we moved to: with a new server
-// (or a new term of the same one) the server must learn it all again.
+// (or a new term of the same one) the server must learn it all again. In list
+// mode the Hellos name the server we left: if it still answers, the next one
+// refuses to take over and we go back (reregister()).
 void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
                               const Deadline &deadline) {
     // etcd is asked without the lock: a call with a shorter deadline must not
@@ -167,6 +176,7 @@ void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std:
             following_ = next;
             to = following_.url;
         } else {
+            left_ = {from->url(), current_, rebuilt_by_.load()};
             current_ = (current_ + 1) % servers_.size();
             to = servers_[current_];
             // Going round the whole list: give the servers a moment.
@@ -182,6 +192,23 @@ void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std:
         rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
     }
     reregister(deadline);
+}
+
+void ServerSession::go_back(const std::shared_ptr<RpcClient> &from, const std::string &why) {
+    std::lock_guard lk(rpc_mu_);
+    if (rpc_ != from || from != failed_over_to_) return;  // another thread moved on meanwhile
+    TH_LOG(Warn, "server ", from->url(), ": ", why, "; going back to ", left_.url);
+    current_ = left_.index;
+    rpc_ = std::make_shared<RpcClient>(left_.url, cfg_.token);
+    failed_over_to_ = nullptr;
+    from->abandon();
+    rebuilt_by_ = left_.rebuilt_by;
+    confirmed_ = {rpc_, Clock::now() + std::chrono::milliseconds(cfg_.timeout_ms)};
+}
+
+bool ServerSession::confirmed_alive(const std::shared_ptr<RpcClient> &rpc) {
+    std::lock_guard lk(rpc_mu_);
+    return rpc == confirmed_.rpc && rpc == rpc_ && Clock::now() < confirmed_.until;
 }
 
 void ServerSession::try_fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
@@ -209,8 +236,12 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             // the time left, and never more than half a control call's
             // timeout (a fetch's plans have the whole fetch's deadline): a
             // call waiting on a server that died ends by then and goes on.
+            // Not on a server the next one just said still answers: it is
+            // slow, and asking it again and again would only pile up work.
             int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
-            Deadline attempt = recover_asked && can_fail_over() ? deadline.capped(std::max(half, 1)) : deadline;
+            Deadline attempt = recover_asked && can_fail_over() && !confirmed_alive(rpc)
+                                   ? deadline.capped(std::max(half, 1))
+                                   : deadline;
             attempt_ms = attempt.remaining_ms();
             Bytes request = build(b, header());
             const Envelope *sent = trace::on() ? GetEnvelope(request.data()) : nullptr;
@@ -238,6 +269,11 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
                        " ms of that; asking it again");
                 continue;
             }
+            // The next server told us moments ago that this one still
+            // answers: connected but late, it is slow, not gone, and moving
+            // on again would only come back here. The call had all its time
+            // (above).
+            if (e.code() == TH_ERR_TIMEOUT && confirmed_alive(rpc)) throw;
             try_fail_over(rpc, e.what(), false, deadline);
             continue;
         }
@@ -278,6 +314,8 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
             continue;
         }
+        // Another thread moved to another server meanwhile: ask there.
+        if (e->unknown_worker() && recover && rpc != this->rpc()) continue;
         if (e->unknown_worker() && recover && reregistered++ < 2) {
             TH_LOG(Warn, "the server (", rpc->url(), ") does not know this worker; registering again");
             reregister(deadline);
@@ -295,15 +333,45 @@ std::vector<UcxWorker::PeerAddress> ServerSession::take_connect_ahead() {
 }
 
 void ServerSession::hello(const Deadline &deadline) {
-    Builder b(512);
-    Header h = header();
     std::vector<uint8_t> address = ucx_->address();
-    auto body = CreateHello(b, worker_id_, b.CreateString(cfg_.worker_name), put_labels(b, cfg_.labels),
-                            b.CreateVector(address));
-    std::shared_ptr<RpcClient> rpc = this->rpc();
-    Bytes reply = rpc->call(finish(b, h, body), deadline);
-    const Envelope *env = verify(reply.data(), reply.size());
-    if (env->body_type() == Body::ErrorReply) throw_reply_error(*env->body_as_ErrorReply(), "Hello");
+    std::shared_ptr<RpcClient> rpc;
+    std::string left;  // list mode: the server we failed over from
+    {
+        std::lock_guard lk(rpc_mu_);
+        rpc = rpc_;
+        if (rpc == failed_over_to_) left = left_.url;
+    }
+    // The server we moved to may spend a quarter of a call's timeout asking
+    // the one we left whether it still answers, before it takes over. Not
+    // less when this call has less time left: a ping cut short would make it
+    // take over from a live server, while a Hello that outlasts our deadline
+    // only fails this call.
+    uint32_t probe_ms = std::max<uint32_t>(cfg_.timeout_ms / 4, 1);
+    Bytes reply;
+    const Envelope *env = nullptr;
+    for (;;) {
+        Builder b(512);
+        Header h = header();
+        auto body = CreateHello(b, worker_id_, b.CreateString(cfg_.worker_name), put_labels(b, cfg_.labels),
+                                b.CreateVector(address), left.empty() ? 0 : b.CreateString(left),
+                                left.empty() ? 0 : probe_ms);
+        reply = rpc->call(finish(b, h, body), deadline);
+        env = verify(reply.data(), reply.size());
+        if (env->body_type() != Body::ErrorReply) break;
+        const ErrorReply *e = env->body_as_ErrorReply();
+        std::string message = e->message() ? e->message()->str() : "";
+        if (e->probing()) {
+            // It is asking the server we left whether that one still answers.
+            if (deadline.remaining_ms() <= kProbingRetryMs)
+                fail(TH_ERR_TIMEOUT, "server ", rpc->url(), " was still asking ", left,
+                     " whether it answers when the call's time ran out");
+            std::this_thread::sleep_for(std::chrono::milliseconds(kProbingRetryMs));
+            continue;
+        }
+        if (e->left_server_alive())
+            throw LeftServerAlive(TH_ERR_UNAVAILABLE, message.empty() ? "the server left still answers" : message);
+        throw_reply_error(*e, "Hello");
+    }
     if (env->body_type() != Body::HelloReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Hello");
     const HelloReply *r = env->body_as_HelloReply();
     uint64_t seen = max_epoch_.load();
@@ -363,12 +431,21 @@ void ServerSession::wait_for_commit(const std::string &model, uint64_t newer_tha
 // After a server restart (or after being reported unreachable) the server has
 // forgotten us: introduce ourselves again and re-declare every complete replica,
 // so that the server rebuilds its view from the workers, which hold the truth.
-void ServerSession::reregister(const Deadline &deadline) {
+bool ServerSession::reregister(const Deadline &deadline) {
     // Holders re-declare within a heartbeat plus a call's timeout of noticing;
     // those that have not by the end of a lease are gone anyway. Set before
     // the Hello: other threads may reach the new server as soon as it is sent.
     rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
-    listener_->register_again([&] { hello(deadline); }, deadline);
+    std::shared_ptr<RpcClient> at = rpc();
+    try {
+        listener_->register_again([&] { hello(deadline); }, deadline);
+        return true;
+    } catch (const LeftServerAlive &e) {
+        // Our calls to the server we left were slow, not lost: moving on
+        // would split the workers between two servers.
+        go_back(at, e.what());
+        return false;
+    }
 }
 
 bool ServerSession::registered_address_is_current() {
@@ -414,9 +491,9 @@ void ServerSession::heartbeat_loop() {
         if (again && !retry && registered_address_is_current()) again = false;
         if (again) {
             try {
-                reregister(Deadline(cfg_.timeout_ms));
-                TH_LOG(Info, "registered again with the new UCX address");
-                retry = false;
+                // Not registered where we went back to: the next heartbeat tries.
+                retry = !reregister(Deadline(cfg_.timeout_ms));
+                if (!retry) TH_LOG(Info, "registered again with the new UCX address");
             } catch (const std::exception &e) {
                 TH_LOG(Warn, "registering the new UCX address failed (retried at the next heartbeat): ", e.what());
                 retry = true;

@@ -90,7 +90,11 @@ class ServerSession {
   private:
     wire::Header header();
     void hello(const Deadline &deadline);
-    void reregister(const Deadline &deadline);
+    // Says Hello again and re-declares what we hold. False: list mode, the
+    // server we failed over to refused to take over because the one we left
+    // still answers, and we went back to that one (the caller's request may
+    // be sent again there).
+    bool reregister(const Deadline &deadline);
     void heartbeat_loop();
     // Whether the last Hello gave the server the UCX address we have now.
     bool registered_address_is_current();
@@ -109,6 +113,13 @@ class ServerSession {
     // deadline has passed (the call's loop tries again before).
     void try_fail_over(const std::shared_ptr<RpcClient> &from, const std::string &why, bool deposed,
                        const Deadline &deadline);
+    // Back from `from`, which list-mode failover chose, to the server it
+    // replaced (unless another thread moved on meanwhile).
+    void go_back(const std::shared_ptr<RpcClient> &from, const std::string &why);
+    // Whether rpc is the server in use and we went back to it less than a
+    // call's timeout ago (a call that times out there waits on instead of
+    // failing over again).
+    bool confirmed_alive(const std::shared_ptr<RpcClient> &rpc);
     bool can_fail_over() const { return leader_ != nullptr || servers_.size() > 1; }
 
     const ClientConfig cfg_;
@@ -124,6 +135,18 @@ class ServerSession {
     // rpc_ when list-mode failover chose it: the server we moved to because
     // the one in use did not answer, and said Hello to.
     std::shared_ptr<RpcClient> failed_over_to_;
+    // The server failed_over_to_ replaced: its URL (Hello.left_url), its
+    // index in servers_ and rebuilt_by_ before, for going back to it.
+    struct Left {
+        std::string url;
+        size_t index = 0;
+        Clock::time_point rebuilt_by;
+    } left_;
+    // The server go_back() returned to, and until when it counts as alive.
+    struct Confirmed {
+        std::shared_ptr<RpcClient> rpc;
+        Clock::time_point until;
+    } confirmed_;
     std::atomic<uint64_t> max_epoch_{0};  // the newest server epoch seen: older servers are stale
     std::atomic<uint64_t> next_request_{1};
     std::atomic<uint64_t> registrations_{0};

@@ -6,6 +6,8 @@
 //   TENSORHUB_FAULT_SPILL_DELAY_US=N   sleep N us while spilling a replica (a slow copy of a large shard)
 //   TENSORHUB_FAULT_HELLO_DELAY_US=N   (server) sleep N us before handling a Hello, so that requests
 //                                      arriving meanwhile are answered first
+//   TENSORHUB_FAULT_HEARTBEAT_DELAY_US=N  (server) sleep N us before handling a Heartbeat: a live
+//                                      server whose answers come too late for some calls
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@ struct Faults {
     uint32_t plan_delay_us = 0;
     uint32_t spill_delay_us = 0;
     uint32_t hello_delay_us = 0;
+    uint32_t heartbeat_delay_us = 0;
 };
 
 inline const Faults &faults() {
@@ -33,6 +36,7 @@ inline const Faults &faults() {
         out.plan_delay_us = us("TENSORHUB_FAULT_PLAN_DELAY_US");
         out.spill_delay_us = us("TENSORHUB_FAULT_SPILL_DELAY_US");
         out.hello_delay_us = us("TENSORHUB_FAULT_HELLO_DELAY_US");
+        out.heartbeat_delay_us = us("TENSORHUB_FAULT_HEARTBEAT_DELAY_US");
         return out;
     }();
     return f;

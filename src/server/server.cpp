@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "control/close.hpp"
+#include "control/ping.hpp"
 #include "server/live_page.hpp"
 #include "wire/auth.hpp"
 
@@ -29,6 +30,10 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
                LeadershipConfig etcd)
     : token_(std::move(token)) {
     cfg.await_leadership = !etcd.endpoints.empty();
+    if (etcd.endpoints.empty())
+        cfg.ping_server = [token = token_](const std::string &url, uint32_t ms) {
+            return ping_server(url, token, Deadline(ms));
+        };
     if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
     nng_listener listener;
     std::string events = events_listen_url(listen_url);

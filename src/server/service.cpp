@@ -61,7 +61,10 @@ Service::Service(ServiceConfig cfg)
       start_ms_(clock_ms()),
       catalog_(empty_catalog()),
       planner_(cfg.policy),
-      replies_(kReplyCacheSize) {}
+      replies_(kReplyCacheSize) {
+    if (cfg_.ping_server && !cfg_.await_leadership)
+        probe_ = std::make_unique<TakeoverProbe>(cfg_.ping_server, [this] { return clock_ms(); });
+}
 
 Bytes Service::handle(const uint8_t *data, size_t size) {
     Header h;
@@ -74,6 +77,10 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
         trace::event("request", h.worker_id, h.request_id, static_cast<uint64_t>(type));
         if (type == Body::Hello && faults().hello_delay_us)
             std::this_thread::sleep_for(std::chrono::microseconds(faults().hello_delay_us));
+        if (type == Body::Heartbeat && faults().heartbeat_delay_us)
+            std::this_thread::sleep_for(std::chrono::microseconds(faults().heartbeat_delay_us));
+        if (type == Body::Hello)
+            if (std::optional<Bytes> refused = keep_live_leader(*env, h)) return *refused;
         std::lock_guard lk(mu_);
         if (!leading()) {
             h.epoch = epoch_;
@@ -128,6 +135,31 @@ std::optional<Bytes> Service::fence(const Envelope &env, Header &h) {
     return error_reply(h, TH_ERR_UNAVAILABLE,
                        str("this server is stale (epoch ", epoch_.load(), "; the worker has seen epoch ", env.epoch(), ")"),
                        {.stale_server = true});
+}
+
+std::optional<Bytes> Service::keep_live_leader(const Envelope &env, Header h) {
+    const Hello *m = env.body_as_Hello();
+    if (!probe_ || env.epoch() <= epoch_ || m->left_url() == nullptr || m->left_url()->size() == 0)
+        return std::nullopt;
+    std::string left = m->left_url()->str();
+    TakeoverProbe::Answer a = probe_->ask(left, m->probe_ms());
+    h.epoch = epoch_;
+    using State = TakeoverProbe::Answer::State;
+    if (a.state == State::Probing)
+        return error_reply(h, TH_ERR_UNAVAILABLE,
+                           str("asking the server at ", left, " whether it still answers; say Hello again"),
+                           {.probing = true});
+    if (a.state == State::Gone) {
+        TH_LOG(Info, "worker ", h.worker_id, " left ", left, ", which does not answer either (", a.why, ")");
+        return std::nullopt;
+    }
+    if (a.epoch < env.epoch()) return std::nullopt;  // a server restarted there, behind the one the worker left
+    TH_LOG(Warn, "not taking over: worker ", h.worker_id, " left ", left, ", which still answers (epoch ", a.epoch,
+           ")");
+    return error_reply(h, TH_ERR_UNAVAILABLE,
+                       str("the server at ", left, " still answers (epoch ", a.epoch,
+                           "): this server does not take over from a live one"),
+                       {.left_server_alive = true});
 }
 
 // Every request but Ping, Hello and a status query comes from a registered

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "server/planner.hpp"
 #include "server/policy.hpp"
 #include "server/reply_cache.hpp"
+#include "server/takeover_probe.hpp"
 #include "tensorhub/tensorhub.h"
 #include "wire/wire.hpp"
 
@@ -38,6 +40,12 @@ struct ServiceConfig {
     std::string events_url;  // told to clients in HelloReply
     // Sends one event to subscribers (must not block); may be empty.
     std::function<void(const wire::Bytes &)> publish_event;
+    // List mode: the epoch the server at a URL answers a Ping with within
+    // the given milliseconds; throws if it does not. Asked (on a thread of
+    // its own, server/takeover_probe.hpp) before taking over from the server
+    // a worker left (Hello.left_url); empty: take over without asking (the
+    // simulator).
+    TakeoverProbe::Ping ping_server;
     // The clock leases and takeovers are measured with, in milliseconds;
     // empty: the real one. A simulator drives the service with its own.
     std::function<uint64_t()> now_ms;
@@ -86,6 +94,13 @@ class Service {
     // A reply when the sender must fail over (it knows a newer epoch), else
     // nullopt; takes over when a Hello comes from a newer epoch. Sets h.epoch.
     std::optional<wire::Bytes> fence(const Env &env, Header &h);
+    // List mode, before taking the lock: a refusal when a Hello that would
+    // make this server take over comes from a worker whose previous server
+    // still answers at the worker's epoch (the worker's calls there were
+    // slow, not lost: taking over would split the workers between two
+    // servers), or "ask again" while that is being found out; else nullopt.
+    // Never waits.
+    std::optional<wire::Bytes> keep_live_leader(const Env &env, Header h);
     // Why the sender must register (again) before this request, or nullopt.
     std::optional<std::string> unknown_sender(const Env &env, const Header &h);
     bool rebuilding() const;
@@ -137,6 +152,7 @@ class Service {
     ReplyCache replies_;
     uint64_t event_seq_ = 0;
     ServerMetrics metrics_;
+    std::unique_ptr<TakeoverProbe> probe_;  // list mode, when cfg_.ping_server is set
 };
 
 }  // namespace th

@@ -24,7 +24,7 @@ Bytes error_reply(const Header &h, int32_t code, const std::string &message, Err
     Builder b(256);
     auto msg = b.CreateString(message);
     return finish(b, h, CreateErrorReply(b, code, msg, flags.unknown_worker, flags.stale_server, flags.rebuilding,
-                                                flags.not_leader));
+                                                flags.not_leader, flags.left_server_alive, flags.probing));
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(

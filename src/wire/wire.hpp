@@ -47,6 +47,8 @@ struct ErrorFlags {
     bool stale_server = false;    // the sender knows a newer epoch: fail over
     bool rebuilding = false;      // the server took over moments ago: ask again
     bool not_leader = false;      // etcd mode: this server does not lead; ask etcd who does
+    bool left_server_alive = false;  // list mode: the server the worker left still answers
+    bool probing = false;            // list mode: finding that out; say Hello again
 };
 
 Bytes error_reply(const Header &h, int32_t code, const std::string &message, ErrorFlags flags = {});

@@ -237,6 +237,37 @@ struct PrimaryAndStandby {
     std::string both = primary.url + "," + standby.url;
 };
 
+// A publish-loop trainer whose log (stderr) goes to a file: the tests read
+// its failovers. Heartbeats every 100 ms.
+struct LoggedTrainer {
+    std::string log_path = [] {
+        char path[] = "/tmp/th_failover_log.XXXXXX";
+        int fd = mkstemp(path);
+        EXPECT_GE(fd, 0);
+        close(fd);
+        return std::string(path);
+    }();
+    Process proc;
+    LoggedTrainer(const std::string &servers, const std::string &model, const std::string &for_ms,
+                  const std::string &timeout_ms)
+        : proc(command(servers, model, for_ms, timeout_ms, log_path)) {}
+    ~LoggedTrainer() { std::remove(log_path.c_str()); }
+    std::string log() const {
+        std::ifstream in(log_path);
+        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+    static std::vector<std::string> command(const std::string &servers, const std::string &model,
+                                            const std::string &for_ms, const std::string &timeout_ms,
+                                            const std::string &log_path) {
+        std::string cmd = "exec";
+        for (const std::string &a : worker({"publish-loop", "--server", servers, "--name", "trainer", "--model", model,
+                                            "--versions", "1000000", "--shards", "1", "--shard-kb", "64", "--delay-ms",
+                                            "20", "--for-ms", for_ms, "--heartbeat-ms", "100", "--timeout-ms", timeout_ms}))
+            cmd += " " + a;
+        return {"/bin/sh", "-c", cmd + " 2>" + log_path};
+    }
+};
+
 }  // namespace
 
 TEST(Failover, ServerDiesTheNextTakesOverAndAStaleServerIsFenced) {
@@ -396,6 +427,40 @@ TEST(Failover, AWorkerStoppedDuringACallDoesNotFailOverFromALiveServer) {
     EXPECT_EQ(pub.stop(), 0);
 }
 
+// A worker's calls to the server in use time out although that server is
+// alive (here it answers heartbeats 1.5 s late, and with two servers a call
+// tries one for at most half its 2 s timeout). The worker fails over to the
+// standby, and its Hello there would make the standby take over while the
+// primary still serves everyone else, splitting the workers between two
+// servers. The standby first asks the server the worker left (Hello.left_url):
+// it answers, so the standby refuses and the worker goes back.
+TEST(Failover, AStandbyDoesNotTakeOverFromAServerThatStillAnswers) {
+    ServerProc standby(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary(false, {"TENSORHUB_FAULT_HEARTBEAT_DELAY_US=1500000"});
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    const uint64_t standby_epoch = standby.epoch();
+    const std::string both = primary.url + "," + standby.url;
+    LoggedTrainer pub(both, "gb", "5000", "2000");
+    // Meanwhile (its heartbeats timing out) everyone can still use the
+    // primary: a reader given both servers fetches the trainer's versions.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    Process reader(worker({"fetch-loop", "--server", both, "--name", "reader", "--model", "gb", "--shards", "1",
+                           "--shard-kb", "64", "--for-ms", "1000", "--timeout-ms", "4000"}));
+    std::string l = reader.line(30000);
+    EXPECT_EQ(l.rfind("ok ", 0), 0u) << l;
+    // The loop publishes for 5 s; a publish that fails ends it with "error ...".
+    l = pub.proc.line(30000);
+    EXPECT_EQ(l.rfind("ready", 0), 0u) << l;
+    EXPECT_EQ(standby.epoch(), standby_epoch) << "the standby took over from a live primary";
+    EXPECT_EQ(reader.stop(), 0);
+    EXPECT_EQ(pub.proc.stop(), 0);
+    const std::string log = pub.log();
+    // The fault hit: the worker failed over, was refused and went back.
+    EXPECT_NE(log.find("failing over to " + standby.url), std::string::npos) << log;
+    EXPECT_NE(log.find("going back to " + primary.url), std::string::npos) << log;
+}
+
 // The server in use dies; the workers fail over to a standby restarted
 // before, whose epoch is older than what they saw. A worker's Hello makes it
 // take over, but a call of another of the worker's threads (heartbeat,
@@ -408,32 +473,19 @@ TEST(Failover, AnAnswerOlderThanItsHelloDoesNotSendAWorkerBackToTheDeadServer) {
     ServerProc primary;
     ASSERT_GT(primary.epoch(), standby.epoch());
     const std::string both = primary.url + "," + standby.url;
-    // The worker's log (stderr) goes to a file: the test reads its failovers.
-    char log_path[] = "/tmp/th_failover_log.XXXXXX";
-    int fd = mkstemp(log_path);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    std::string cmd = "exec";
-    for (const std::string &a : worker({"publish-loop", "--server", both, "--name", "trainer", "--model", "hl",
-                                        "--versions", "1000000", "--shards", "1", "--shard-kb", "64", "--delay-ms", "20",
-                                        "--for-ms", "6000", "--heartbeat-ms", "100", "--timeout-ms", "6000"}))
-        cmd += " " + a;
-    cmd += std::string(" 2>") + log_path;
-    Process pub({"/bin/sh", "-c", cmd});
+    LoggedTrainer pub(both, "hl", "6000", "6000");
     ASSERT_TRUE(eventually(primary.url, [](const nlohmann::json &s) { return !version_status(s, "hl", 3).is_null(); }));
     kill(primary.proc.pid(), SIGKILL);
     // The loop publishes through the failover for 6 s; a publish that fails
     // ends it with "error ...".
-    std::string l = pub.line(30000);
+    std::string l = pub.proc.line(30000);
     EXPECT_EQ(l.rfind("ready", 0), 0u) << l;
     nlohmann::json st = server_status(standby.url);
     bool listed = false;
     for (const auto &w : st["workers"]) listed |= w["name"] == "trainer";
     EXPECT_TRUE(listed) << st.dump(1);
-    EXPECT_EQ(pub.stop(), 0);
-    std::ifstream in(log_path);
-    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::remove(log_path);
+    EXPECT_EQ(pub.proc.stop(), 0);
+    const std::string log = pub.log();
     // It moved to the standby once, and never back to the dead server.
     EXPECT_NE(log.find("failing over to " + standby.url), std::string::npos) << log;
     EXPECT_EQ(log.find("failing over to " + primary.url), std::string::npos) << log;

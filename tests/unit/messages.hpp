@@ -15,11 +15,14 @@ using namespace th::wire;
 inline Header hdr(uint64_t worker, uint64_t req) { return Header{req, worker, 0}; }
 
 // epoch: the newest server epoch the worker has seen.
-inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}, uint64_t epoch = 0) {
+// left_url: the server a worker failing over left (list mode).
+inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}, uint64_t epoch = 0,
+                   const std::string &left_url = "", uint32_t probe_ms = 0) {
     Builder b;
     std::vector<uint8_t> addr = {1, 2, 3, 4};
     return finish(b, Header{req, worker, epoch},
-                  CreateHello(b, worker, b.CreateString("w" + std::to_string(worker)), put_labels(b, labels), b.CreateVector(addr)));
+                  CreateHello(b, worker, b.CreateString("w" + std::to_string(worker)), put_labels(b, labels), b.CreateVector(addr),
+                              left_url.empty() ? 0 : b.CreateString(left_url), probe_ms));
 }
 
 inline std::vector<th::TensorSpec> specs(uint64_t bytes_each, int n = 2, th_dtype dt = TH_DTYPE_UINT8) {

@@ -1,5 +1,5 @@
 // Request/reply over NNG (control/rpc.hpp): giving up a connection while other
-// threads are still calling on it.
+// threads are still calling on it; asking a server for its epoch (control/ping.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "control/close.hpp"
+#include "control/ping.hpp"
 #include "control/rpc.hpp"
 
 using namespace th;
@@ -95,4 +96,46 @@ TEST(Close, AHungCloseReleasesItsCallerAtTheBound) {
     for (int i = 0; i < 200 && !*closed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_TRUE(*closed) << "the close did not go on after its caller left";
     EXPECT_TRUE(close_within([] {}, std::chrono::milliseconds(2000), "a test socket"));
+}
+
+// ping_server (control/ping.hpp): the epoch a server answers with; a port
+// nobody listens on fails at once instead of at the deadline (a failover
+// asks the server it left before taking over, and a killed server must not
+// cost the whole wait); a server that never answers fails at the deadline.
+TEST(Ping, AnswersWithTheServersEpochAndFailsAtOnceOnARefusedConnection) {
+    RpcServer server("tcp://127.0.0.1:0", [](const uint8_t *, size_t) {
+        wire::Builder b(64);
+        wire::Header h;
+        h.epoch = 42;
+        return wire::finish(b, h, wire::CreatePong(b, 42));
+    });
+    EXPECT_EQ(ping_server(server.url(), "", Deadline(10000)), 42u);
+
+    std::string dead;
+    {
+        RpcServer gone("tcp://127.0.0.1:0", echo);
+        dead = gone.url();
+    }
+    auto start = std::chrono::steady_clock::now();
+    try {
+        ping_server(dead, "", Deadline(20000));
+        ADD_FAILURE() << "a closed port answered";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.code(), TH_ERR_UNAVAILABLE) << e.what();
+    }
+    // Far from the 20 s deadline: the refusal itself ends it.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+
+    std::atomic<bool> hold{true};
+    RpcServer silent("tcp://127.0.0.1:0", [&](const uint8_t *data, size_t size) {
+        while (hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return echo(data, size);
+    });
+    try {
+        ping_server(silent.url(), "", Deadline(300));
+        ADD_FAILURE() << "a silent server answered";
+    } catch (const Error &e) {
+        EXPECT_TRUE(e.code() == TH_ERR_TIMEOUT || e.code() == TH_ERR_UNAVAILABLE) << e.what();
+    }
+    hold = false;
 }

@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <set>
 #include <regex>
+#include <thread>
 
 #include "messages.hpp"
 #include "server/service.hpp"
@@ -216,6 +220,145 @@ TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
     ASSERT_EQ(error_code(r), 0);
     EXPECT_EQ(env(r)->epoch(), epoch + 11);
     EXPECT_TRUE(rebuilding(2)) << "just after a takeover, unknown may mean not re-declared yet";
+}
+
+// List mode: a Hello that would make the server take over names the server
+// the worker left; the server asks it (on the probe's thread, answering
+// "probing" meanwhile) and takes over only if it does not answer, or answers
+// with an older epoch (a server restarted there). An answer stands for
+// TakeoverProbe::kKeepMs of the service's clock.
+TEST(ServiceTakeover, AServerDoesNotTakeOverFromOneThatStillAnswers) {
+    std::mutex mu;
+    std::vector<std::pair<std::string, uint32_t>> pinged;
+    uint64_t answers = 0;  // 0: the left server does not answer
+    std::atomic<uint64_t> clock{1000};
+    ServiceConfig cfg;
+    cfg.now_ms = [&] { return clock.load(); };
+    cfg.ping_server = [&](const std::string &url, uint32_t ms) -> uint64_t {
+        std::lock_guard lk(mu);
+        pinged.emplace_back(url, ms);
+        if (answers == 0) throw Error(TH_ERR_UNAVAILABLE, "no answer");
+        return answers;
+    };
+    auto set_answer = [&](uint64_t epoch) {
+        std::lock_guard lk(mu);
+        answers = epoch;
+        clock += TakeoverProbe::kKeepMs + 1;  // the last answer no longer stands
+    };
+    auto pings = [&] {
+        std::lock_guard lk(mu);
+        return pinged;
+    };
+    Service svc(cfg);
+    uint64_t req = 1;
+    auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
+    int probing = 0;
+    // Says Hello until the answer is not "probing" (the probe runs on a thread).
+    auto hello_until_known = [&](uint64_t worker, uint64_t epoch, const std::string &left, uint32_t ms) {
+        for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
+            Bytes r = call(hello(worker, req++, {}, epoch, left, ms));
+            if (env(r)->body_type() != Body::ErrorReply || !env(r)->body_as_ErrorReply()->probing()) return r;
+            EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE);
+            EXPECT_NE(error_text(r).find("say Hello again"), std::string::npos) << error_text(r);
+            probing++;
+            if (std::chrono::steady_clock::now() > until) ADD_FAILURE() << "still probing after 10 s";
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    };
+    const uint64_t epoch = env(call(hello(1, req++)))->epoch();
+    const uint64_t theirs = epoch + 10;
+    // The left server answers at the worker's epoch: no takeover.
+    set_answer(theirs);
+    Bytes r = hello_until_known(2, theirs, "tcp://a:1", 250);
+    EXPECT_GE(probing, 1) << "the first Hello must not wait for the ping";
+    EXPECT_EQ(error_code(r), TH_ERR_UNAVAILABLE);
+    ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
+    EXPECT_TRUE(env(r)->body_as_ErrorReply()->left_server_alive());
+    EXPECT_NE(error_text(r).find("tcp://a:1 still answers"), std::string::npos) << error_text(r);
+    EXPECT_EQ(svc.epoch(), epoch);
+    ASSERT_EQ(pings().size(), 1u);
+    EXPECT_EQ(pings()[0], std::make_pair(std::string("tcp://a:1"), 250u));
+    // Other workers failing over from the same server meanwhile hear the
+    // same answer without another ping.
+    r = call(hello(3, req++, {}, theirs, "tcp://a:1", 250));
+    EXPECT_TRUE(env(r)->body_as_ErrorReply()->left_server_alive()) << error_text(r);
+    EXPECT_EQ(pings().size(), 1u);
+    // A Hello at our own epoch (a worker registering again) pings nobody.
+    EXPECT_EQ(error_code(call(hello(1, req++, {}, epoch, "tcp://a:1", 250))), 0);
+    EXPECT_EQ(pings().size(), 1u);
+    // The wait a Hello may ask for is capped.
+    set_answer(theirs + 1);
+    EXPECT_EQ(error_code(hello_until_known(2, theirs, "tcp://a:1", 60000)), TH_ERR_UNAVAILABLE);
+    EXPECT_EQ(pings().back().second, TakeoverProbe::kMaxProbeMs);
+    // A server restarted at that address answers with an older epoch.
+    set_answer(theirs - 1);
+    r = hello_until_known(2, theirs, "tcp://a:1", 250);
+    ASSERT_EQ(error_code(r), 0) << error_text(r);
+    EXPECT_EQ(svc.epoch(), theirs + 1);
+    // Nobody answers: take over (again, above a newer worker's epoch).
+    set_answer(0);
+    ASSERT_EQ(error_code(hello_until_known(3, theirs + 5, "tcp://a:1", 250)), 0);
+    EXPECT_EQ(svc.epoch(), theirs + 6);
+    EXPECT_EQ(pings().size(), 4u);
+}
+
+// The probe never holds up the request that starts it: a ping that takes
+// long leaves every Hello meanwhile answered "probing" at once.
+TEST(ServiceTakeover, ASlowPingHoldsUpNoRequest) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    int pinged = 0;
+    ServiceConfig cfg;
+    cfg.ping_server = [&](const std::string &, uint32_t) -> uint64_t {
+        std::unique_lock lk(mu);
+        pinged++;
+        cv.wait(lk, [&] { return release; });
+        throw Error(TH_ERR_TIMEOUT, "no answer in time");
+    };
+    Service svc(cfg);
+    uint64_t req = 1;
+    auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
+    const uint64_t epoch = env(call(hello(1, req++)))->epoch();
+    for (int i = 0; i < 8; ++i) {
+        Bytes r = call(hello(2 + i, req++, {}, epoch + 10, "tcp://a:1", 2000));
+        ASSERT_EQ(env(r)->body_type(), Body::ErrorReply);
+        EXPECT_TRUE(env(r)->body_as_ErrorReply()->probing()) << error_text(r);
+    }
+    EXPECT_EQ(error_code(call(heartbeat(1, req++))), 0) << "other requests are answered meanwhile";
+    {
+        std::lock_guard lk(mu);
+        EXPECT_LE(pinged, 1) << "one probe per server asked about";
+        release = true;
+    }
+    cv.notify_all();
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
+        Bytes r = call(hello(2, req++, {}, epoch + 10, "tcp://a:1", 2000));
+        if (error_code(r) == 0) break;
+        ASSERT_TRUE(env(r)->body_as_ErrorReply()->probing()) << error_text(r);
+        ASSERT_LT(std::chrono::steady_clock::now(), until) << "still probing after 10 s";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(svc.epoch(), epoch + 11);
+    std::lock_guard lk(mu);
+    EXPECT_EQ(pinged, 1);
+}
+
+// What a client from before the ping sends.
+TEST(ServiceTakeover, AHelloWithoutALeftServerTakesOverWithoutAPing) {
+    bool pinged = false;
+    ServiceConfig cfg;
+    cfg.ping_server = [&](const std::string &, uint32_t) -> uint64_t {
+        pinged = true;
+        return UINT64_MAX;
+    };
+    Service svc(cfg);
+    uint64_t req = 1;
+    auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
+    const uint64_t epoch = env(call(hello(1, req++)))->epoch();
+    ASSERT_EQ(error_code(call(hello(2, req++, {}, epoch + 10))), 0);
+    EXPECT_EQ(svc.epoch(), epoch + 11);
+    EXPECT_FALSE(pinged);
 }
 
 // After a takeover, a version its holders saw committed is committed again
