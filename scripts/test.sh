@@ -15,8 +15,9 @@ TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} scripts/build.sh
 echo "== C/C++ tests"
 # No retries: a test that fails once fails the run (a retry would hide flakes).
 # Two tests at a time (most wait on timeouts and other processes); the fault
-# runs and the tests that use network namespaces alone (RUN_SERIAL in their
-# CMake files). TH_TEST_JOBS=1 runs them one by one.
+# runs one after another beside the rest (RESOURCE_LOCK), the tests that use
+# network namespaces alone (RUN_SERIAL in their CMake files).
+# TH_TEST_JOBS=1 runs them one by one.
 (cd "${TH_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 300 -j "${TH_TEST_JOBS:-2}")
 
 echo "== Python binding"
