@@ -12,6 +12,18 @@ echo "== build"
 # which makes compiling about a third slower (RelWithDebInfo, build.sh's
 # default). An existing one keeps its type.
 TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} scripts/build.sh
+# The sanitizer build (scripts/asan.sh) compiles while the tests below run:
+# they mostly wait on timeouts and other processes (about a third of two
+# cores busy), and the compiler runs under SCHED_IDLE, so it only gets the
+# CPU time they leave. Its tests run last, alone. TH_SKIP_SANITIZERS=1 skips it.
+asan_build=
+asan_log=${TH_ASAN_BUILD_DIR:-build-asan}.log
+if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
+    setsid -w chrt --idle 0 scripts/asan.sh build >"$asan_log" 2>&1 &
+    asan_build=$!
+    trap '[ -z "$asan_build" ] || kill -- -"$asan_build" 2>/dev/null || true' EXIT
+fi
+
 echo "== C/C++ tests"
 # No retries: a test that fails once fails the run (a retry would hide flakes).
 # Two tests at a time (most wait on timeouts and other processes); the fault
@@ -27,20 +39,16 @@ bindings/rust/run_tests.sh
 echo "== Go binding"
 bindings/go/run_tests.sh
 
-if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
+if [ -n "$asan_build" ]; then
     echo "== C/C++ unit and single-process tests under AddressSanitizer + UBSan"
-    # Against the system UCX (Debian: 1.13, active-message reads everywhere),
-    # so that the path older UCX takes stays tested too.
-    # Line tables only (-g1): reports keep file and line, and the build is
-    # faster than with full debug information.
-    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
-        -DTH_SANITIZE=address -DTH_WITH_CUDA=OFF -DTH_UCX=system >/dev/null
-    cmake --build build-asan -j "${TH_JOBS:-$(nproc)}" --target th_unit_tests th_sim_tests th_integration_tests th_header_test \
-        th_fuzz_replay_server th_fuzz_replay_client th_fuzz_replay_etcd th_test_worker tensorhub
-    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --output-on-failure --timeout 300 -L unit -E "^(exports|readme_snippets)$" &&
-        ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --output-on-failure --timeout 300 -R "^(Errors|ServerErrors|Security|Observability)[.]")
+    if ! wait "$asan_build"; then
+        asan_build=
+        echo "test.sh: the sanitizer build failed:" >&2
+        tail -n 60 "$asan_log" >&2
+        exit 1
+    fi
+    asan_build=
+    scripts/asan.sh run
 fi
 
 if [ "${TH_TSAN:-0}" = 1 ]; then
