@@ -12,10 +12,20 @@ echo "== build"
 # which makes compiling about a third slower (RelWithDebInfo, build.sh's
 # default). An existing one keeps its type.
 TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} scripts/build.sh
-# The sanitizer build (scripts/asan.sh) compiles while the tests below run:
-# they mostly wait on timeouts and other processes (about a third of two
-# cores busy), and the compiler runs under SCHED_IDLE, so it only gets the
-# CPU time they leave. Its tests run last, alone. TH_SKIP_SANITIZERS=1 skips it.
+echo "== C/C++ tests"
+# No retries: a test that fails once fails the run (a retry would hide flakes).
+# First the tests that must run alone (label "alone": network namespaces, and
+# the cluster benchmark, which reports whether it was CPU-bound), then the
+# rest two at a time (most wait on timeouts and other processes), the fault
+# runs one after another beside them (RESOURCE_LOCK). TH_TEST_JOBS=1 runs
+# them one by one.
+ctest_args=(--output-on-failure --timeout 300)
+(cd "${TH_BUILD_DIR:-build}" && ctest "${ctest_args[@]}" -L alone)
+
+# The sanitizer build (scripts/asan.sh) compiles while the other tests run:
+# they keep about a third of two cores busy, and the compiler runs under
+# SCHED_IDLE, so it only gets the CPU time they leave. Its tests run last.
+# TH_SKIP_SANITIZERS=1 skips it.
 asan_build=
 asan_log=${TH_ASAN_BUILD_DIR:-build-asan}.log
 if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
@@ -23,14 +33,7 @@ if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
     asan_build=$!
     trap '[ -z "$asan_build" ] || kill -- -"$asan_build" 2>/dev/null || true' EXIT
 fi
-
-echo "== C/C++ tests"
-# No retries: a test that fails once fails the run (a retry would hide flakes).
-# Two tests at a time (most wait on timeouts and other processes); the fault
-# runs one after another beside the rest (RESOURCE_LOCK), the tests that use
-# network namespaces alone (RUN_SERIAL in their CMake files).
-# TH_TEST_JOBS=1 runs them one by one.
-(cd "${TH_BUILD_DIR:-build}" && ctest --output-on-failure --timeout 300 -j "${TH_TEST_JOBS:-2}")
+(cd "${TH_BUILD_DIR:-build}" && ctest "${ctest_args[@]}" -LE alone -j "${TH_TEST_JOBS:-2}")
 
 echo "== Python binding"
 bindings/python/run_tests.sh
