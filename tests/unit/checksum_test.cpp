@@ -12,6 +12,7 @@
 
 #include "client/checksum.hpp"
 #include "client/xxh3_leaf.hpp"
+#include "buffers.hpp"
 #include "client/client.hpp"
 #include "common/error.hpp"
 #include "server/server.hpp"
@@ -22,10 +23,6 @@ namespace {
 
 constexpr uint64_t kBytes = 1 << 20;
 constexpr uint64_t kChunk = 64 << 10;
-
-std::vector<Buffer> one_tensor(std::vector<uint8_t> &bytes) {
-    return {{{"w", TH_DTYPE_UINT8, {static_cast<int64_t>(bytes.size())}, bytes.size()}, bytes.data(), TH_MEM_HOST}};
-}
 
 struct ThreeWorkers {
     Server server{"tcp://127.0.0.1:0", ServiceConfig{}};

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "buffers.hpp"
 #include "client/client.hpp"
 #include "server/server.hpp"
 
@@ -21,11 +22,6 @@ bool within_10s(Pred pred) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return true;
-}
-
-// The bytes of v as the one tensor of a shard.
-std::vector<Buffer> one_tensor(std::vector<uint8_t> &v) {
-    return {{{"a", TH_DTYPE_UINT8, {static_cast<int64_t>(v.size())}, v.size()}, v.data(), TH_MEM_HOST}};
 }
 
 }  // namespace

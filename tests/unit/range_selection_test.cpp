@@ -15,8 +15,9 @@ using namespace th;
 
 namespace {
 
-TensorSpec spec(const std::string &name, std::vector<int64_t> shape) {
-    TensorSpec t{name, TH_DTYPE_FLOAT32, shape, 0};
+// Qualified: in a unity build messages.hpp (using namespace th::wire) adds wire::TensorSpec.
+th::TensorSpec spec(const std::string &name, std::vector<int64_t> shape) {
+    th::TensorSpec t{name, TH_DTYPE_FLOAT32, shape, 0};
     t.nbytes = expected_nbytes(t.dtype, t.shape);
     return t;
 }
@@ -134,7 +135,7 @@ TEST(RangeSelection, RandomRangesMatchAStridedCopy) {
     std::mt19937_64 rng(7);
     for (int round = 0; round < 200; ++round) {
         uint64_t chunk = 4096u << (rng() % 3);
-        std::vector<TensorSpec> specs;
+        std::vector<th::TensorSpec> specs;
         int n = 1 + static_cast<int>(rng() % 4);
         for (int t = 0; t < n; ++t)
             specs.push_back(spec("t" + std::to_string(t), {int64_t(1 + rng() % 40), int64_t(1 + rng() % 700)}));
@@ -142,7 +143,7 @@ TEST(RangeSelection, RandomRangesMatchAStridedCopy) {
         std::vector<RangeRequest> ranges;
         int k = 1 + static_cast<int>(rng() % 5);
         for (int i = 0; i < k; ++i) {
-            const TensorSpec &t = specs[rng() % specs.size()];
+            const th::TensorSpec &t = specs[rng() % specs.size()];
             uint64_t rows = t.shape[0], cols = t.shape[1];
             uint64_t r0 = rng() % rows, r1 = r0 + 1 + rng() % (rows - r0);
             uint64_t c0 = rng() % cols, c1 = c0 + 1 + rng() % (cols - c0);
