@@ -136,8 +136,15 @@ class Network:
             _ip("link", "set", dev, "up")
             _shape(dev, gbit, queue_ms=self.queue_ms)
 
-    def exec_prefix(self, host):
-        return ["ip", "netns", "exec", host.ns]
+    def exec_prefix(self, host, hostname=False):
+        """The command prefix that runs a program on host. hostname: also in
+        a UTS namespace of its own named after the host, for programs that
+        tell hosts apart by name (Open MPI: with the machine's one name for
+        every host it merged them into one node, or lost a daemon's launch)."""
+        prefix = ["ip", "netns", "exec", host.ns]
+        if hostname:
+            prefix += ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host.name]
+        return prefix
 
     def kill_inside(self):
         """Kills whatever still runs in this network's namespaces: only the

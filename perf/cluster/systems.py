@@ -63,8 +63,8 @@ class Setup:
             e["TENSORHUB_TRACE_DIR"] = self.trace_dir
         return e
 
-    def start(self, name, host, argv):
-        return Proc(f"{name} on {host.name}", self.net.exec_prefix(host) + argv, env=self.env())
+    def start(self, name, host, argv, hostname=False):
+        return Proc(f"{name} on {host.name}", self.net.exec_prefix(host, hostname) + argv, env=self.env())
 
     def program(self, name):
         return os.path.join(self.bin_dir, name)
@@ -280,9 +280,10 @@ def mpi_bcast(s, trainer, readers, offsets, tuned):
         f.write("#!/bin/sh\n# rsh agent for mpirun: $1 is an address of an emulated host.\n")
         f.write('case "$1" in\n')
         for h in hosts:
-            f.write(f"  {h.ip}) ns={h.ns} ;;\n")
+            f.write(f"  {h.ip}) ns={h.ns} name={h.name} ;;\n")
         f.write('  *) echo "netns-rsh: unknown host $1" >&2; exit 1 ;;\nesac\nshift\n')
-        f.write('exec ip netns exec "$ns" sh -c "$*"\n')
+        # Each host under its own name (netns.exec_prefix).
+        f.write('exec ip netns exec "$ns" unshare --uts sh -c "hostname $name && $*"\n')
     os.chmod(agent, 0o755)
     argv = ["mpirun", "--allow-run-as-root", "-np", str(len(hosts)),
             "--host", ",".join(f"{h.ip}:1" for h in hosts),
@@ -294,7 +295,7 @@ def mpi_bcast(s, trainer, readers, offsets, tuned):
             *(TUNED_BCAST if tuned else []),
             s.program("tensorhub-cluster-mpi"), "--bytes", str(s.size), "--tensors", str(s.tensors),
             "--offsets", ",".join(f"{d:.6f}" for d in [0.0] + list(offsets))]
-    proc = s.start("mpirun", trainer, argv)
+    proc = s.start("mpirun", trainer, argv, hostname=True)
     try:
         t0 = _arm_and_start([proc], s.timeout)
         cpu = CpuMeter()
