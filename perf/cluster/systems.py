@@ -13,6 +13,7 @@ Redis (push then pull). Each returns a Run with the same figures:
 
 import dataclasses
 import os
+import shlex
 import shutil
 import signal
 import tempfile
@@ -279,11 +280,9 @@ def mpi_bcast(s, trainer, readers, offsets, tuned):
     with open(agent, "w") as f:
         f.write("#!/bin/sh\n# rsh agent for mpirun: $1 is an address of an emulated host.\n")
         f.write('case "$1" in\n')
-        for h in hosts:
-            f.write(f"  {h.ip}) ns={h.ns} name={h.name} ;;\n")
-        f.write('  *) echo "netns-rsh: unknown host $1" >&2; exit 1 ;;\nesac\nshift\n')
-        # Each host under its own name (netns.exec_prefix).
-        f.write('exec ip netns exec "$ns" unshare --uts sh -c "hostname $name && $*"\n')
+        for h in hosts:  # each host under its own name, as mpirun itself
+            f.write(f'  {h.ip}) shift; exec {shlex.join(s.net.exec_prefix(h, hostname=True))} sh -c "$*" ;;\n')
+        f.write('  *) echo "netns-rsh: unknown host $1" >&2; exit 1 ;;\nesac\n')
     os.chmod(agent, 0o755)
     argv = ["mpirun", "--allow-run-as-root", "-np", str(len(hosts)),
             "--host", ",".join(f"{h.ip}:1" for h in hosts),

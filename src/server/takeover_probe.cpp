@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <exception>
 
-
 namespace th {
 
 TakeoverProbe::TakeoverProbe(Ping ping, std::function<uint64_t()> now_ms)
