@@ -206,9 +206,10 @@ class Bench:
                 dataclasses.replace(s, connect_ahead=False), meta, trainer, readers, offsets)
         if self.wanted("trainer_direct"):
             runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
-        if self.wanted("mpi") and systems.mpi_available(s):
+        if systems.mpi_available(s):
             for name, tuned in (("mpi_default", False), ("mpi_tuned", True)):
-                self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
+                if self.wanted("mpi") or self.wanted(name):
+                    self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
         if self.wanted("redis") and systems.redis_available(s):
             self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
         return runs
@@ -371,7 +372,7 @@ def parse():
     p.add_argument("--prefetch-uses", help="prefetch scenario: how long readers keep using version 1 after "
                    "version 2 is published, in units of S/B, e.g. 0.5,2")
     p.add_argument("--baselines", default="trainer_direct,mpi,redis",
-                   help="standalone baselines to run (trainer_direct,mpi,redis)")
+                   help="standalone baselines to run (trainer_direct,mpi,redis; mpi_default or mpi_tuned for one of the two)")
     p.add_argument("--nic-queue-ms", type=int, default=netns.QUEUE_MS,
                    help="how long an emulated NIC queues what waits for its shaper (tbf latency)")
     p.add_argument("--chunk-kb", type=int, default=512)

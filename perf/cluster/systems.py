@@ -286,7 +286,9 @@ def mpi_bcast(s, trainer, readers, offsets, tuned):
     os.chmod(agent, 0o755)
     argv = ["mpirun", "--allow-run-as-root", "-np", str(len(hosts)),
             "--host", ",".join(f"{h.ip}:1" for h in hosts),
-            "--mca", "plm_rsh_agent", agent, "--mca", "plm_rsh_no_tree_spawn", "1",
+            # plm rsh: the environment may name another launcher (a container's
+            # OMPI_MCA_plm=isolated starts every rank on this host).
+            "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", agent, "--mca", "plm_rsh_no_tree_spawn", "1",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
             # More ranks than cores: polling ranks would starve the forwarding ones.
