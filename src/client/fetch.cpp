@@ -248,6 +248,10 @@ void Fetch::apply_plan(PlanCall &c) {
         uint32_t first = std::max(r->first_chunk(), first_chunk_);
         s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
         s->next = first;
+        if (striped_ && first < s->end) {
+            uint32_t n = target_.layout().num_chunks();
+            if (uint32_t i = stripe_of(n, stripes_, first); i == stripe_of(n, stripes_, s->end - 1)) s->stripe = i;
+        }
         UcxWorker::PeerOrError &peer = c.peers[next_peer++];
         s->peer = std::move(peer.peer);
         if (!s->peer) {
@@ -311,6 +315,9 @@ void Fetch::issue(FetchSource &s) {
         return;
     }
     uint32_t limit = std::min(s.end, s.avail);
+    if (striped_)
+        limit = std::min(limit, stripe_pace_limit(s, sources_, target_.layout().num_chunks(), stripes_,
+                                                  2 * cfg_.max_inflight));
     uint32_t max_inflight = cfg_.max_inflight;
     while (inflight_ < max_inflight && s.chunk_inflight < s.window.size() && s.next < limit) {
         uint32_t c = s.next++;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/stripes.hpp"
 #include "common/trace.hpp"
 
 namespace th {
@@ -132,6 +133,17 @@ void FetchSource::saw_fill_level(const FillLevel &level) {
     } else if (next >= avail) {
         follow_poll = std::min(kFollowPollMax, follow_poll * 2);
     }
+}
+
+uint32_t stripe_pace_limit(const FetchSource &s, const std::vector<std::unique_ptr<FetchSource>> &sources,
+                           uint32_t num_chunks, uint32_t stripes, uint32_t lead) {
+    if (s.stripe == FetchSource::kNoStripe) return UINT32_MAX;
+    uint32_t least = UINT32_MAX;  // chunks the least advanced other stripe is past its start
+    for (const auto &o : sources)
+        if (!o->failed && o->stripe != FetchSource::kNoStripe && o->stripe != s.stripe && o->next < o->end)
+            least = std::min(least, o->next - stripe_begin(num_chunks, stripes, o->stripe));
+    if (least == UINT32_MAX) return UINT32_MAX;
+    return stripe_begin(num_chunks, stripes, s.stripe) + least + lead;
 }
 
 }  // namespace th

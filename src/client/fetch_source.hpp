@@ -96,6 +96,10 @@ struct FetchSource {
     uint32_t end = 0;    // assigned chunks end here (exclusive)
     uint32_t next = 0;   // next chunk to consider
     uint32_t avail = 0;  // the source holds [next, avail), from its control word
+    // Striped fetches: the stripe its chunks lie in (kNoStripe: none, or
+    // more than one), for keeping stripes level (stripe_pace_limit).
+    static constexpr uint32_t kNoStripe = UINT32_MAX;
+    uint32_t stripe = kNoStripe;
     bool gen_known = false;
     uint64_t gen = 0;
     bool ctrl_inflight = false;
@@ -134,5 +138,18 @@ struct FetchSource {
     // Its control word said how far it holds the shard.
     void saw_fill_level(const FillLevel &level);
 };
+
+// A striped reader keeps its stripes level. Its sources share its link, and a
+// stripe that runs ahead takes bandwidth from those behind, which are what it
+// and its followers wait for (the shard is done when its last stripe is).
+// Every reader pacing so also splits each relay's link, and the publisher's,
+// evenly among the stripes it feeds; unpaced, the publisher's link went
+// mostly to one stripe while the other's whole tree waited for it. Returns
+// the chunk before which `s` stops reading for now: `lead` chunks past the
+// least advanced other stripe still being read (UINT32_MAX: not held back).
+// Sources of no single stripe, failed ones and those with nothing left to
+// ask for neither hold others back nor are held.
+uint32_t stripe_pace_limit(const FetchSource &s, const std::vector<std::unique_ptr<FetchSource>> &sources,
+                           uint32_t num_chunks, uint32_t stripes, uint32_t lead);
 
 }  // namespace th

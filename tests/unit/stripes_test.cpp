@@ -9,6 +9,7 @@
 #include <set>
 
 #include "client/control_word.hpp"
+#include "client/fetch_source.hpp"
 #include "common/stripes.hpp"
 #include "messages.hpp"
 #include "server/service.hpp"
@@ -82,6 +83,51 @@ TEST(FillLevel, OlderWordsAndNonsenseMeanTheLeadingRunOnly) {
     EXPECT_EQ(capped.leading, 40u);
     EXPECT_EQ(capped.done[0], 20u);
     EXPECT_EQ(capped.held_until(0, 40, 40), 40u);
+}
+
+namespace {
+
+std::unique_ptr<FetchSource> source_in(uint32_t stripe, uint32_t next, uint32_t end) {
+    auto s = std::make_unique<FetchSource>();
+    s->stripe = stripe;
+    s->next = next;
+    s->end = end;
+    return s;
+}
+
+}  // namespace
+
+TEST(StripePacing, NoStripeRunsMoreThanTheLeadAheadOfTheLeastAdvanced) {
+    // 40 chunks in 4 stripes of 10; lead 2.
+    std::vector<std::unique_ptr<FetchSource>> s;
+    s.push_back(source_in(0, 6, 10));   // 6 past its start
+    s.push_back(source_in(1, 12, 20));  // 2: the least advanced
+    s.push_back(source_in(2, 25, 30));  // 5
+    EXPECT_EQ(stripe_pace_limit(*s[0], s, 40, 4, 2), 0u + 2 + 2);
+    EXPECT_EQ(stripe_pace_limit(*s[2], s, 40, 4, 2), 20u + 2 + 2);
+    // The least advanced is held only by the next least advanced.
+    EXPECT_EQ(stripe_pace_limit(*s[1], s, 40, 4, 2), 10u + 5 + 2);
+    // A source that failed, or has nothing left to ask for, holds no one back.
+    s[1]->failed = true;
+    EXPECT_EQ(stripe_pace_limit(*s[0], s, 40, 4, 2), 0u + 5 + 2);
+    s[2]->next = 30;
+    EXPECT_EQ(stripe_pace_limit(*s[0], s, 40, 4, 2), UINT32_MAX);
+    // A source planned for the rest of a stripe counts from the stripe's start.
+    s.push_back(source_in(3, 33, 40));
+    EXPECT_EQ(stripe_pace_limit(*s[0], s, 40, 4, 2), 0u + 3 + 2);
+    EXPECT_EQ(stripe_pace_limit(*s[3], s, 40, 4, 2), 30u + 6 + 2);
+}
+
+TEST(StripePacing, SourcesOfNoSingleStripeNeitherHoldNorAreHeld) {
+    std::vector<std::unique_ptr<FetchSource>> s;
+    s.push_back(source_in(FetchSource::kNoStripe, 0, 40));  // a plan of the whole shard
+    s.push_back(source_in(2, 29, 30));
+    EXPECT_EQ(stripe_pace_limit(*s[0], s, 40, 4, 2), UINT32_MAX);
+    EXPECT_EQ(stripe_pace_limit(*s[1], s, 40, 4, 2), UINT32_MAX);
+    // Two sources of one stripe (the rest of it, after a replan) pace
+    // against the other stripes, not each other.
+    s.push_back(source_in(2, 20, 25));
+    EXPECT_EQ(stripe_pace_limit(*s[1], s, 40, 4, 2), UINT32_MAX);
 }
 
 namespace {
