@@ -51,10 +51,9 @@ constexpr uint64_t kMaxMergedBytes = 64ull << 20;
 // `fastest` at its initial max).
 uint32_t chunks_per_read(std::chrono::microseconds fastest, uint64_t chunk_bytes);
 
-// A read of a source that completed, or failed; or (Verified, no source) a
-// batch of chunks hashed (ChunkVerifier).
+// A read of a source that completed, or failed.
 struct ReadEvent {
-    enum Kind { Chunk, Ctrl, Verified } kind;
+    enum Kind { Chunk, Ctrl } kind;
     FetchSource *source;
     uint32_t chunk;     // Chunk events: the first chunk read,
     const char *error;  // nullptr: the read completed
