@@ -308,18 +308,26 @@ void Fetch::issue_chunks(FetchSource &s, uint32_t first, uint32_t count) {
     s.read_chunks(ucx_, mailbox_, first, count, ps);
 }
 
-void Fetch::issue(FetchSource &s) {
-    if (s.failed) return;
-    if (!s.gen_known) {
-        if (!s.ctrl_inflight) s.read_control_word(ucx_, mailbox_, event_seq_);
-        return;
+// The fetch's reads in flight are shared among its sources, one read per
+// source per pass: a source visited first took every free place while it
+// had chunks to offer, and on a striped fetch the stripe whose source had
+// the most (finished upstream) took the reader's link from the stripe its
+// followers waited for.
+void Fetch::issue() {
+    for (bool more = true; more;) {
+        more = false;
+        for (auto &s : sources_) more |= issue_read(*s);
     }
+    for (auto &s : sources_) issue_control(*s);
+}
+
+bool Fetch::issue_read(FetchSource &s) {
+    if (s.failed || !s.gen_known || inflight_ >= cfg_.max_inflight || s.chunk_inflight >= s.window.size()) return false;
     uint32_t limit = std::min(s.end, s.avail);
     if (striped_)
         limit = std::min(limit, stripe_pace_limit(s, sources_, target_.layout().num_chunks(), stripes_,
                                                   2 * cfg_.max_inflight));
-    uint32_t max_inflight = cfg_.max_inflight;
-    while (inflight_ < max_inflight && s.chunk_inflight < s.window.size() && s.next < limit) {
+    while (s.next < limit) {
         uint32_t c = s.next++;
         if (state_[c - first_chunk_] != Missing) continue;
         uint32_t n = 1, most = chunks_per_read(s.fastest, target_.layout().chunk_bytes());
@@ -328,13 +336,23 @@ void Fetch::issue(FetchSource &s) {
             n++;
         }
         issue_chunks(s, c, n);
-        if (s.failed) return;
+        return !s.failed;
+    }
+    return false;
+}
+
+void Fetch::issue_control(FetchSource &s) {
+    if (s.failed) return;
+    if (!s.gen_known) {
+        if (!s.ctrl_inflight) s.read_control_word(ucx_, mailbox_, event_seq_);
+        return;
     }
     if (s.ctrl_inflight) return;
     // Confirm what was read once the pipe to this source is idle or a batch
     // is waiting, and poll a filling source for new chunks. A fetch that
     // serves confirms at once: its followers can only use confirmed chunks,
     // so every batch it waits for adds to the delay of each hop of a chain.
+    uint32_t max_inflight = cfg_.max_inflight;
     bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
                                               s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
     bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
@@ -511,10 +529,9 @@ FetchResult Fetch::run() {
             if (deadline.expired())
                 fail_fetch(TH_ERR_TIMEOUT, str("deadline passed with ", confirmed_, " of ", needed_, " chunks fetched"));
             auto wait = std::chrono::microseconds(20000);
-            for (auto &s : sources_) {
-                issue(*s);
+            issue();
+            for (auto &s : sources_)
                 if (!s->failed && s->starving()) wait = std::min(wait, s->follow_poll);
-            }
             if (replan_due_)
                 wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(replan_at_ - Clock::now()),
                                   std::chrono::microseconds(0), wait);

@@ -85,7 +85,12 @@ class Fetch {
     // Runs of needed chunks that no live source is assigned: (first, count).
     std::vector<std::pair<uint32_t, uint32_t>> uncovered() const;
     void apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors);
-    void issue(FetchSource &s);
+    // Asks every source for what it may read now, then reads control words
+    // that are due.
+    void issue();
+    // One read of s, if it has chunks to ask for and a place in flight.
+    bool issue_read(FetchSource &s);
+    void issue_control(FetchSource &s);
     // One read of chunks [first, first + count) of s.
     void issue_chunks(FetchSource &s, uint32_t first, uint32_t count);
     void handle(const ReadEvent &e);
