@@ -41,6 +41,8 @@ Setup setup_for(const nlohmann::json &e, const nlohmann::json &run) {
     // tensorhub's chunk and GETs in flight as the benchmark set them.
     s.chunk_bytes = run.value("chunk_kb", s.chunk_bytes >> 10) << 10;
     s.max_inflight = run.value("inflight", s.max_inflight);
+    // and the stripes the benchmark's server was told (0: its default).
+    s.stripes = run.value("stripes", s.stripes);
     std::string name = e.at("scenario").get<std::string>();
     s.size_bytes = e.at("size_bytes").get<uint64_t>();
     s.host_bps = e.at("host_gbit").get<double>() * 1e9 / 8 * kGoodput;
