@@ -360,6 +360,10 @@ void Fetch::issue_control(FetchSource &s) {
 }
 
 void Fetch::handle(const ReadEvent &e) {
+    if (e.kind == ReadEvent::Verified) {
+        take_verified();
+        return;
+    }
     FetchSource &s = *e.source;
     if (e.kind == ReadEvent::Chunk) {
         s.chunk_inflight--;
@@ -396,10 +400,7 @@ void Fetch::handle(const ReadEvent &e) {
         s.report = false;
         return;
     }
-    if (!confirm(s)) {
-        advance_served_prefix();
-        return;
-    }
+    confirm(s);
     s.saw_fill_level(e.level);
     trace::event("ctrl_ans", s.worker, s.avail, s.next);
     advance_served_prefix();
@@ -408,56 +409,75 @@ void Fetch::handle(const ReadEvent &e) {
 // The generation held from before these reads until after them: what they
 // read is the version's bytes. Only reads that had completed when the control
 // word was read count: it has a lane of its own and may overtake reads still
-// queued at the source, but not those it already answered. A chunk that does
-// not match the version's checksum is read again elsewhere, and its source
-// reported.
-bool Fetch::confirm(FetchSource &s) {
-    std::vector<uint32_t> bad = mismatching(s);
+// queued at the source, but not those it already answered. Chunks the verify
+// policy checks are confirmed once their hash matches (take_verified).
+void Fetch::confirm(FetchSource &s) {
+    ChunkVerifier::Batch check;
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
-        if (std::find(bad.begin(), bad.end(), u.first) != bad.end()) {
-            state_[u.first - first_chunk_] = Missing;
-            return true;
+        // Only a chunk held whole can be checked: a partial or ranged fetch
+        // may hold part of it.
+        std::optional<std::vector<ChunkPiece>> whole;
+        if (!checksums_.empty() && verify_.check(u.first)) whole = target_.whole(u.first);
+        if (whole) {
+            state_[u.first - first_chunk_] = Verifying;
+            check.chunks.push_back(u.first);
+            check.pieces.push_back(std::move(*whole));
+        } else {
+            confirm_chunk(s, u.first);
         }
-        state_[u.first - first_chunk_] = Confirmed;
-        trace::event("confirm", s.worker, u.first);
-        confirmed_++;
-        uint64_t n = 0;
-        for (const Piece &p : target_.pieces(u.first)) n += p.length;
-        bytes_from_[{s.worker, s.replica}] += n;
-        bytes_done_ += n;
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
-    if (bad.empty()) return true;
-    mismatches_ += static_cast<uint32_t>(bad.size());
-    fail_source(s, str("chunk ", bad.front(), " does not match the version's checksum"));
-    TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", bad.front(), " from worker ",
-           s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
-    return false;
+    if (check.chunks.empty()) return;
+    check.source = &s;
+    if (!verifier_) verifier_ = std::make_unique<ChunkVerifier>(mailbox_);
+    verifier_->submit(std::move(check));
 }
 
-// The chunks this confirmation covers that the verify policy checks, hashed
-// together (device chunks wait for their GPU once), and those that differ.
-std::vector<uint32_t> Fetch::mismatching(FetchSource &s) {
-    if (checksums_.empty()) return {};
-    std::vector<uint32_t> checked;
-    std::vector<std::vector<ChunkPiece>> pieces;
-    for (const auto &u : s.unconfirmed) {
-        if (u.second > s.ctrl_issue_seq || !verify_.check(u.first)) continue;
-        // Only a chunk held whole can be checked: a partial or ranged fetch
-        // may hold part of it.
-        if (std::optional<std::vector<ChunkPiece>> got = target_.whole(u.first)) {
-            checked.push_back(u.first);
-            pieces.push_back(std::move(*got));
+void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {
+    state_[c - first_chunk_] = Confirmed;
+    trace::event("confirm", s.worker, c);
+    confirmed_++;
+    uint64_t n = 0;
+    for (const Piece &p : target_.pieces(c)) n += p.length;
+    bytes_from_[{s.worker, s.replica}] += n;
+    bytes_done_ += n;
+}
+
+// A chunk that does not match the version's checksum is read again
+// elsewhere, and its source reported.
+void Fetch::take_verified() {
+    if (!verifier_) return;
+    for (ChunkVerifier::Batch &b : verifier_->take_done()) {
+        if (b.code != TH_OK) fail_fetch(b.code, "checking fetched chunks against their checksums: " + b.error);
+        FetchSource &s = *b.source;
+        std::vector<uint32_t> bad;
+        for (size_t i = 0; i < b.chunks.size(); ++i) {
+            uint32_t c = b.chunks[i];
+            if (b.sums[i] == checksums_[c]) {
+                confirm_chunk(s, c);
+            } else {
+                state_[c - first_chunk_] = Missing;
+                bad.push_back(c);
+            }
+        }
+        if (bad.empty()) continue;
+        mismatches_ += static_cast<uint32_t>(bad.size());
+        TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", bad.front(),
+               " from worker ", s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
+        std::string why = str("chunk ", bad.front(), " does not match the version's checksum");
+        if (!s.failed) {
+            fail_source(s, why);
+        } else if (!s.retired) {  // dropped for another reason: this one is reported
+            s.report = true;
+            s.why = why;
+        } else {  // retired meanwhile: not this worker again
+            if (std::find(exclude_.begin(), exclude_.end(), s.worker) == exclude_.end()) exclude_.push_back(s.worker);
+            source_lost_ = true;
         }
     }
-    if (checked.empty()) return {};
-    std::vector<uint64_t> sums = checksums(pieces);
-    std::vector<uint32_t> bad;
-    for (size_t i = 0; i < checked.size(); ++i)
-        if (sums[i] != checksums_[checked[i]]) bad.push_back(checked[i]);
-    return bad;
+    advance_served_prefix();
 }
 
 void Fetch::fail_source(FetchSource &s, const std::string &why) {
@@ -563,9 +583,11 @@ FetchResult Fetch::run() {
                 }
             }
             retire_failed_sources();
-            bool active = std::any_of(sources_.begin(), sources_.end(), [](auto &s) {
-                return !s->failed && (s->next < s->end || s->chunk_inflight > 0 || s->ctrl_inflight || !s->unconfirmed.empty());
-            });
+            bool active = (verifier_ && verifier_->pending() > 0) ||
+                          std::any_of(sources_.begin(), sources_.end(), [](auto &s) {
+                              return !s->failed && (s->next < s->end || s->chunk_inflight > 0 || s->ctrl_inflight ||
+                                                    !s->unconfirmed.empty());
+                          });
             bool draining = std::any_of(sources_.begin(), sources_.end(), [](auto &s) { return s->failed && !s->retired; });
             if (done() || draining) continue;
             if (!striped_) {
@@ -618,8 +640,13 @@ SyncStats Fetch::stats() const {
 }
 
 // Waits until no operation of this fetch is in flight, force-closing sources
-// that do not complete.
+// that do not complete, and stops its hashing.
 void Fetch::drain() {
+    drain_reads();
+    verifier_.reset();  // finishes the batch in hand: then nothing reads the buffers
+}
+
+void Fetch::drain_reads() {
     auto give_up = Clock::now() + std::chrono::milliseconds(cfg_.chunk_timeout_ms) * 2;
     bool closed = false;
     for (;;) {
@@ -636,6 +663,7 @@ void Fetch::drain() {
             give_up = Clock::now() + std::chrono::milliseconds(cfg_.chunk_timeout_ms);
         }
         for (const ReadEvent &e : mailbox_->take(std::chrono::milliseconds(10))) {
+            if (e.kind == ReadEvent::Verified) continue;
             if (e.kind == ReadEvent::Chunk) {
                 e.source->chunk_inflight--;
                 inflight_--;

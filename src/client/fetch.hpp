@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client/checksum.hpp"
+#include "client/chunk_verifier.hpp"
 #include "client/client_config.hpp"
 #include "client/fetch_source.hpp"
 #include "client/fetch_target.hpp"
@@ -50,7 +51,9 @@ class Fetch {
     FetchResult run();
 
   private:
-    enum ChunkState : uint8_t { Missing, InFlight, Got, Confirmed };
+    // Verifying: read and covered by a control-word read, its hash being
+    // checked (ChunkVerifier).
+    enum ChunkState : uint8_t { Missing, InFlight, Got, Verifying, Confirmed };
 
     // Plans what is not confirmed yet, as one range.
     void plan(const Deadline &deadline);
@@ -94,17 +97,19 @@ class Fetch {
     // One read of chunks [first, first + count) of s.
     void issue_chunks(FetchSource &s, uint32_t first, uint32_t count);
     void handle(const ReadEvent &e);
-    // Confirms what s read; false when a chunk did not match its checksum
-    // (s is then failed).
-    bool confirm(FetchSource &s);
-    // The chunks s's confirmation covers whose bytes are not the version's,
-    // as far as the verify policy checks them.
-    std::vector<uint32_t> mismatching(FetchSource &s);
+    // Confirms what s read before its control word was: at once, or once
+    // its hash is checked where the verify policy checks the chunk.
+    void confirm(FetchSource &s);
+    void confirm_chunk(FetchSource &s, uint32_t c);
+    // Takes the hashed batches back: chunks that match are confirmed, the
+    // others read again elsewhere and their source dropped.
+    void take_verified();
     void fail_source(FetchSource &s, const std::string &why);
     void retire_failed_sources();
     void advance_served_prefix();
     bool done() const { return confirmed_ == needed_; }
     void drain();
+    void drain_reads();
     void finish(bool ok);
     // Calls req_.progress if it is due (or, with final, unconditionally).
     void report_progress(bool final);
@@ -155,6 +160,7 @@ class Fetch {
     std::vector<Planning> planning_;  // asked for with ask_later, not back yet
 
     std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
+    std::unique_ptr<ChunkVerifier> verifier_;  // from the first chunk checked
     bool finished_ = false;
     Clock::time_point started_ = Clock::now();
 };

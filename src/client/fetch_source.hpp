@@ -51,9 +51,10 @@ constexpr uint64_t kMaxMergedBytes = 64ull << 20;
 // `fastest` at its initial max).
 uint32_t chunks_per_read(std::chrono::microseconds fastest, uint64_t chunk_bytes);
 
-// A read of a source that completed, or failed.
+// A read of a source that completed, or failed; or (Verified, no source) a
+// batch of chunks hashed (ChunkVerifier).
 struct ReadEvent {
-    enum Kind { Chunk, Ctrl } kind;
+    enum Kind { Chunk, Ctrl, Verified } kind;
     FetchSource *source;
     uint32_t chunk;     // Chunk events: the first chunk read,
     const char *error;  // nullptr: the read completed

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/checksum.hpp"
+#include "client/chunk_verifier.hpp"
 #include "client/xxh3_leaf.hpp"
 #include "buffers.hpp"
 #include "client/client.hpp"
@@ -113,6 +114,56 @@ TEST(Checksum, AShardsChecksumsSplitAmongThreadsAreEachChunks) {
     ASSERT_EQ(all.size(), chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) EXPECT_EQ(all[c], checksum(chunks[c])) << "chunk " << c;
     EXPECT_NE(all[0], all[1]);
+}
+
+// The verifier hashes every batch queued while it was busy in one run: each
+// batch still gets the sums of its own chunks, in its order, and one Verified
+// event per run wakes the fetch.
+TEST(Checksum, TheVerifierHashesQueuedBatchesTogetherAndSplitsTheSums) {
+    const uint64_t n = 24ull << 20;
+    std::vector<uint8_t> bytes(n);
+    std::mt19937_64 rng(5);
+    for (uint64_t i = 0; i < n; i += 8) {
+        uint64_t v = rng();
+        std::memcpy(bytes.data() + i, &v, 8);
+    }
+    auto box = std::make_shared<Mailbox>();
+    std::vector<std::vector<uint64_t>> want;
+    {
+        ChunkVerifier v(box);
+        // A big batch first keeps the thread busy while the small ones queue.
+        uint64_t at = 0;
+        for (uint32_t b = 0; b < 12; ++b) {
+            ChunkVerifier::Batch batch;
+            uint64_t len = b == 0 ? 16ull << 20 : 64 << 10;
+            for (uint32_t c = 0; c < 1 + b % 3 && at < n; ++c) {
+                uint64_t take = std::min(len, n - at);
+                batch.chunks.push_back(b * 10 + c);
+                batch.pieces.push_back({{bytes.data() + at, take, TH_MEM_HOST}});
+                at += take;
+            }
+            want.emplace_back();
+            for (const auto &p : batch.pieces) want.back().push_back(checksum(p));
+            v.submit(std::move(batch));
+        }
+        EXPECT_EQ(v.pending(), 12u);
+        std::vector<ChunkVerifier::Batch> got;
+        size_t wakes = 0;
+        auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (got.size() < 12 && std::chrono::steady_clock::now() < give_up) {
+            for (const ReadEvent &e : box->take(std::chrono::milliseconds(100)))
+                if (e.kind == ReadEvent::Verified) wakes++;
+            for (auto &b : v.take_done()) got.push_back(std::move(b));
+        }
+        ASSERT_EQ(got.size(), 12u);
+        EXPECT_EQ(v.pending(), 0u);
+        EXPECT_LT(wakes, 12u);  // the small batches came back together
+        for (size_t i = 0; i < got.size(); ++i) {
+            EXPECT_EQ(got[i].code, TH_OK);
+            EXPECT_EQ(got[i].chunks.front(), i * 10) << "batches come back in order";
+            EXPECT_EQ(got[i].sums, want[i]) << "batch " << i;
+        }
+    }
 }
 
 TEST(Checksum, CoversTheChunkAcrossPieces) {
