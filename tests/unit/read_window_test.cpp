@@ -83,12 +83,13 @@ TEST(ReadWindow, NeverBelowOneOrAboveItsMaximum) {
 // a read); a chunk that takes longer than the target is read alone.
 TEST(ChunksPerRead, FollowTheQuickestChunkUpToTheCap) {
     using th::chunks_per_read;
-    EXPECT_EQ(chunks_per_read(Micros(10), 4 << 20), 10u);
+    EXPECT_EQ(chunks_per_read(Micros(50), 4 << 20), 10u);
+    EXPECT_EQ(chunks_per_read(Micros(14), 4 << 20), 16u);      // cuda_ipc on an H200: the cap
     EXPECT_EQ(chunks_per_read(Micros(1), 4 << 20), 16u);       // 64 MiB
     EXPECT_EQ(chunks_per_read(Micros(0), 4 << 20), 16u);       // a clock that saw nothing
     EXPECT_EQ(chunks_per_read(Micros(1), 64ull << 20), 1u);    // one chunk is the cap
     EXPECT_EQ(chunks_per_read(Micros(1), 256ull << 20), 1u);
-    EXPECT_EQ(chunks_per_read(Micros(100), 4 << 20), 1u);
+    EXPECT_EQ(chunks_per_read(Micros(420), 4 << 20), 1u);      // cma at 10 GB/s
     EXPECT_EQ(chunks_per_read(Micros(4000), 512 << 10), 1u);  // 512 KiB at 1 gbit
     EXPECT_EQ(chunks_per_read(Micros::max(), 4 << 20), 1u);   // no read seen yet, or not one-sided
 }
