@@ -35,7 +35,7 @@ type ClientConfig struct {
 	Timeout      time.Duration
 	Heartbeat    time.Duration // default DefaultHeartbeat
 	ChunkTimeout time.Duration // a chunk read silent this long fails its source; default DefaultChunkTimeout
-	MaxInflight  uint32        // chunk reads in flight per fetch; default DefaultMaxInflight
+	MaxInflight  uint32        // chunk reads in flight per fetch (per stripe when striped); default DefaultMaxInflight
 	Retention    Retention     // default DefaultRetention (RetainSpill)
 	MutationWait time.Duration // how long BeginMutation waits for reads to drain; default DefaultMutationWait
 	// SpillPoolBytes caps the host memory held for owned copies (spill); a

@@ -261,7 +261,8 @@ typedef struct th_client_config {
     uint32_t heartbeat_ms;   /* heartbeat period. Default TH_DEFAULT_HEARTBEAT_MS. */
     uint32_t chunk_timeout_ms; /* a chunk read with no completion for this long fails
                                   its source. Default TH_DEFAULT_CHUNK_TIMEOUT_MS. */
-    uint32_t max_inflight;   /* chunk reads in flight per fetch, at most. Default
+    uint32_t max_inflight;   /* chunk reads in flight per fetch (per stripe of a
+                                striped fetch), at most. Default
                                 TH_DEFAULT_MAX_INFLIGHT. Per source the window follows
                                 read latency. */
     th_retention retention;  /* default TH_DEFAULT_RETENTION */

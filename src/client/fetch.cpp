@@ -322,7 +322,9 @@ void Fetch::issue() {
 }
 
 bool Fetch::issue_read(FetchSource &s) {
-    if (s.failed || !s.gen_known || inflight_ >= cfg_.max_inflight || s.chunk_inflight >= s.window.size()) return false;
+    if (s.failed || !s.gen_known || inflight_ >= reads_in_flight_limit(cfg_.max_inflight, striped_ ? stripes_ : 1) ||
+        s.chunk_inflight >= s.window.size())
+        return false;
     uint32_t limit = std::min(s.end, s.avail);
     if (striped_)
         limit = std::min(limit, stripe_pace_limit(s, sources_, target_.layout().num_chunks(), stripes_,

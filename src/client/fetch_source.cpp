@@ -135,6 +135,11 @@ void FetchSource::saw_fill_level(const FillLevel &level) {
     }
 }
 
+uint32_t reads_in_flight_limit(uint32_t max_inflight, uint32_t stripes) {
+    uint64_t n = uint64_t{max_inflight} * std::max<uint32_t>(stripes, 1);
+    return static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));
+}
+
 uint32_t stripe_pace_limit(const FetchSource &s, const std::vector<std::unique_ptr<FetchSource>> &sources,
                            uint32_t num_chunks, uint32_t stripes, uint32_t lead) {
     if (s.stripe == FetchSource::kNoStripe) return UINT32_MAX;

@@ -157,4 +157,12 @@ struct FetchSource {
 uint32_t stripe_pace_limit(const FetchSource &s, const std::vector<std::unique_ptr<FetchSource>> &sources,
                            uint32_t num_chunks, uint32_t stripes, uint32_t lead);
 
+// Reads a fetch keeps in flight: max_inflight per stripe it reads (1 when
+// not striped). A striped reader reads each stripe from its own relay, and
+// each of those flows needs reads queued at its relay to keep that link
+// busy: sharing max_inflight among them left one read per relay with four
+// stripes, and the readers of an N = 8 cluster took 1.45x of S/B against
+// 1.11x with four per stripe (16 vCPUs, 256 KiB chunks).
+uint32_t reads_in_flight_limit(uint32_t max_inflight, uint32_t stripes);
+
 }  // namespace th

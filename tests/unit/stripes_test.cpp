@@ -130,6 +130,16 @@ TEST(StripePacing, SourcesOfNoSingleStripeNeitherHoldNorAreHeld) {
     EXPECT_EQ(stripe_pace_limit(*s[1], s, 40, 4, 2), UINT32_MAX);
 }
 
+// Each stripe's relay is a link of its own to keep busy: a striped fetch
+// keeps max_inflight reads per stripe, not max_inflight shared by them.
+TEST(StripePacing, AStripedFetchKeepsItsReadsInFlightPerStripe) {
+    EXPECT_EQ(reads_in_flight_limit(4, 1), 4u);
+    EXPECT_EQ(reads_in_flight_limit(4, 0), 4u);  // not striped
+    EXPECT_EQ(reads_in_flight_limit(4, 4), 16u);
+    EXPECT_EQ(reads_in_flight_limit(8, 8), 64u);
+    EXPECT_EQ(reads_in_flight_limit(UINT32_MAX, 8), UINT32_MAX);
+}
+
 namespace {
 
 // Drives a Service through the plans of readers that serve, as clients do:

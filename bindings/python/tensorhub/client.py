@@ -77,7 +77,7 @@ class Client(HandleOwner):
         timeout: deadline of control calls, in seconds.
         heartbeat: heartbeat period, in seconds.
         chunk_timeout: a chunk read making no progress for this long fails its source.
-        max_inflight: chunk reads in flight per fetch.
+        max_inflight: chunk reads in flight per fetch (per stripe when striped).
         retention: what begin_mutation/release do with the last complete copy of
             a required version: "spill" it into library memory, "wait" for
             another copy, or "fail" with Retained.

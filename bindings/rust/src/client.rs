@@ -52,7 +52,7 @@ pub struct ClientConfig {
     pub heartbeat: Duration,
     /// A chunk read with no completion for this long fails its source.
     pub chunk_timeout: Duration,
-    /// Chunk reads in flight per fetch.
+    /// Chunk reads in flight per fetch (per stripe when striped).
     pub max_inflight: u32,
     pub retention: Retention,
     /// How long `begin_mutation` waits for reads in flight to drain.
