@@ -332,7 +332,8 @@ bool Fetch::issue_read(FetchSource &s) {
     while (s.next < limit) {
         uint32_t c = s.next++;
         if (state_[c - first_chunk_] != Missing) continue;
-        uint32_t n = 1, most = chunks_per_read(s.fastest, target_.layout().chunk_bytes());
+        // A reader slowed on purpose reads as a lane that slow does: a chunk at a time.
+        uint32_t n = 1, most = faults().chunk_delay_us ? 1 : chunks_per_read(s.fastest, target_.layout().chunk_bytes());
         while (n < most && s.next < limit && state_[s.next - first_chunk_] == Missing) {
             s.next++;
             n++;

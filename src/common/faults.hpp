@@ -1,6 +1,7 @@
 // Fault-injection hooks for tests, read once from the environment. They are
 // documented (docs/design.md) but meant for test suites only.
-//   TENSORHUB_FAULT_CHUNK_DELAY_US=N   sleep N us before posting each chunk read
+//   TENSORHUB_FAULT_CHUNK_DELAY_US=N   sleep N us before posting each chunk read, one chunk a
+//                                      read (as on a lane that slow: no merged reads)
 //   TENSORHUB_FAULT_DROP_EVENTS=1      ignore every server event (forces catch-up queries)
 //   TENSORHUB_FAULT_PLAN_DELAY_US=N    sleep N us between getting a plan and reading the source
 //   TENSORHUB_FAULT_SPILL_DELAY_US=N   sleep N us while spilling a replica (a slow copy of a large shard)
