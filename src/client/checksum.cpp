@@ -166,20 +166,27 @@ void checksum_range(const std::vector<std::vector<ChunkPiece>> &chunks, size_t l
     drain();
 }
 
-// A shard's checksums are split among threads above this many bytes: one
-// core hashes host memory at some 15 GB/s, and a publish waits for it.
+// A shard's checksums are split among threads above this many bytes of host
+// memory: one core hashes host memory at some 15 GB/s, and a publish waits
+// for it.
 constexpr uint64_t kParallelBytes = 64ull << 20;
 constexpr unsigned kMaxThreads = 8;
 
 }  // namespace
 
+size_t checksum_threads(const std::vector<std::vector<ChunkPiece>> &chunks, unsigned cores) {
+    uint64_t host_bytes = 0;
+    for (const auto &pieces : chunks)
+        for (const ChunkPiece &p : pieces)
+            if (p.kind == TH_MEM_HOST) host_bytes += p.length;
+    if (host_bytes < kParallelBytes) return 1;
+    return std::min<size_t>({std::max(1u, cores), kMaxThreads, chunks.size()});
+}
+
 std::vector<uint64_t> checksums(const std::vector<std::vector<ChunkPiece>> &chunks) {
     std::vector<uint64_t> out(chunks.size());
-    uint64_t bytes = 0;
-    for (const auto &pieces : chunks)
-        for (const ChunkPiece &p : pieces) bytes += p.length;
-    size_t threads = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), kMaxThreads, chunks.size()});
-    if (bytes < kParallelBytes || threads < 2) {
+    size_t threads = checksum_threads(chunks, std::thread::hardware_concurrency());
+    if (threads < 2) {
         checksum_range(chunks, 0, chunks.size(), out.data());
         return out;
     }

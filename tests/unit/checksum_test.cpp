@@ -166,6 +166,23 @@ TEST(Checksum, TheVerifierHashesQueuedBatchesTogetherAndSplitsTheSums) {
     }
 }
 
+// Only host bytes are split among threads: device chunks are hashed by one
+// kernel launch a batch, which more threads would only multiply.
+TEST(Checksum, OnlyHostMemoryIsSplitAmongThreads) {
+    std::vector<uint8_t> byte(1);
+    auto chunks_of = [&](th_mem_kind kind, uint64_t n, uint64_t len) {
+        return std::vector<std::vector<ChunkPiece>>(n, {{byte.data(), len, kind}});
+    };
+    EXPECT_EQ(checksum_threads(chunks_of(TH_MEM_HOST, 256, 4 << 20), 16), 8u);
+    EXPECT_EQ(checksum_threads(chunks_of(TH_MEM_HOST, 256, 4 << 20), 2), 2u);
+    EXPECT_EQ(checksum_threads(chunks_of(TH_MEM_HOST, 3, 4 << 20), 16), 1u);  // under 64 MiB
+    EXPECT_EQ(checksum_threads(chunks_of(TH_MEM_HOST, 32, 4 << 20), 16), 8u);
+    EXPECT_EQ(checksum_threads(chunks_of(TH_MEM_CUDA, 2048, 4 << 20), 16), 1u);  // 8 GiB on a GPU
+    // A chunk across host and device memory counts its host part.
+    std::vector<std::vector<ChunkPiece>> mixed(64, {{byte.data(), 4 << 20, TH_MEM_CUDA}, {byte.data(), 2 << 20, TH_MEM_HOST}});
+    EXPECT_EQ(checksum_threads(mixed, 4), 4u);
+}
+
 TEST(Checksum, CoversTheChunkAcrossPieces) {
     std::vector<uint8_t> bytes(100);
     std::iota(bytes.begin(), bytes.end(), 1);
