@@ -312,20 +312,32 @@ uint64_t Run::worker_id(const std::string &server_url, const std::string &name) 
     return w ? (*w)["worker_id"].get<uint64_t>() : 0;
 }
 
+uint64_t Run::active_reads(const std::string &server_url, const std::string &name) {
+    const json s = server_status(server_url, 1000);
+    const json *w = worker_named(s, name);
+    return w ? (*w)["active_reads"].get<uint64_t>() : 0;
+}
+
 void Run::mark_fault(Clock::time_point at, const std::string &what) {
     result.fault_at_ms = ms_between(t0_, at);
     result.fault = what;
 }
 
 void Run::measure_recovery(const std::vector<Reader> &readers, const std::vector<bool> &in_flight,
-                           Clock::time_point fault, uint64_t victim) {
+                           Clock::time_point fault, uint64_t victim, bool read_through) {
+    int flying = 0, dropped = 0;
     for (size_t i = 0; i < readers.size(); ++i) {
         if (!in_flight[i]) continue;
+        flying++;
         if (victim && !readers[i].child->log_contains("dropping source worker " + std::to_string(victim))) continue;
+        dropped++;
         result.injected = true;
         Outcome o = readers[i].outcome.get();
         if (o.line.rfind("ok", 0) == 0) result.recovery_ms.push_back(static_cast<double>(ms_between(fault, o.at)));
     }
+    if (!read_through || flying == 0) return;
+    result.injected = true;
+    result.fault += ", " + std::to_string(dropped) + " of " + std::to_string(flying) + " readers in flight dropped it";
 }
 
 std::vector<bool> Run::in_flight(const std::vector<Reader> &readers) {

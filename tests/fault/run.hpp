@@ -96,6 +96,8 @@ struct Layout {
     int64_t slow_fetch_ms(uint64_t delay_us) const {
         return static_cast<int64_t>(shards * chunks_per_shard() * delay_us / 1000);
     }
+    // The delay per chunk that makes a slowed reader take about `ms`.
+    uint64_t delay_for_ms(uint64_t ms) const { return ms * 1000 / std::max<uint64_t>(1, shards * chunks_per_shard()); }
     std::string shard_list() const {
         std::string s;
         for (uint32_t i = 0; i < shards; ++i) s += (i ? "," : "") + std::to_string(i);
@@ -208,15 +210,23 @@ class Run {
 
     // The worker id the server knows `name` by (0 if it does not).
     static uint64_t worker_id(const std::string &server_url, const std::string &name);
+    // Reads the server counts as active on `name`'s replicas now (fetches
+    // planned on it whose end it has not heard of).
+    static uint64_t active_reads(const std::string &server_url, const std::string &name);
 
     void mark_fault(Clock::time_point at, const std::string &what);
 
     // The affected readers: in flight at the fault and, when the fault hit
     // a source (victim != 0), with a log that shows they dropped it. Any
     // affected reader means the fault was injected; the recovery of each one
-    // that completed is the time from the fault to its completion.
+    // that completed is the time from the fault to its completion. With
+    // read_through, the victim had reads active at the fault that its
+    // readers may finish without dropping it (a paused holder read one-sided,
+    // over shared memory or RDMA, needs no CPU of its own): any reader in
+    // flight then also means injected, and the fault's text says how many
+    // dropped the victim.
     void measure_recovery(const std::vector<Reader> &readers, const std::vector<bool> &in_flight,
-                          Clock::time_point fault, uint64_t victim);
+                          Clock::time_point fault, uint64_t victim, bool read_through = false);
 
     // Which readers are still fetching now (call it at the fault).
     static std::vector<bool> in_flight(const std::vector<Reader> &readers);

@@ -26,10 +26,13 @@ void holder_fault(Run &run, bool pause) {
     auto fault = Clock::now();
     victim.signal(pause ? SIGSTOP : SIGKILL);
     auto flying = Run::in_flight(readers);
+    // Reads planned on the victim that had not ended when it stopped: on a
+    // one-sided lane they go on from the paused holder's memory.
+    bool reads_on_victim = Run::active_reads(url, victim.name()) > 0;
     run.mark_fault(fault, std::string(pause ? "SIGSTOP " : "SIGKILL ") + victim.name() +
                               (serving ? " while it served" : " (never seen serving)"));
     for (const Reader &r : readers) run.settle(r, layout.version);
-    run.measure_recovery(readers, flying, fault, victim_id);
+    run.measure_recovery(readers, flying, fault, victim_id, pause && reads_on_victim);
     if (!pause) {
         run.expect_available(url, layout, {survivor}, victim.name() + " was killed");
         return;

@@ -10,7 +10,9 @@ void reader_kill(Run &run) {
     run.set_client_options({"--heartbeat-ms", "200", "--timeout-ms", "2000", "--chunk-timeout-ms", "1000"});
     Layout layout = random_layout(run);
     if (!run.start_publisher(url, layout)) return;
-    const uint64_t a_delay = run.pick(4000, 8000);
+    // A fetches for 1.5-3 s: long enough for followers (processes started
+    // after A reads) to plan on it and for the kill to find it mid-fetch.
+    const uint64_t a_delay = layout.delay_for_ms(run.pick(1500, 3000));
     Reader a = run.start_reader("A", url, layout, {true, a_delay});
     // A registers its filling replica with its plan, so once A reads from
     // the publisher, followers are routed to A (an idle source beats a busy one).
