@@ -355,9 +355,8 @@ void Fetch::issue_control(FetchSource &s) {
     // is waiting, and poll a filling source for new chunks. A fetch that
     // serves confirms at once: its followers can only use confirmed chunks,
     // so every batch it waits for adds to the delay of each hop of a chain.
-    uint32_t max_inflight = cfg_.max_inflight;
     bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
-                                              s.unconfirmed.size() >= std::max<uint32_t>(1, max_inflight / 2));
+                                              s.unconfirmed.size() >= std::max<uint32_t>(1, cfg_.max_inflight / 2));
     bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
     if (confirm || follow) s.read_control_word(ucx_, mailbox_, event_seq_);
 }
