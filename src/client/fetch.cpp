@@ -322,10 +322,14 @@ void Fetch::issue() {
 }
 
 bool Fetch::issue_read(FetchSource &s) {
-    if (s.failed || !s.gen_known || inflight_ >= reads_in_flight_limit(cfg_.max_inflight, striped_ ? stripes_ : 1) ||
+    // A complete source is read at once, beside the first read of its word
+    // (docs/design.md, "Control word"); a filling one once the word said how
+    // far it holds.
+    if (s.failed || (!s.gen_known && !s.complete) ||
+        inflight_ >= reads_in_flight_limit(cfg_.max_inflight, striped_ ? stripes_ : 1) ||
         s.chunk_inflight >= s.window.size())
         return false;
-    uint32_t limit = std::min(s.end, s.avail);
+    uint32_t limit = s.complete ? s.end : std::min(s.end, s.avail);
     if (striped_)
         limit = std::min(limit, stripe_pace_limit(s, sources_, target_.layout().num_chunks(), stripes_,
                                                   2 * cfg_.max_inflight));
