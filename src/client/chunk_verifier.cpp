@@ -3,8 +3,6 @@
 #include "common/error.hpp"
 #include "common/trace.hpp"
 
-#include <iterator>
-
 namespace th {
 
 ChunkVerifier::~ChunkVerifier() {
@@ -46,8 +44,8 @@ void ChunkVerifier::loop() {
     for (;;) {
         cv_.wait(lk, [&] { return stop_ || !todo_.empty(); });
         if (stop_) return;
-        std::vector<Batch> taken(std::make_move_iterator(todo_.begin()), std::make_move_iterator(todo_.end()));
-        todo_.clear();
+        std::vector<Batch> taken;
+        taken.swap(todo_);
         lk.unlock();
         std::vector<std::vector<ChunkPiece>> pieces;
         for (Batch &b : taken)

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,7 +50,7 @@ class ChunkVerifier {
     std::shared_ptr<Mailbox> box_;
     std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<Batch> todo_;
+    std::vector<Batch> todo_;
     std::vector<Batch> done_;
     bool stop_ = false;
     size_t pending_ = 0;
