@@ -248,6 +248,7 @@ void Fetch::apply_plan(PlanCall &c) {
         uint32_t first = std::max(r->first_chunk(), first_chunk_);
         s->end = std::min(r->first_chunk() + r->num_chunks(), end_chunk_);
         s->next = first;
+        if (s->complete) s->avail = s->end;  // its word would say so too
         if (striped_ && first < s->end) {
             uint32_t n = target_.layout().num_chunks();
             if (uint32_t i = stripe_of(n, stripes_, first); i == stripe_of(n, stripes_, s->end - 1)) s->stripe = i;
@@ -329,7 +330,7 @@ bool Fetch::issue_read(FetchSource &s) {
         inflight_ >= reads_in_flight_limit(cfg_.max_inflight, striped_ ? stripes_ : 1) ||
         s.chunk_inflight >= s.window.size())
         return false;
-    uint32_t limit = s.complete ? s.end : std::min(s.end, s.avail);
+    uint32_t limit = std::min(s.end, s.avail);
     if (striped_)
         limit = std::min(limit, stripe_pace_limit(s, sources_, target_.layout().num_chunks(), stripes_,
                                                   2 * cfg_.max_inflight));

@@ -100,7 +100,7 @@ struct FetchSource {
     uint32_t num_chunks = 0;  // of the shard
     uint32_t end = 0;    // assigned chunks end here (exclusive)
     uint32_t next = 0;   // next chunk to consider
-    uint32_t avail = 0;  // the source holds [next, avail), from its control word
+    uint32_t avail = 0;  // the source holds [next, avail): all of it if complete, else from its control word
     // Striped fetches: the stripe its chunks lie in (kNoStripe: none, or
     // more than one), for keeping stripes level (stripe_pace_limit).
     static constexpr uint32_t kNoStripe = UINT32_MAX;
