@@ -78,4 +78,26 @@ void ChunkVerifier::loop() {
     }
 }
 
+uint32_t ChunkSums::landed(size_t i, bool hash) {
+    Entry &e = e_.at(i);
+    e.landing++;
+    e.asked = hash;
+    e.back = false;
+    return e.landing;
+}
+
+bool ChunkSums::hashed(size_t i, uint32_t landing, uint64_t sum) {
+    Entry &e = e_.at(i);
+    if (!e.asked || landing != e.landing) return false;
+    e.back = true;
+    e.sum = sum;
+    return true;
+}
+
+std::optional<uint64_t> ChunkSums::sum(size_t i) const {
+    const Entry &e = e_.at(i);
+    if (!e.asked || !e.back) return std::nullopt;
+    return e.sum;
+}
+
 }  // namespace th

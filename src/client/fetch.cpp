@@ -68,6 +68,7 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
     for (uint32_t c = first_chunk_; c < end_chunk_; ++c)
         if (target_.needed(c)) state_[c - first_chunk_] = Missing;
     needed_ = target_.needed_count();
+    sums_.reset(state_.size());
     // Re-registration declares it with the version's own shard count.
     if (serving_) serving_->set_version(version_, num_shards, chunk_bytes);
 }
@@ -392,6 +393,7 @@ void Fetch::handle(const ReadEvent &e) {
             state_[c - first_chunk_] = Got;
             s.unconfirmed.push_back({c, event_seq_});
         }
+        hash_landed(s, e.chunk, e.count);
         s.last_progress = Clock::now();
         return;
     }
@@ -416,30 +418,24 @@ void Fetch::handle(const ReadEvent &e) {
 // The generation held from before these reads until after them: what they
 // read is the version's bytes. Only reads that had completed when the control
 // word was read count: it has a lane of its own and may overtake reads still
-// queued at the source, but not those it already answered. Chunks the verify
-// policy checks are confirmed once their hash matches (take_verified).
+// queued at the source, but not those it already answered. A chunk the verify
+// policy checks is confirmed once its hash, asked for when it landed, matches.
 void Fetch::confirm(FetchSource &s) {
-    ChunkVerifier::Batch check;
+    std::vector<uint32_t> bad;
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
-        // Only a chunk held whole can be checked: a partial or ranged fetch
-        // may hold part of it.
-        std::optional<std::vector<ChunkPiece>> whole;
-        if (!checksums_.empty() && verify_.check(u.first)) whole = target_.whole(u.first);
-        if (whole) {
-            state_[u.first - first_chunk_] = Verifying;
-            check.chunks.push_back(u.first);
-            check.pieces.push_back(std::move(*whole));
+        uint32_t c = u.first;
+        if (!sums_.asked(c - first_chunk_)) {
+            confirm_chunk(s, c);
+        } else if (auto sum = sums_.sum(c - first_chunk_)) {
+            judge(s, c, *sum, bad);
         } else {
-            confirm_chunk(s, u.first);
+            state_[c - first_chunk_] = Verifying;
         }
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
-    if (check.chunks.empty()) return;
-    check.source = &s;
-    if (!verifier_) verifier_ = std::make_unique<ChunkVerifier>(mailbox_);
-    verifier_->submit(std::move(check));
+    if (!bad.empty()) reject(s, bad);
 }
 
 void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {
@@ -452,39 +448,74 @@ void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {
     bytes_done_ += n;
 }
 
-// A chunk that does not match the version's checksum is read again
-// elsewhere, and its source reported.
+// Only a chunk held whole can be checked: a partial or ranged fetch may hold
+// part of it. Hashed before the control word says whether the read holds:
+// if it does not, the hash is of bytes nobody uses, and the chunk is read
+// again only once the hash is back (hashing(), retire_failed_sources), so
+// that no read writes what is being hashed.
+void Fetch::hash_landed(FetchSource &s, uint32_t first, uint32_t count) {
+    if (checksums_.empty()) return;
+    ChunkVerifier::Batch check;
+    for (uint32_t c = first; c < first + count; ++c) {
+        std::optional<std::vector<ChunkPiece>> whole;
+        if (verify_.check(c)) whole = target_.whole(c);
+        uint32_t landing = sums_.landed(c - first_chunk_, whole.has_value());
+        if (!whole) continue;
+        check.chunks.push_back(c);
+        check.landings.push_back(landing);
+        check.pieces.push_back(std::move(*whole));
+    }
+    if (check.chunks.empty()) return;
+    check.source = &s;
+    if (!verifier_) verifier_ = std::make_unique<ChunkVerifier>(mailbox_);
+    verifier_->submit(std::move(check));
+}
+
 void Fetch::take_verified() {
     if (!verifier_) return;
     for (ChunkVerifier::Batch &b : verifier_->take_done()) {
         if (b.code != TH_OK) fail_fetch(b.code, "checking fetched chunks against their checksums: " + b.error);
-        FetchSource &s = *b.source;
         std::vector<uint32_t> bad;
         for (size_t i = 0; i < b.chunks.size(); ++i) {
             uint32_t c = b.chunks[i];
-            if (b.sums[i] == checksums_[c]) {
-                confirm_chunk(s, c);
-            } else {
-                state_[c - first_chunk_] = Missing;
-                bad.push_back(c);
-            }
+            if (!sums_.hashed(c - first_chunk_, b.landings[i], b.sums[i])) continue;  // it landed again since
+            if (state_[c - first_chunk_] == Verifying) judge(*b.source, c, b.sums[i], bad);
         }
-        if (bad.empty()) continue;
-        mismatches_ += static_cast<uint32_t>(bad.size());
-        TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", bad.front(),
-               " from worker ", s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
-        std::string why = str("chunk ", bad.front(), " does not match the version's checksum");
-        if (!s.failed) {
-            fail_source(s, why);
-        } else if (!s.retired) {  // dropped for another reason: this one is reported
-            s.report = true;
-            s.why = why;
-        } else {  // retired meanwhile: not this worker again
-            if (std::find(exclude_.begin(), exclude_.end(), s.worker) == exclude_.end()) exclude_.push_back(s.worker);
-            source_lost_ = true;
-        }
+        if (!bad.empty()) reject(*b.source, bad);
     }
     advance_served_prefix();
+}
+
+void Fetch::judge(FetchSource &s, uint32_t c, uint64_t sum, std::vector<uint32_t> &bad) {
+    if (sum == checksums_[c]) {
+        confirm_chunk(s, c);
+        return;
+    }
+    state_[c - first_chunk_] = Missing;
+    bad.push_back(c);
+}
+
+// A chunk that does not match the version's checksum is read again
+// elsewhere, and its source reported.
+void Fetch::reject(FetchSource &s, const std::vector<uint32_t> &bad) {
+    mismatches_ += static_cast<uint32_t>(bad.size());
+    TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", bad.front(), " from worker ",
+           s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
+    std::string why = str("chunk ", bad.front(), " does not match the version's checksum");
+    if (!s.failed) {
+        fail_source(s, why);
+    } else if (!s.retired) {  // dropped for another reason: this one is reported
+        s.report = true;
+        s.why = why;
+    } else {  // retired meanwhile: not this worker again
+        if (std::find(exclude_.begin(), exclude_.end(), s.worker) == exclude_.end()) exclude_.push_back(s.worker);
+        source_lost_ = true;
+    }
+}
+
+bool Fetch::hashing(const FetchSource &s) const {
+    return std::any_of(s.unconfirmed.begin(), s.unconfirmed.end(),
+                       [&](const auto &u) { return sums_.in_flight(u.first - first_chunk_); });
 }
 
 void Fetch::fail_source(FetchSource &s, const std::string &why) {
@@ -501,7 +532,7 @@ void Fetch::fail_source(FetchSource &s, const std::string &why) {
 void Fetch::retire_failed_sources() {
     for (auto &sp : sources_) {
         FetchSource &s = *sp;
-        if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight) continue;
+        if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight || hashing(s)) continue;
         s.retired = true;
         failed_sources_++;
         source_lost_ = true;

@@ -51,8 +51,8 @@ class Fetch {
     FetchResult run();
 
   private:
-    // Verifying: read and covered by a control-word read, its hash being
-    // checked (ChunkVerifier).
+    // Verifying: read and covered by a control-word read, its hash (asked
+    // for when it landed, ChunkSums) not back yet.
     enum ChunkState : uint8_t { Missing, InFlight, Got, Verifying, Confirmed };
 
     // Plans what is not confirmed yet, as one range.
@@ -101,9 +101,20 @@ class Fetch {
     // its hash is checked where the verify policy checks the chunk.
     void confirm(FetchSource &s);
     void confirm_chunk(FetchSource &s, uint32_t c);
-    // Takes the hashed batches back: chunks that match are confirmed, the
-    // others read again elsewhere and their source dropped.
+    // Asks for the hashes of the chunks of a read that just landed that the
+    // verify policy checks.
+    void hash_landed(FetchSource &s, uint32_t first, uint32_t count);
+    // Takes the hashed batches back: chunks already confirmed are judged, the
+    // others wait for their control word.
     void take_verified();
+    // A checked chunk whose read is confirmed and whose hash is back: it is
+    // confirmed if the hash matches, else added to bad.
+    void judge(FetchSource &s, uint32_t c, uint64_t sum, std::vector<uint32_t> &bad);
+    // Chunks of s that do not match the version's checksums: read again
+    // elsewhere, s dropped and reported.
+    void reject(FetchSource &s, const std::vector<uint32_t> &bad);
+    // A chunk s read and did not confirm is still being hashed.
+    bool hashing(const FetchSource &s) const;
     void fail_source(FetchSource &s, const std::string &why);
     void retire_failed_sources();
     void advance_served_prefix();
@@ -147,6 +158,7 @@ class Fetch {
     uint32_t plans_ = 0, failed_sources_ = 0;
     std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none
     VerifyPolicy verify_{TH_DEFAULT_VERIFY};
+    ChunkSums sums_;  // per chunk in [first_chunk_, end_chunk_)
     uint32_t mismatches_ = 0;
     Clock::time_point progress_at_{};
     uint32_t inflight_ = 0;

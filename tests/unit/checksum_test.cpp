@@ -62,6 +62,32 @@ struct ThreeWorkers {
 
 }  // namespace
 
+// A chunk is hashed when it lands, before its read is confirmed; the hash
+// is used only for the landing it was asked for.
+TEST(Checksum, AHashCountsOnlyForTheLandingItWasAskedFor) {
+    ChunkSums sums;
+    sums.reset(2);
+    uint32_t first = sums.landed(0, true);
+    EXPECT_TRUE(sums.asked(0));
+    EXPECT_TRUE(sums.in_flight(0));
+    EXPECT_FALSE(sums.sum(0).has_value());
+    // Its source failed and the chunk was read again before the hash came back.
+    uint32_t second = sums.landed(0, true);
+    EXPECT_FALSE(sums.hashed(0, first, 111)) << "an earlier landing's hash was taken";
+    EXPECT_FALSE(sums.sum(0).has_value());
+    EXPECT_TRUE(sums.in_flight(0));
+    EXPECT_TRUE(sums.hashed(0, second, 222));
+    EXPECT_FALSE(sums.in_flight(0));
+    EXPECT_EQ(sums.sum(0), std::optional<uint64_t>(222));
+    // Sampling draws each landing afresh: one not hashed leaves nothing of
+    // the last one's hash (torn bytes, say) to judge it by.
+    sums.landed(0, false);
+    EXPECT_FALSE(sums.asked(0));
+    EXPECT_FALSE(sums.sum(0).has_value());
+    EXPECT_FALSE(sums.in_flight(0));
+    EXPECT_FALSE(sums.asked(1));
+}
+
 // The leaf hash, run lane by lane as the GPU's threads run it, is XXH3-64,
 // at every alignment.
 TEST(Checksum, TheLeafHashIsXxh3OfFourKiB) {
