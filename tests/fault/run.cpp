@@ -306,16 +306,10 @@ uint64_t Run::wait_serving(const std::string &server_url, const std::string &nam
     return 0;
 }
 
-uint64_t Run::worker_id(const std::string &server_url, const std::string &name) {
+uint64_t Run::worker_field(const std::string &server_url, const std::string &name, const char *field) {
     const json s = server_status(server_url, 1000);
     const json *w = worker_named(s, name);
-    return w ? (*w)["worker_id"].get<uint64_t>() : 0;
-}
-
-uint64_t Run::active_reads(const std::string &server_url, const std::string &name) {
-    const json s = server_status(server_url, 1000);
-    const json *w = worker_named(s, name);
-    return w ? (*w)["active_reads"].get<uint64_t>() : 0;
+    return w ? (*w)[field].get<uint64_t>() : 0;
 }
 
 void Run::mark_fault(Clock::time_point at, const std::string &what) {

@@ -208,11 +208,10 @@ class Run {
     // returns its worker id, or 0 if that did not happen within `ms`.
     uint64_t wait_serving(const std::string &server_url, const std::string &name, int ms);
 
-    // The worker id the server knows `name` by (0 if it does not).
-    static uint64_t worker_id(const std::string &server_url, const std::string &name);
-    // Reads the server counts as active on `name`'s replicas now (fetches
-    // planned on it whose end it has not heard of).
-    static uint64_t active_reads(const std::string &server_url, const std::string &name);
+    // A number the server's status gives for the worker named `name` (0 if
+    // it does not know it): "worker_id", or "active_reads" (fetches planned
+    // on its replicas whose end it has not heard of).
+    static uint64_t worker_field(const std::string &server_url, const std::string &name, const char *field);
 
     void mark_fault(Clock::time_point at, const std::string &what);
 

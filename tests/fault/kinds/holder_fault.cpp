@@ -28,7 +28,7 @@ void holder_fault(Run &run, bool pause) {
     auto flying = Run::in_flight(readers);
     // Reads planned on the victim that had not ended when it stopped: on a
     // one-sided lane they go on from the paused holder's memory.
-    bool reads_on_victim = Run::active_reads(url, victim.name()) > 0;
+    bool reads_on_victim = Run::worker_field(url, victim.name(), "active_reads") > 0;
     run.mark_fault(fault, std::string(pause ? "SIGSTOP " : "SIGKILL ") + victim.name() +
                               (serving ? " while it served" : " (never seen serving)"));
     for (const Reader &r : readers) run.settle(r, layout.version);

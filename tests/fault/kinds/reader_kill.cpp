@@ -21,7 +21,7 @@ void reader_kill(Run &run) {
     int n = static_cast<int>(run.pick(1, 2));
     for (int i = 0; i < n; ++i) followers.push_back(run.start_reader("follower" + std::to_string(i), url, layout, {}));
     bool followed = run.wait_serving(url, "A", 5000) != 0;
-    const uint64_t a_id = Run::worker_id(url, "A");
+    const uint64_t a_id = Run::worker_field(url, "A", "worker_id");
     sleep_random_part_of(run, layout.slow_fetch_ms(a_delay));
 
     const bool a_fetching = a.in_flight();
