@@ -177,7 +177,7 @@ int run_publisher(const std::string &url, const Options &o) {
     return rc;
 }
 
-// prepare BYTES | fetch MODEL VERSION [all|off] -> SECONDS | verify VERSION | drop
+// prepare BYTES | clear | fetch MODEL VERSION [all|off] -> SECONDS | verify VERSION | drop
 int run_reader(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-reader", o), th_client_destroy);
     std::unique_ptr<Shard> shard;
@@ -192,10 +192,16 @@ int run_reader(const std::string &url, const Options &o) {
              shard->clear();
              return std::string();
          }},
+        // Apart from the fetch, so that the reader's CPU time around a
+        // fetch is the fetch's.
+        {"clear",
+         [&](const std::vector<std::string> &) {
+             need()->clear();
+             return std::string();
+         }},
         {"fetch",
          [&](const std::vector<std::string> &a) {
              Shard *s = need();
-             s->clear();
              th_fetch_config fc;
              th_fetch_config_init(&fc, sizeof fc);
              fc.model = a.at(0).c_str();
@@ -254,7 +260,7 @@ int run_raw_target(const Options &o) {
     return serve("raw target", handlers, kIdleLimit);
 }
 
-// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | get [READ_BYTES] -> SECONDS | verify VERSION | drop
+// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | clear | get [READ_BYTES] -> SECONDS | verify VERSION | drop
 int run_raw_reader(const Options &o) {
     RawReader reader;
     Buffer buffer;
@@ -272,9 +278,13 @@ int run_raw_reader(const Options &o) {
              reader.bind(to_u64(a.at(1)), from_hex(a.at(2)), buffer);
              return std::string();
          }},
+        {"clear",
+         [&](const std::vector<std::string> &) {
+             buffer.clear();
+             return std::string();
+         }},
         {"get",
          [&](const std::vector<std::string> &a) {
-             buffer.clear();
              uint64_t read = a.size() > 0 ? to_u64(a[0]) : o.chunk_bytes;
              return str(reader.read_all(read, o.inflight, Clock::now() + budget(buffer.size())));
          }},
@@ -308,9 +318,11 @@ struct Result {
     std::vector<double> verify_off_gbps;  // tensorhub, no chunk checked
     double publish_s = 0;                 // the publish, checksums included
     double holder_cpu_s = 0, raw_target_cpu_s = 0;  // over the timed repetitions
+    double reader_cpu_s = 0, raw_reader_cpu_s = 0;  // (default fetches, raw reads of a chunk)
     uint64_t served = 0;                             // bytes the timed repetitions moved per pair
-    double holder_cpu_per_gib() const { return served ? holder_cpu_s / (double(served) / (1ull << 30)) : 0; }
-    double raw_target_cpu_per_gib() const { return served ? raw_target_cpu_s / (double(served) / (1ull << 30)) : 0; }
+    double per_gib(double cpu_s) const { return served ? cpu_s / (double(served) / (1ull << 30)) : 0; }
+    double holder_cpu_per_gib() const { return per_gib(holder_cpu_s); }
+    double raw_target_cpu_per_gib() const { return per_gib(raw_target_cpu_s); }
     double fetch() const { return median(fetch_gbps); }
     // The lane's limit: the raw pair with whichever read size was faster.
     bool long_won() const { return !raw_long_gbps.empty() && median(raw_long_gbps) > median(raw_gbps); }
@@ -359,10 +371,22 @@ class Bench {
         auto exposed = raw_target_->call(str("expose ", version, " ", bytes), limit);
         raw_reader_->call(str("prepare ", bytes, " ", exposed.at(0), " ", exposed.at(1)), limit);
 
-        auto fetch_once = [&](const char *verify = "") {
-            return seconds(reader_->call(str("fetch ", model, " ", version, " ", verify), limit));
+        // Each read starts from zeroed buffers, cleared outside the timed
+        // call and outside the reader's CPU time (added to *cpu if given).
+        auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) {
+            reader_->call("clear", limit);
+            double cpu0 = reader_->cpu_seconds();
+            double secs = seconds(reader_->call(str("fetch ", model, " ", version, " ", verify), limit));
+            if (cpu) *cpu += reader_->cpu_seconds() - cpu0;
+            return secs;
         };
-        auto raw_once = [&](uint64_t read) { return seconds(raw_reader_->call(str("get ", read), limit)); };
+        auto raw_once = [&](uint64_t read, double *cpu = nullptr) {
+            raw_reader_->call("clear", limit);
+            double cpu0 = raw_reader_->cpu_seconds();
+            double secs = seconds(raw_reader_->call(str("get ", read), limit));
+            if (cpu) *cpu += raw_reader_->cpu_seconds() - cpu0;
+            return secs;
+        };
         r.chunk_read = o_.chunk_bytes;
         // No longer than the buffer: a smaller shard is one GET of it all.
         if (std::min(o_.raw_long_read, bytes) > o_.chunk_bytes) r.long_read = std::min(o_.raw_long_read, bytes);
@@ -370,10 +394,10 @@ class Bench {
         raw_once(o_.chunk_bytes);
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
             double holder0 = publisher_->cpu_seconds();
-            r.fetch_gbps.push_back(bytes / fetch_once() / 1e9);
+            r.fetch_gbps.push_back(bytes / fetch_once("", &r.reader_cpu_s) / 1e9);
             r.holder_cpu_s += publisher_->cpu_seconds() - holder0;
             double target0 = raw_target_->cpu_seconds();
-            r.raw_gbps.push_back(bytes / raw_once(o_.chunk_bytes) / 1e9);
+            r.raw_gbps.push_back(bytes / raw_once(o_.chunk_bytes, &r.raw_reader_cpu_s) / 1e9);
             r.raw_target_cpu_s += raw_target_->cpu_seconds() - target0;
             r.served += bytes;
             if (r.long_read) r.raw_long_gbps.push_back(bytes / raw_once(r.long_read) / 1e9);
@@ -423,32 +447,34 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
                 lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("%10s %15s %10s %9s %7s   %-17s %-17s %-22s %14s %14s %18s\n", "size", "tensorhub GB/s", "raw GB/s",
-                "raw read", "ratio", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s",
-                "verify-off GB/s", "publish s/GiB");
+    std::printf("%10s %15s %10s %9s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s\n", "size", "tensorhub GB/s",
+                "raw GB/s", "raw read", "ratio", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
+                "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)");
     std::fflush(stdout);
 }
 
 void print_row(const Result &r) {
     std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
-    std::printf("%10s %15.2f %10.2f %9s %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f\n",
+    std::string reader = str(std::fixed, std::setprecision(3), r.per_gib(r.reader_cpu_s), " (", r.per_gib(r.raw_reader_cpu_s), ")");
+    std::printf("%10s %15.2f %10.2f %9s %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s\n",
                 human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
                 r.ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
-                cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib());
+                cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str());
     std::fflush(stdout);
 }
 
 std::string json_fields(const Result &r) {
-    char buf[640];
+    char buf[1024];
     std::snprintf(buf, sizeof buf,
                   "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,"
                   "\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"ratio\":%.3f,"
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
-                  "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f",
+                  "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
+                  "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
                   static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
-                  r.publish_per_gib());
+                  r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s));
     return buf;
 }
 
