@@ -329,6 +329,16 @@ struct Result {
     double raw() const { return long_won() ? median(raw_long_gbps) : median(raw_gbps); }
     uint64_t raw_read() const { return long_won() ? long_read : chunk_read; }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
+    // The median of each repetition's ratio to the raw pair measured right
+    // after it: the machine's speed drifts over a run (a VM's neighbours),
+    // and a pair measured together drifts together.
+    double paired_ratio() const {
+        const std::vector<double> &raw_runs = long_won() ? raw_long_gbps : raw_gbps;
+        std::vector<double> ratios;
+        for (size_t i = 0; i < fetch_gbps.size() && i < raw_runs.size(); ++i)
+            if (raw_runs[i] > 0) ratios.push_back(fetch_gbps[i] / raw_runs[i]);
+        return ratios.empty() ? 0 : median(ratios);
+    }
     double verify_all() const { return median(verify_all_gbps); }
     double verify_off() const { return median(verify_off_gbps); }
     double publish_per_gib() const { return bytes ? publish_s / (double(bytes) / (1ull << 30)) : 0; }
@@ -447,8 +457,8 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
                 lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("%10s %15s %10s %9s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s\n", "size", "tensorhub GB/s",
-                "raw GB/s", "raw read", "ratio", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
+    std::printf("%10s %15s %10s %9s %7s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s\n", "size", "tensorhub GB/s",
+                "raw GB/s", "raw read", "ratio", "paired", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
                 "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)");
     std::fflush(stdout);
 }
@@ -456,9 +466,9 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
 void print_row(const Result &r) {
     std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
     std::string reader = str(std::fixed, std::setprecision(3), r.per_gib(r.reader_cpu_s), " (", r.per_gib(r.raw_reader_cpu_s), ")");
-    std::printf("%10s %15.2f %10.2f %9s %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s\n",
+    std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s\n",
                 human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
-                r.ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
+                r.ratio(), r.paired_ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
                 cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str());
     std::fflush(stdout);
 }
@@ -467,12 +477,12 @@ std::string json_fields(const Result &r) {
     char buf[1024];
     std::snprintf(buf, sizeof buf,
                   "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,"
-                  "\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"ratio\":%.3f,"
+                  "\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
                   "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
-                  static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(),
+                  static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(), r.paired_ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s));
     return buf;
