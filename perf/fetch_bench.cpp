@@ -383,19 +383,18 @@ class Bench {
 
         // Each read starts from zeroed buffers, cleared outside the timed
         // call and outside the reader's CPU time (added to *cpu if given).
-        auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) {
-            reader_->call("clear", limit);
-            double cpu0 = reader_->cpu_seconds();
-            double secs = seconds(reader_->call(str("fetch ", model, " ", version, " ", verify), limit));
-            if (cpu) *cpu += reader_->cpu_seconds() - cpu0;
+        auto read_once = [&](Child &reader, const std::string &command, double *cpu) {
+            reader.call("clear", limit);
+            double cpu0 = reader.cpu_seconds();
+            double secs = seconds(reader.call(command, limit));
+            if (cpu) *cpu += reader.cpu_seconds() - cpu0;
             return secs;
         };
+        auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) {
+            return read_once(*reader_, str("fetch ", model, " ", version, " ", verify), cpu);
+        };
         auto raw_once = [&](uint64_t read, double *cpu = nullptr) {
-            raw_reader_->call("clear", limit);
-            double cpu0 = raw_reader_->cpu_seconds();
-            double secs = seconds(raw_reader_->call(str("get ", read), limit));
-            if (cpu) *cpu += raw_reader_->cpu_seconds() - cpu0;
-            return secs;
+            return read_once(*raw_reader_, str("get ", read), cpu);
         };
         r.chunk_read = o_.chunk_bytes;
         // No longer than the buffer: a smaller shard is one GET of it all.
