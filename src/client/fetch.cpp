@@ -508,9 +508,13 @@ void Fetch::reject(FetchSource &s, const std::vector<uint32_t> &bad) {
         s.report = true;
         s.why = why;
     } else {  // retired meanwhile: not this worker again
-        if (std::find(exclude_.begin(), exclude_.end(), s.worker) == exclude_.end()) exclude_.push_back(s.worker);
-        source_lost_ = true;
+        exclude_worker(s.worker);
     }
+}
+
+void Fetch::exclude_worker(uint64_t worker) {
+    if (std::find(exclude_.begin(), exclude_.end(), worker) == exclude_.end()) exclude_.push_back(worker);
+    source_lost_ = true;
 }
 
 bool Fetch::hashing(const FetchSource &s) const {
@@ -542,7 +546,7 @@ void Fetch::retire_failed_sources() {
             if (!s.paused_here) exclude_replicas_.push_back(s.replica);
             continue;
         }
-        exclude_.push_back(s.worker);
+        exclude_worker(s.worker);
         {
             try {
                 session_.call(

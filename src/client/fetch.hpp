@@ -116,6 +116,8 @@ class Fetch {
     // A chunk s read and did not confirm is still being hashed.
     bool hashing(const FetchSource &s) const;
     void fail_source(FetchSource &s, const std::string &why);
+    // Plans leave this worker out from now on (a source of it misbehaved).
+    void exclude_worker(uint64_t worker);
     void retire_failed_sources();
     void advance_served_prefix();
     bool done() const { return confirmed_ == needed_; }
