@@ -19,7 +19,7 @@ Candidate candidate(const ReplicaInfo &r) {
     return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served, r.publisher || r.owned};
 }
 
-bool routable(const ReplicaInfo &r) { return !r.holder->suspect && !r.mutating; }
+bool routable(const ReplicaInfo &r) { return !r.holder->suspect && !r.mutating && r.reported.empty(); }
 
 // ---- workers
 
@@ -30,7 +30,13 @@ WorkerInfo *Catalog::find_worker(uint64_t id) {
 
 bool Catalog::register_worker(WorkerInfo w) {
     bool again = workers_.count(w.id) > 0;
-    if (again) remove_worker(w.id);
+    if (again) {
+        // What readers reported and the worker has not checked yet holds for
+        // the replicas it declares again.
+        for (const ReplicaInfo *r : workers_.at(w.id).held)
+            if (!r->reported.empty()) w.unchecked[r->id] = r->reported;
+        remove_worker(w.id);
+    }
     uint64_t id = w.id;
     workers_[id] = std::move(w);
     return again;
@@ -213,6 +219,7 @@ bool Catalog::publish(uint64_t worker, Publication p) {
     }
     if (s.checksums.empty()) s.checksums = std::move(p.checksums);
     ReplicaInfo &r = new_replica(s, k, worker, p.replica_id, std::move(p.desc));
+    if (auto u = r.holder->unchecked.extract(r.id)) r.reported = std::move(u.mapped());
     r.publisher = !p.owned;
     r.owned = p.owned;
     r.complete = true;
@@ -290,7 +297,7 @@ MutationCheck Catalog::begin_mutation(ReplicaInfo &r, bool rebuilding) {
     MutationCheck out;
     uint32_t others = 0;
     for (const auto &[id, o] : r.shard->replicas) {
-        if (id == r.id || o.mutating || o.holder->suspect) continue;
+        if (id == r.id || !routable(o)) continue;
         (o.complete ? others : out.filling)++;
     }
     out.last_copy = r.complete && v.committed && others == 0 && (rebuilding || is_required(m, v));
@@ -299,6 +306,29 @@ MutationCheck Catalog::begin_mutation(ReplicaInfo &r, bool rebuilding) {
     // another to complete); the holder asks again once it has.
     r.mutating = !out.last_copy;
     return out;
+}
+
+bool Catalog::report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks) {
+    auto it = replicas_.find(id);
+    if (it == replicas_.end() || it->second->worker != worker) return false;
+    std::vector<uint32_t> &reported = it->second->reported;
+    for (uint32_t c : chunks) {
+        if (reported.size() >= kMaxReportedChunks) break;
+        if (std::find(reported.begin(), reported.end(), c) == reported.end()) reported.push_back(c);
+    }
+    return true;
+}
+
+std::vector<std::pair<uint64_t, std::vector<uint32_t>>> Catalog::reported_chunks(uint64_t worker) const {
+    std::vector<std::pair<uint64_t, std::vector<uint32_t>>> out;
+    for (const ReplicaInfo *r : workers_.at(worker).held)
+        if (!r->reported.empty()) out.emplace_back(r->id, r->reported);
+    return out;
+}
+
+void Catalog::chunks_match(ReplicaInfo &r, const std::vector<uint32_t> &chunks) {
+    std::erase_if(r.reported,
+                  [&](uint32_t c) { return std::find(chunks.begin(), chunks.end(), c) != chunks.end(); });
 }
 
 std::vector<uint64_t> Catalog::unneeded_owned_copies(uint64_t worker, bool rebuilding) const {

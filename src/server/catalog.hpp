@@ -23,8 +23,12 @@ namespace th {
 
 // A holder as the policy sees it.
 Candidate candidate(const ReplicaInfo &r);
-// A holder plans may name: its worker is live and it is not being overwritten.
+// A holder plans may name: its worker is live, it is not being overwritten
+// and no reader reported chunks of it that its holder has not checked yet.
 bool routable(const ReplicaInfo &r);
+// The most reported chunks kept per replica: its holder checks them all at
+// its next heartbeat.
+constexpr size_t kMaxReportedChunks = 16;
 
 // One shard of a version as its holder declares it (Publish).
 struct Publication {
@@ -110,6 +114,15 @@ class Catalog {
     // rebuilding: the server took over moments ago and does not know yet
     // which versions are being read: every committed one counts as required.
     MutationCheck begin_mutation(ReplicaInfo &r, bool rebuilding = false);
+    // A reader found these chunks of the worker's replica `id` not matching
+    // the version's checksums: it is not routed to until its holder has
+    // checked them (at most kMaxReportedChunks are kept). False when the
+    // worker holds no such replica.
+    bool report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks);
+    // The worker's replicas with reported chunks, and those chunks.
+    std::vector<std::pair<uint64_t, std::vector<uint32_t>>> reported_chunks(uint64_t worker) const;
+    // Its holder found these reported chunks of r intact.
+    void chunks_match(ReplicaInfo &r, const std::vector<uint32_t> &chunks);
     // The worker's owned copies whose version nobody requires any more.
     std::vector<uint64_t> unneeded_owned_copies(uint64_t worker, bool rebuilding = false) const;
 

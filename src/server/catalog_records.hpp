@@ -47,6 +47,9 @@ struct WorkerInfo {
     uint32_t active_reads = 0;
     bool suspect = false;  // a reader failed to read from it: not routed to until it re-registers
     std::vector<ReplicaInfo *> held;  // its replicas: their ranks move with its load
+    // Chunks reported of its replicas before it registered again, by replica
+    // id: they stay reported when it declares them again.
+    std::map<uint64_t, std::vector<uint32_t>> unchecked;
 };
 
 struct ReplicaInfo {
@@ -61,6 +64,9 @@ struct ReplicaInfo {
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
     bool mutating = false;  // its holder is about to overwrite it: not routed to
+    // Chunks readers found not matching the version's checksums: not routed
+    // to until its holder has checked its own copy of them.
+    std::vector<uint32_t> reported;
     uint32_t active_reads = 0;
     bool complete = false;
     uint32_t chunks_done = 0;

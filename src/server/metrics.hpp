@@ -41,6 +41,9 @@ void render_family(std::string &out, const std::string &name, const char *type, 
 // bad_requests, counted where a request is refused before it is read.
 struct ServerMetrics {
     uint64_t committed = 0, retired = 0, source_failed = 0, lease_expired = 0;
+    // Readers' reports of chunks not matching their checksums, and replicas
+    // their holders then found corrupt (and withdrew).
+    uint64_t checksum_mismatch = 0, corrupt_replica = 0;
     // Hellos: from workers we did not know, and from workers still registered
     // (whose replicas are forgotten until they declare them again).
     uint64_t registered_new = 0, registered_again = 0;

@@ -216,6 +216,7 @@ Bytes Service::dispatch(const Envelope &env, const Header &h) {
         case Body::Progress: return on_progress(env, h);
         case Body::FetchDone: return on_fetch_done(env, h);
         case Body::SourceFailed: return on_source_failed(env, h);
+        case Body::ChunksChecked: return on_chunks_checked(env, h);
         case Body::Release: return on_release(env, h);
         case Body::StatusQuery: return on_status(h);
         case Body::Goodbye: return on_goodbye(h);
@@ -289,9 +290,13 @@ Bytes Service::on_goodbye(const Header &h) {
 Bytes Service::on_heartbeat(const Header &h) {
     // Owned copies whose version nobody needs any more can be freed (not
     // while rebuilding: readers have not told us yet what they read).
+    // Replicas readers reported are checked by their holder.
     Builder b(64);
-    return finish(b, h,
-                  CreateHeartbeatReply(b, b.CreateVector(catalog_.unneeded_owned_copies(h.worker_id, rebuilding()))));
+    std::vector<flatbuffers::Offset<ChunkCheck>> check;
+    for (const auto &[id, chunks] : catalog_.reported_chunks(h.worker_id))
+        check.push_back(CreateChunkCheck(b, id, b.CreateVector(chunks)));
+    auto drop = b.CreateVector(catalog_.unneeded_owned_copies(h.worker_id, rebuilding()));
+    return finish(b, h, CreateHeartbeatReply(b, drop, check.empty() ? 0 : b.CreateVector(check)));
 }
 
 Bytes Service::on_publish(const Envelope &env, const Header &h) {
@@ -439,11 +444,42 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
 Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
     const SourceFailed *m = env.body_as_SourceFailed();
     WorkerInfo *w = catalog_.find_worker(m->worker_id());
-    if (w != nullptr && m->worker_id() != h.worker_id) {
-        TH_LOG(Warn, "worker ", h.worker_id, " could not read from worker ", m->worker_id(), " '", w->name, "': ",
-               m->reason() ? m->reason()->str() : "no reason given");
-        w->suspect = true;
-        metrics_.source_failed++;
+    if (w == nullptr || m->worker_id() == h.worker_id) return ack(h);
+    std::string reason = m->reason() ? m->reason()->str() : "no reason given";
+    if (m->mismatched() != nullptr && m->mismatched()->size() > 0) {
+        // The worker answers; one of its replicas may hold wrong bytes. Only
+        // that replica waits for its holder's own check (a replica already
+        // gone needs nothing).
+        std::vector<uint32_t> chunks(m->mismatched()->begin(), m->mismatched()->end());
+        if (catalog_.report_mismatch(m->worker_id(), m->replica_id(), chunks)) {
+            TH_LOG(Warn, "worker ", h.worker_id, " read from replica ", m->replica_id(), " of worker ", m->worker_id(),
+                   " '", w->name, "' chunks that do not match their checksums (", reason,
+                   "): not routed to until its holder has checked them");
+            metrics_.checksum_mismatch++;
+        }
+        return ack(h);
+    }
+    TH_LOG(Warn, "worker ", h.worker_id, " could not read from worker ", m->worker_id(), " '", w->name, "': ", reason);
+    w->suspect = true;
+    metrics_.source_failed++;
+    return ack(h);
+}
+
+Bytes Service::on_chunks_checked(const Envelope &env, const Header &h) {
+    const ChunksChecked *m = env.body_as_ChunksChecked();
+    ReplicaInfo *r = catalog_.find_replica(m->replica_id(), h.worker_id);
+    if (r == nullptr) return ack(h);
+    std::vector<uint32_t> chunks;
+    if (m->chunks() != nullptr) chunks.assign(m->chunks()->begin(), m->chunks()->end());
+    if (m->match()) {
+        catalog_.chunks_match(*r, chunks);
+        TH_LOG(Info, "worker ", h.worker_id, " checked the reported chunks of its replica ", r->id,
+               " and they match: ", r->reported.empty() ? "routed to again" : "others are still to be checked");
+    } else {
+        TH_LOG(Warn, "worker ", h.worker_id, " found its replica ", r->id, " of '", r->key.model, "' version ",
+               r->key.version, " shard ", r->key.shard, " corrupt: it withdrew it");
+        metrics_.corrupt_replica++;
+        catalog_.remove_replica(r->id);
     }
     return ack(h);
 }

@@ -122,6 +122,7 @@ class Service {
     wire::Bytes on_progress(const Env &env, const Header &h);
     wire::Bytes on_fetch_done(const Env &env, const Header &h);
     wire::Bytes on_source_failed(const Env &env, const Header &h);
+    wire::Bytes on_chunks_checked(const Env &env, const Header &h);
     wire::Bytes on_release(const Env &env, const Header &h);
     wire::Bytes on_heartbeat(const Header &h);
     wire::Bytes on_begin_mutation(const Env &env, const Header &h);

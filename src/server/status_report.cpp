@@ -27,7 +27,8 @@ fb::Offset<fb::Vector<fb::Offset<ShardStatus>>> put_shards(Builder &b, const Ver
         std::vector<fb::Offset<ReplicaStatus>> reps;
         for (const auto &[rid, r] : s.replicas)
             reps.push_back(CreateReplicaStatus(b, rid, r.worker, r.chunks_done, r.complete, r.bytes_served, r.publisher,
-                                               r.owned, r.mutating, r.active_reads));
+                                               r.owned, r.mutating, r.active_reads,
+                                               static_cast<uint32_t>(r.reported.size())));
         shards.push_back(CreateShardStatus(b, i, s.total_bytes, s.num_chunks, b.CreateVector(reps)));
     }
     return b.CreateVector(shards);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -425,6 +426,91 @@ TEST_F(ServiceTest, RetriedRequestsAreAppliedOnce) {
     EXPECT_EQ(a, b);
     std::string s = state();
     EXPECT_EQ(s.find("\"replica_id\":100"), s.rfind("\"replica_id\":100"));
+}
+
+// A reader's report of chunks that did not match their checksums stops
+// routing to that replica alone, until its holder has checked its own copy:
+// intact, and it is routed to again; corrupt, and the server forgets it.
+TEST_F(ServiceTest, AReplicaReportedCorruptWaitsForItsHoldersOwnCheck) {
+    for (uint64_t w = 1; w <= 8; ++w) join(w);
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100))), 0);
+    ASSERT_EQ(error_code(call(publish(2, req++, "m", 1, 0, 1, ts, 200))), 0);
+    ASSERT_EQ(error_code(call(publish(2, req++, "other", 1, 0, 1, ts, 201))), 0);
+    auto sources = [&](uint64_t reader, const char *model = "m") {
+        Bytes r = call(plan(reader, req++, model, UINT64_MAX, 0));
+        std::set<uint64_t> out;
+        EXPECT_EQ(env(r)->body_type(), Body::PlanReply) << error_text(r);
+        if (env(r)->body_type() == Body::PlanReply)
+            for (const auto *range : *env(r)->body_as_PlanReply()->ranges()) out.insert(range->worker_id());
+        return out;
+    };
+    auto report = [&](uint64_t reader, uint64_t worker, uint64_t replica, std::vector<uint32_t> chunks) {
+        Builder b;
+        return error_code(call(finish(
+            b, hdr(reader, req++),
+            CreateSourceFailed(b, worker, b.CreateString("chunk 1 does not match the version's checksum"), replica,
+                               b.CreateVector(chunks)))));
+    };
+    using Checks = std::map<uint64_t, std::vector<uint32_t>>;
+    auto checks = [&](uint64_t worker) {
+        Bytes r = call(heartbeat(worker, req++));
+        Checks out;
+        EXPECT_EQ(env(r)->body_type(), Body::HeartbeatReply) << error_text(r);
+        if (env(r)->body_type() != Body::HeartbeatReply) return out;
+        if (const auto *c = env(r)->body_as_HeartbeatReply()->check())
+            for (const ChunkCheck *cc : *c) out[cc->replica_id()].assign(cc->chunks()->begin(), cc->chunks()->end());
+        return out;
+    };
+    auto checked = [&](uint64_t worker, uint64_t replica, std::vector<uint32_t> chunks, bool match) {
+        Builder b;
+        return error_code(
+            call(finish(b, hdr(worker, req++), CreateChunksChecked(b, replica, b.CreateVector(chunks), match))));
+    };
+
+    ASSERT_EQ(report(3, 2, 200, {1, 3}), 0);
+    ASSERT_EQ(report(4, 2, 200, {3, 0}), 0);
+    ASSERT_EQ(report(4, 2, 100, {1}), 0);  // not worker 2's: nothing happens
+    EXPECT_EQ(checks(2), (Checks{{200, {1, 3, 0}}}));
+    EXPECT_EQ(checks(1), Checks{});
+    EXPECT_TRUE(std::regex_search(state(), std::regex("\"replica_id\":200,[^}]*\"reported_chunks\":3\\}"))) << state();
+    // Worker 2 stays registered and its other replica is routed to; the
+    // reported one is not (reader 4 would have gone to the idle holder).
+    EXPECT_EQ(sources(3), (std::set<uint64_t>{1}));
+    EXPECT_EQ(sources(4), (std::set<uint64_t>{1}));
+    EXPECT_EQ(sources(5, "other"), (std::set<uint64_t>{2}));
+
+    // Registering again does not clear a report: the replica declared again
+    // is still left out until its holder has checked it.
+    join(2);
+    EXPECT_EQ(checks(2), Checks{});  // declares nothing yet
+    ASSERT_EQ(error_code(call(publish(2, req++, "m", 1, 0, 1, ts, 200, 4096, /*again=*/true, true))), 0);
+    ASSERT_EQ(error_code(call(publish(2, req++, "other", 1, 0, 1, ts, 201, 4096, true, true))), 0);
+    EXPECT_EQ(checks(2), (Checks{{200, {1, 3, 0}}}));
+    EXPECT_EQ(sources(5), (std::set<uint64_t>{1}));
+
+    // Its holder found two of the chunks intact; the third is still to check.
+    ASSERT_EQ(checked(2, 200, {1, 3}, true), 0);
+    EXPECT_EQ(checks(2), (Checks{{200, {0}}}));
+    EXPECT_EQ(sources(6), (std::set<uint64_t>{1}));
+    ASSERT_EQ(checked(2, 200, {0}, true), 0);
+    EXPECT_EQ(checks(2), Checks{});
+    EXPECT_EQ(sources(7), (std::set<uint64_t>{2}));  // the idler holder again
+
+    // Reported again, and this time its holder's copy is corrupt: gone.
+    ASSERT_EQ(report(3, 2, 200, {2}), 0);
+    ASSERT_EQ(checked(2, 200, {2}, false), 0);
+    EXPECT_EQ(checks(2), Checks{});
+    EXPECT_EQ(state().find("\"replica_id\":200"), std::string::npos) << state();
+    EXPECT_NE(state().find("\"replica_id\":201"), std::string::npos);
+    EXPECT_EQ(sources(8), (std::set<uint64_t>{1}));
+    // An answer about a replica the server no longer knows changes nothing.
+    ASSERT_EQ(checked(2, 200, {2}, true), 0);
+    EXPECT_EQ(state().find("\"replica_id\":200"), std::string::npos);
+    std::string metrics = svc.metrics_text();
+    EXPECT_NE(metrics.find("tensorhub_failures_total{kind=\"checksum_mismatch\"} 3"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("tensorhub_failures_total{kind=\"corrupt_replica\"} 1"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("tensorhub_failures_total{kind=\"source_failed\"} 0"), std::string::npos) << metrics;
 }
 
 TEST_F(ServiceTest, ExpiredLeasesDropWorkersAndTheirReplicas) {
