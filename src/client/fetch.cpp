@@ -502,6 +502,7 @@ void Fetch::reject(FetchSource &s, const std::vector<uint32_t> &bad) {
     TH_LOG(Warn, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunk ", bad.front(), " from worker ",
            s.worker, " does not match the checksum its publisher declared; reading it elsewhere");
     std::string why = str("chunk ", bad.front(), " does not match the version's checksum");
+    s.mismatched.insert(s.mismatched.end(), bad.begin(), bad.end());
     if (!s.failed) {
         fail_source(s, why);
     } else if (!s.retired) {  // dropped for another reason: this one is reported
@@ -509,6 +510,8 @@ void Fetch::reject(FetchSource &s, const std::vector<uint32_t> &bad) {
         s.why = why;
     } else {  // retired meanwhile: not this worker again
         exclude_worker(s.worker);
+        s.why = why;
+        report(s);
     }
 }
 
@@ -547,17 +550,21 @@ void Fetch::retire_failed_sources() {
             continue;
         }
         exclude_worker(s.worker);
-        {
-            try {
-                session_.call(
-                    [&](Builder &b, const Header &h) {
-                        return wire::finish(b, h, CreateSourceFailed(b, s.worker, b.CreateString(s.why)));
-                    },
-                    Deadline(cfg_.timeout_ms));
-            } catch (const std::exception &e) {
-                TH_LOG(Warn, "could not report failed source ", s.worker, ": ", e.what());
-            }
-        }
+        report(s);
+    }
+}
+
+void Fetch::report(const FetchSource &s) {
+    try {
+        session_.call(
+            [&](Builder &b, const Header &h) {
+                auto why = b.CreateString(s.why);
+                auto chunks = s.mismatched.empty() ? 0 : b.CreateVector(s.mismatched);
+                return wire::finish(b, h, CreateSourceFailed(b, s.worker, why, s.replica, chunks));
+            },
+            Deadline(cfg_.timeout_ms));
+    } catch (const std::exception &e) {
+        TH_LOG(Warn, "could not report failed source ", s.worker, ": ", e.what());
     }
 }
 

@@ -119,6 +119,9 @@ class Fetch {
     // Plans leave this worker out from now on (a source of it misbehaved).
     void exclude_worker(uint64_t worker);
     void retire_failed_sources();
+    // Tells the server the source's worker failed (or, with mismatched
+    // chunks, that its replica may hold wrong bytes).
+    void report(const FetchSource &s);
     void advance_served_prefix();
     bool done() const { return confirmed_ == needed_; }
     void drain();

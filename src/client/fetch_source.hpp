@@ -123,6 +123,9 @@ struct FetchSource {
                           // (false: only this replica changed under us)
     bool paused_here = false;  // this process was paused: the source is fine
     std::string why;
+    // Chunks read from it that did not match their checksums: reported with
+    // it, so that its holder checks its own copy of them.
+    std::vector<uint32_t> mismatched;
     Clock::time_point last_progress = Clock::now();
 
     // Waiting for chunks it does not hold yet.

@@ -121,15 +121,7 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
     Layout layout(specs, chunk_bytes);  // validates names, sizes, chunk size
     std::unique_ptr<Replica> r = prepare(model, shard, std::move(buffers));
     r->set_version(version, num_shards, chunk_bytes);
-    if (checksums) {
-        std::vector<std::vector<ChunkPiece>> chunks(layout.num_chunks());
-        for (uint32_t c = 0; c < layout.num_chunks(); ++c)
-            for (const Segment &s : layout.segments(layout.chunk_begin(c), layout.chunk_end(c))) {
-                const Buffer &b = r->buffers()[s.tensor];
-                chunks[c].push_back({static_cast<const uint8_t *>(b.data) + s.offset, s.length, b.kind});
-            }
-        r->set_checksums(th::checksums(chunks));
-    }
+    if (checksums) r->set_checksums(th::checksums(r->chunk_pieces()));
     r->control_word()->chunks_done.store(layout.num_chunks());
     r->mark_complete();
     try {
@@ -166,7 +158,7 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
 
 void Holdings::release(Replica &r, bool retain) {
     std::optional<Error> retention_failed;
-    if (retain && !r.mutating() && r.complete()) {
+    if (retain && !r.mutating() && !r.withdrawn() && r.complete()) {
         try {
             prepare_to_give_up(r, Deadline(cfg_.timeout_ms));
         } catch (const Error &e) {
@@ -286,6 +278,10 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
 
 void Holdings::begin_mutation(Replica &r) {
     if (r.mutating()) fail(TH_ERR_INVALID_ARG, "begin_mutation was already called on this replica");
+    if (r.withdrawn()) {  // served by nobody: its generation is odd already
+        r.mark_mutating();
+        return;
+    }
     trace::event("mutation", r.id());
     uint32_t active = prepare_to_give_up(r, Deadline(cfg_.timeout_ms + cfg_.mutation_wait_ms));
     // Let the reads already planned onto it finish; past the wait the seqlock
@@ -457,6 +453,66 @@ void Holdings::drop_owned(const std::vector<uint64_t> &ids) {
             TH_LOG(Warn, "releasing an owned copy: ", e.what());
         }
         r.reset();  // its memory goes back to the spill pool
+    }
+}
+
+// A reader found chunks of this replica not matching their checksums. Either
+// its bytes here changed (the buffers were written without begin-mutation,
+// or memory went bad) or they were damaged on the way. Hashing our own copy
+// tells which: intact, and the server routes to it again; otherwise it is
+// withdrawn for good. Under mu_, so that it is not released meanwhile; a
+// replica that cannot be checked now (still filling, being mutated) is
+// asked about again at the next heartbeat.
+void Holdings::check_reported(uint64_t id, const std::vector<uint32_t> &chunks) {
+    std::unique_ptr<Replica> owned;
+    std::vector<uint32_t> bad;
+    {
+        std::lock_guard lk(mu_);
+        auto it = held_.find(id);
+        if (it == held_.end()) return;
+        Replica &r = *it->second;
+        if (!r.complete() || r.mutating() || r.checksums().empty()) return;
+        std::vector<uint64_t> sums;
+        uint64_t gen = r.control_word()->generation.load(std::memory_order_acquire);
+        if (gen % 2 != 0) return;
+        try {
+            sums = th::checksums(r.chunk_pieces(chunks));
+        } catch (const Error &e) {
+            TH_LOG(Warn, "cannot check the chunks readers reported of replica ", id, ": ", e.what());
+            return;
+        }
+        // begin_mutation turns the generation odd before the bytes change.
+        if (r.control_word()->generation.load(std::memory_order_acquire) != gen) return;
+        for (size_t i = 0; i < chunks.size(); ++i)
+            if (sums[i] != r.checksums()[chunks[i]]) bad.push_back(chunks[i]);
+        if (bad.empty()) {
+            TH_LOG(Info, "replica ", id, " of '", r.model(), "' version ", r.version(), " shard ", r.shard(), ": the ",
+                   chunks.size(), " chunk(s) a reader reported match their checksums here");
+        } else {
+            TH_LOG(Error, "replica ", id, " of '", r.model(), "' version ", r.version(), " shard ", r.shard(),
+                   ": chunk ", bad.front(), " (", bad.size(), " of ", chunks.size(),
+                   " reported) no longer matches the checksum the version was published with; its buffers changed "
+                   "without begin_mutation, or its memory is damaged. It is withdrawn: no reader is routed to it "
+                   "again, and these bytes are not that version");
+            r.control_word()->generation.fetch_add(1);  // odd: readers still on it drop it
+            r.mark_withdrawn();
+            held_.erase(it);
+            if (auto o = owned_.find(id); o != owned_.end()) {
+                owned = std::move(o->second);
+                owned_.erase(o);
+            }
+        }
+    }
+    if (owned) page_.release(owned->control_word());
+    owned.reset();  // an owned copy's memory goes back to the spill pool
+    try {
+        session_.call(
+            [&](Builder &b, const Header &h) {
+                return finish(b, h, CreateChunksChecked(b, id, b.CreateVector(chunks), bad.empty()));
+            },
+            Deadline(cfg_.timeout_ms));
+    } catch (const std::exception &e) {
+        TH_LOG(Warn, "could not tell the server what checking replica ", id, " found: ", e.what());
     }
 }
 

@@ -1,5 +1,7 @@
 #include "client/replica.hpp"
 
+#include "common/error.hpp"
+
 namespace th {
 
 Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shard, std::vector<Buffer> buffers,
@@ -48,6 +50,26 @@ void Replica::set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_
     version_ = version;
     num_shards_ = num_shards;
     chunk_bytes_ = chunk_bytes;
+}
+
+std::vector<std::vector<ChunkPiece>> Replica::chunk_pieces(const std::vector<uint32_t> &chunks) const {
+    Layout layout(specs(), chunk_bytes_);
+    std::vector<std::vector<ChunkPiece>> out;
+    for (uint32_t c : chunks) {
+        if (c >= layout.num_chunks()) fail(TH_ERR_INVALID_ARG, "chunk ", c, " is past the shard's ", layout.num_chunks());
+        std::vector<ChunkPiece> &pieces = out.emplace_back();
+        for (const Segment &s : layout.segments(layout.chunk_begin(c), layout.chunk_end(c))) {
+            const Buffer &b = buffers_[s.tensor];
+            pieces.push_back({static_cast<const uint8_t *>(b.data) + s.offset, s.length, b.kind});
+        }
+    }
+    return out;
+}
+
+std::vector<std::vector<ChunkPiece>> Replica::chunk_pieces() const {
+    std::vector<uint32_t> all(Layout(specs(), chunk_bytes_).num_chunks());
+    for (uint32_t c = 0; c < all.size(); ++c) all[c] = c;
+    return chunk_pieces(all);
 }
 
 void Replica::detach() {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "client/checksum.hpp"
 #include "client/control_word.hpp"
 #include "client/spill_pool.hpp"
 #include "common/layout.hpp"
@@ -70,6 +71,17 @@ class Replica {
     const std::vector<uint64_t> &checksums() const { return checksums_; }
     void set_checksums(std::vector<uint64_t> sums) { checksums_ = std::move(sums); }
 
+    // Where chunks lie in its buffers, as checksum() takes them (its
+    // version's chunk size must be set).
+    std::vector<std::vector<ChunkPiece>> chunk_pieces(const std::vector<uint32_t> &chunks) const;
+    // All of its chunks, in order.
+    std::vector<std::vector<ChunkPiece>> chunk_pieces() const;
+
+    // Its holder found chunks of it not matching their checksums and
+    // withdrew it: not served, nor declared again, from then on.
+    bool withdrawn() const { return withdrawn_.load(); }
+    void mark_withdrawn() { withdrawn_ = true; }
+
     // Which version it holds; a fetch learns it from its first plan.
     void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes);
     void mark_complete() { complete_ = true; }
@@ -97,6 +109,7 @@ class Replica {
     ControlPage::Slot ctrl_{};
     bool complete_ = false;
     bool mutating_ = false;
+    std::atomic<bool> withdrawn_{false};  // set on the heartbeat's thread
     std::atomic<bool> committed_{false};
 };
 

@@ -471,8 +471,13 @@ void ServerSession::beat() {
                        Deadline(cfg_.timeout_ms));
     const Envelope *env = GetEnvelope(reply.data());
     if (env->body_type() != Body::HeartbeatReply) return;
-    const auto *d = aligned(env->body_as_HeartbeatReply()->drop(), "drop list");
+    const HeartbeatReply *r = env->body_as_HeartbeatReply();
+    const auto *d = aligned(r->drop(), "drop list");
     if (d != nullptr && d->size() > 0) listener_->drop_owned(std::vector<uint64_t>(d->begin(), d->end()));
+    if (r->check() != nullptr)
+        for (const ChunkCheck *c : *r->check())
+            if (c->chunks() != nullptr && c->chunks()->size() > 0)
+                listener_->check_reported(c->replica_id(), std::vector<uint32_t>(c->chunks()->begin(), c->chunks()->end()));
 }
 
 void ServerSession::heartbeat_loop() {

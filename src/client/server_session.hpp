@@ -36,6 +36,9 @@ class SessionListener {
     virtual void register_again(const std::function<void()> &hello, const Deadline &deadline) = 0;
     // A heartbeat reply listed owned copies the server no longer requires.
     virtual void drop_owned(const std::vector<uint64_t> &ids) = 0;
+    // A heartbeat reply listed chunks of this replica that a reader found
+    // not matching their checksums: the listener checks its own copy.
+    virtual void check_reported(uint64_t replica_id, const std::vector<uint32_t> &chunks) = 0;
 };
 
 class ServerSession {

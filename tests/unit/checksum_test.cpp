@@ -5,9 +5,13 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <regex>
+#include <thread>
 #include <vector>
 
 #include "client/checksum.hpp"
@@ -16,6 +20,8 @@
 #include "buffers.hpp"
 #include "client/client.hpp"
 #include "common/error.hpp"
+#include "control/rpc.hpp"
+#include "wire/wire.hpp"
 #include "server/server.hpp"
 
 using namespace th;
@@ -30,6 +36,7 @@ struct ThreeWorkers {
     ClientConfig cfg = [this] {
         ClientConfig c;
         c.server_url = server.url();
+        c.heartbeat_ms = 50;  // a holder checks what readers reported at its next heartbeat
         return c;
     }();
     std::vector<uint8_t> original = std::vector<uint8_t>(kBytes);
@@ -59,6 +66,26 @@ struct ThreeWorkers {
         publisher.release(*published, false);
     }
 };
+
+// Waits up to 10 s for the server's status (as JSON) to satisfy pred.
+bool status_becomes(Client &c, const std::function<bool(const std::string &)> &pred) {
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pred(c.status_json())) {
+        if (std::chrono::steady_clock::now() > give_up) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+}
+
+bool lists_replica(const std::string &status, uint64_t id) {
+    return status.find(str("\"replica_id\":", id, ",")) != std::string::npos;
+}
+
+uint32_t reported_chunks(const std::string &status, uint64_t id) {
+    std::smatch m;
+    std::regex re(str("\"replica_id\":", id, ",[^}]*\"reported_chunks\":([0-9]+)"));
+    return std::regex_search(status, m, re) ? static_cast<uint32_t>(std::stoul(m[1])) : UINT32_MAX;
+}
 
 }  // namespace
 
@@ -235,6 +262,67 @@ TEST(Checksum, AReaderThatVerifiesReadsACorruptChunkAgainElsewhere) {
     EXPECT_EQ(verified.stats.checksum_mismatches, 1u);
     EXPECT_GE(verified.stats.replans, 1u);
     EXPECT_EQ(verified.stats.failed_sources, 1u);
+}
+
+// The reader's report sends the relay to check its own copy (at its next
+// heartbeat): chunk 3 changed there, so it withdraws the replica for good. No
+// reader is routed to it again, checking or not, and its handle still goes
+// through begin-mutation and release as usual.
+TEST(Checksum, AHolderReportedForAMismatchChecksItsCopyAndWithdrawsIt) {
+    ThreeWorkers w;
+    Client checked(w.cfg);
+    std::vector<uint8_t> good(kBytes);
+    ASSERT_EQ(w.read(checked, TH_VERIFY_ALL, good).stats.checksum_mismatches, 1u);
+    uint64_t relayed = w.relayed->id(), published = w.published->id();
+    ASSERT_TRUE(status_becomes(checked, [&](const std::string &s) { return !lists_replica(s, relayed); }))
+        << checked.status_json();
+    EXPECT_TRUE(w.relayed->withdrawn());
+    EXPECT_FALSE(w.published->withdrawn());
+    EXPECT_EQ(reported_chunks(checked.status_json(), published), 0u);
+    for (int i = 0; i < 3; ++i) {
+        Client unchecked(w.cfg);
+        std::vector<uint8_t> got(kBytes);
+        FetchResult r = w.read(unchecked, TH_VERIFY_OFF, got);
+        EXPECT_EQ(got, w.original) << "reader " << i;
+        EXPECT_EQ(r.stats.failed_sources, 0u);
+    }
+    w.relay.begin_mutation(*w.relayed);
+}
+
+// A report whose chunks are intact at the holder (damaged on the way, or a
+// reader's mistake) costs the holder a check, not its replica: it is routed
+// to again, here as the only holder of the version.
+TEST(Checksum, AHolderWhoseReportedChunksAreIntactIsRoutedToAgain) {
+    Server server("tcp://127.0.0.1:0", ServiceConfig{});
+    ClientConfig cfg;
+    cfg.server_url = server.url();
+    cfg.heartbeat_ms = 50;
+    std::vector<uint8_t> original(kBytes);
+    std::iota(original.begin(), original.end(), 0);
+    Client publisher(cfg), reader(cfg);
+    auto published = publisher.publish("m", 1, 0, 1, kChunk, one_tensor(original));
+    {
+        using namespace th::wire;
+        RpcClient rpc(server.url());
+        Builder b;
+        Bytes reply = rpc.call(
+            finish(b, Header{1, reader.worker_id(), 0},
+                         CreateSourceFailed(b, publisher.worker_id(), b.CreateString("chunk 2 does not match"),
+                                            published->id(), b.CreateVector(std::vector<uint32_t>{2, 5}))),
+            Deadline(5000));
+        ASSERT_EQ(verify(reply.data(), reply.size())->body_type(), Body::Ack);
+    }
+    ASSERT_TRUE(status_becomes(reader, [&](const std::string &s) { return reported_chunks(s, published->id()) == 0; }))
+        << reader.status_json();
+    EXPECT_FALSE(published->withdrawn());
+    std::vector<uint8_t> got(kBytes);
+    FetchRequest req;
+    req.model = "m";
+    req.verify = TH_VERIFY_ALL;
+    FetchResult r = reader.fetch(req, one_tensor(got), false);
+    EXPECT_EQ(got, original);
+    EXPECT_EQ(r.stats.checksum_mismatches, 0u);
+    publisher.release(*published, false);
 }
 
 TEST(Checksum, AVersionPublishedAgainWithOtherBytesIsAConflict) {
