@@ -456,13 +456,40 @@ void Holdings::drop_owned(const std::vector<uint64_t> &ids) {
     }
 }
 
+namespace {
+
+// The chunks among `chunks` whose bytes here no longer match their
+// checksums; nullopt when r cannot be checked now (still filling, being
+// mutated, no checksums): the server asks again at the next heartbeat.
+std::optional<std::vector<uint32_t>> changed_chunks(const Replica &r, const std::vector<uint32_t> &chunks) {
+    if (!r.complete() || r.mutating() || r.checksums().empty()) return std::nullopt;
+    uint64_t gen = r.control_word()->generation.load(std::memory_order_acquire);
+    if (gen % 2 != 0) return std::nullopt;
+    std::vector<uint64_t> sums;
+    try {
+        sums = th::checksums(r.chunk_pieces(chunks));
+    } catch (const Error &e) {
+        TH_LOG(Warn, "cannot check the chunks readers reported of replica ", r.id(), ": ", e.what());
+        return std::nullopt;
+    }
+    // begin_mutation turns the generation odd before the bytes change.
+    if (r.control_word()->generation.load(std::memory_order_acquire) != gen) return std::nullopt;
+    std::vector<uint32_t> changed;
+    for (size_t i = 0; i < chunks.size(); ++i)
+        if (sums[i] != r.checksums()[chunks[i]]) changed.push_back(chunks[i]);
+    return changed;
+}
+
+}  // namespace
+
 // A reader found chunks of this replica not matching their checksums. Either
 // its bytes here changed (the buffers were written without begin-mutation,
 // or memory went bad) or they were damaged on the way. Hashing our own copy
 // tells which: intact, and the server routes to it again; otherwise it is
-// withdrawn for good. Under mu_, so that it is not released meanwhile; a
-// replica that cannot be checked now (still filling, being mutated) is
-// asked about again at the next heartbeat.
+// withdrawn for good. Under mu_, so that it is not released meanwhile. A
+// withdrawn replica stays held (not declared again) until its handle is
+// released, so that the client's shutdown still detaches it; an owned copy
+// has no handle and goes at once.
 void Holdings::check_reported(uint64_t id, const std::vector<uint32_t> &chunks) {
     std::unique_ptr<Replica> owned;
     std::vector<uint32_t> bad;
@@ -471,35 +498,28 @@ void Holdings::check_reported(uint64_t id, const std::vector<uint32_t> &chunks) 
         auto it = held_.find(id);
         if (it == held_.end()) return;
         Replica &r = *it->second;
-        if (!r.complete() || r.mutating() || r.checksums().empty()) return;
-        std::vector<uint64_t> sums;
-        uint64_t gen = r.control_word()->generation.load(std::memory_order_acquire);
-        if (gen % 2 != 0) return;
-        try {
-            sums = th::checksums(r.chunk_pieces(chunks));
-        } catch (const Error &e) {
-            TH_LOG(Warn, "cannot check the chunks readers reported of replica ", id, ": ", e.what());
-            return;
-        }
-        // begin_mutation turns the generation odd before the bytes change.
-        if (r.control_word()->generation.load(std::memory_order_acquire) != gen) return;
-        for (size_t i = 0; i < chunks.size(); ++i)
-            if (sums[i] != r.checksums()[chunks[i]]) bad.push_back(chunks[i]);
-        if (bad.empty()) {
-            TH_LOG(Info, "replica ", id, " of '", r.model(), "' version ", r.version(), " shard ", r.shard(), ": the ",
-                   chunks.size(), " chunk(s) a reader reported match their checksums here");
+        if (r.withdrawn()) {
+            bad = chunks;  // withdrawn before: the server did not get our answer
         } else {
-            TH_LOG(Error, "replica ", id, " of '", r.model(), "' version ", r.version(), " shard ", r.shard(),
-                   ": chunk ", bad.front(), " (", bad.size(), " of ", chunks.size(),
-                   " reported) no longer matches the checksum the version was published with; its buffers changed "
-                   "without begin_mutation, or its memory is damaged. It is withdrawn: no reader is routed to it "
-                   "again, and these bytes are not that version");
-            r.control_word()->generation.fetch_add(1);  // odd: readers still on it drop it
-            r.mark_withdrawn();
-            held_.erase(it);
-            if (auto o = owned_.find(id); o != owned_.end()) {
-                owned = std::move(o->second);
-                owned_.erase(o);
+            std::optional<std::vector<uint32_t>> changed = changed_chunks(r, chunks);
+            if (!changed) return;
+            bad = std::move(*changed);
+            if (bad.empty()) {
+                TH_LOG(Info, "replica ", id, " of '", r.model(), "' version ", r.version(), " shard ", r.shard(),
+                       ": the ", chunks.size(), " chunk(s) a reader reported match their checksums here");
+            } else {
+                TH_LOG(Error, "replica ", id, " of '", r.model(), "' version ", r.version(), " shard ", r.shard(),
+                       ": chunk ", bad.front(), " (", bad.size(), " of ", chunks.size(),
+                       " reported) no longer matches the checksum the version was published with; its buffers "
+                       "changed without begin_mutation, or its memory is damaged. It is withdrawn: no reader is "
+                       "routed to it again, and these bytes are not that version");
+                r.control_word()->generation.fetch_add(1);  // odd: readers still on it drop it
+                r.mark_withdrawn();
+                if (auto o = owned_.find(id); o != owned_.end()) {
+                    owned = std::move(o->second);
+                    owned_.erase(o);
+                    held_.erase(it);
+                }
             }
         }
     }
@@ -524,7 +544,7 @@ void Holdings::register_again(const std::function<void()> &hello, const Deadline
     // Without recovery: a failure here surfaces to the call that asked for
     // re-registration, which decides whether to try the next server.
     for (auto &[id, r] : held_) {
-        if (!r->complete() || r->mutating()) continue;
+        if (!r->complete() || r->mutating() || r->withdrawn()) continue;
         try {
             declare(*r, deadline, /*recover=*/false, /*again=*/true);
         } catch (const Error &e) {
