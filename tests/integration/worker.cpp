@@ -11,11 +11,14 @@
 //   th_test_worker publish-loop ... --versions N --shards S --delay-ms D [--for-ms T]
 //                  publishes versions 1..N, shard by shard with a delay between
 //                  (and stops after T ms if that comes first)
-//   th_test_worker fetch-loop ... --shards S --for-ms T [--serve]
+//   th_test_worker fetch-loop ... --shards S --for-ms T [--serve] [--verify off|sample|all]
 //                  resolves LATEST once per round and fetches every shard of
 //                  that version; prints "ok rounds=R versions=K fetched=F";
 //                  --serve: each round's shards serve others until the round
-//                  after next (two buffer sets, as publish-loop)
+//                  after next (two buffer sets, as publish-loop); then
+//                  SIGUSR1 flips a byte of what it serves, behind the
+//                  library's back (a stray write), and counts it in
+//                  "strays=N" 
 // The environment's TENSORHUB_FAULT_* hooks apply (see src/common/faults.hpp).
 #include <chrono>
 #include <csignal>
@@ -35,6 +38,8 @@ namespace {
 
 volatile sig_atomic_t g_stop = 0;
 void on_term(int) { g_stop = 1; }
+volatile sig_atomic_t g_stray = 0;
+void on_usr1(int) { g_stray = 1; }
 
 [[noreturn]] void die(const std::string &what) {
     std::printf("error %s: %s (%s)\n", what.c_str(), th_status_str(TH_ERR_INTERNAL), th_last_error());
@@ -82,12 +87,20 @@ std::vector<uint32_t> parse_list(const std::string &s) {
     return out;
 }
 
+th_verify parse_verify(const std::string &mode) {
+    if (mode == "off") return TH_VERIFY_OFF;
+    if (mode == "sample") return TH_VERIFY_SAMPLE;
+    if (mode == "all") return TH_VERIFY_ALL;
+    die("--verify must be off, sample or all");
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     std::signal(SIGTERM, on_term);
     std::signal(SIGINT, on_term);
-    th_support::Args args(argc, argv, {"no-serve", "exit", "mutate"});
+    std::signal(SIGUSR1, on_usr1);
+    th_support::Args args(argc, argv, {"no-serve", "exit", "mutate", "serve"});
     if (args.positional().empty()) die("usage");
     std::string role = args.positional()[0];
     std::string url = args.get("server"), name = args.get("name", role), model = args.get("model", "m");
@@ -198,9 +211,19 @@ int main(int argc, char **argv) {
         for (auto &set : loop_sets)
             for (uint32_t s = 0; s < n; ++s) set.emplace_back(shard_bytes, tensors);
         std::vector<th_replica *> serving[2];  // by buffer set
+        th_verify verify = parse_verify(args.get("verify", "sample"));
         auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.get_u64("for-ms", 2000));
-        uint64_t rounds = 0, last = 0, distinct = 0, fetched = 0;
+        uint64_t rounds = 0, last = 0, distinct = 0, fetched = 0, strays = 0;
         while (std::chrono::steady_clock::now() < end) {
+            if (g_stray) {  // the last whole round's bytes, which it serves
+                g_stray = 0;
+                auto &served = loop_sets[(rounds + 1) % 2];
+                if (serve && rounds > 0 && !serving[(rounds + 1) % 2].empty()) {
+                    auto &bytes = served[strays % n].data[strays % tensors];
+                    bytes[(strays * 7919) % bytes.size()] ^= 0x5a;
+                    strays++;
+                }
+            }
             uint64_t version = 0;
             if (th_resolve(c, model.c_str(), TH_LATEST, &version) != TH_OK) {
                 usleep(2000);
@@ -217,6 +240,7 @@ int main(int argc, char **argv) {
                 fc.model = model.c_str();
                 fc.version = version;
                 fc.shard = s;
+                fc.verify = verify;
                 uint64_t got = 0;
                 th_replica *r = nullptr;
                 th_status st = th_fetch(c, &fc, set[s].views.data(), set[s].views.size(), &got, serve ? &r : nullptr);
@@ -240,8 +264,8 @@ int main(int argc, char **argv) {
             if (version != last) distinct++;
             last = version;
         }
-        std::printf("ok rounds=%llu versions=%llu fetched=%llu\n", (unsigned long long)rounds,
-                    (unsigned long long)distinct, (unsigned long long)fetched);
+        std::printf("ok rounds=%llu versions=%llu fetched=%llu strays=%llu\n", (unsigned long long)rounds,
+                    (unsigned long long)distinct, (unsigned long long)fetched, (unsigned long long)strays);
         for (auto &rs : serving)
             for (th_replica *r : rs) held.push_back(r);
     } else {

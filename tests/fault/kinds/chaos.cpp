@@ -32,10 +32,12 @@ void send_garbage(const std::string &url, Run &run, size_t n) {
 // they are sources too), and faults land at random every 0.3-2 s: SIGKILL of
 // a reader or source (restarted under a new name), SIGSTOP of one for up to
 // 1.8 s (past its chunk timeout, within its calls' deadline), a short SIGSTOP of the trainer, SIGKILL of the server the clients use
-// (restarted as a standby on its port once the other has taken over), and
-// garbage on a server's port. What must hold: no reader ever returns wrong or
-// mixed bytes, no reader hangs or fails while holders live, and the trainer's
-// last version is fetchable at the end.
+// (restarted as a standby on its port once the other has taken over),
+// garbage on a server's port, and a stray write: a source flips a byte of
+// what it serves behind the library's back (SIGUSR1). Readers check every
+// chunk against the version's checksums. What must hold: no reader ever
+// returns wrong or mixed bytes, no reader hangs or fails while holders live,
+// and the trainer's last version is fetchable at the end.
 //
 // etcd: the two servers elect their leader in an etcd of the run's own and the
 // clients follow it (server_url etcd://...); the server killed is the leader,
@@ -97,6 +99,7 @@ void chaos(Run &run, int seconds, bool etcd) {
         bool serve;
         int generation = 0;
         bool killed = false;
+        Clock::time_point started;
     };
     auto start_loop = [&](int i, Slot &slot) {
         int64_t left = std::max<int64_t>(ms_between(Clock::now(), end), 500);
@@ -104,9 +107,11 @@ void chaos(Run &run, int seconds, bool etcd) {
                                           "--for-ms", std::to_string(left)};
         rargs.insert(rargs.end(), sizes.begin(), sizes.end());
         if (slot.serve) rargs.push_back("--serve");
+        rargs.insert(rargs.end(), {"--verify", "all"});  // stray writes are caught, never returned
         std::string name = "loop" + std::to_string(i) + "-" + std::to_string(slot.generation++);
         slot.reader = run.watch(run.worker(name, rargs), static_cast<int>(left));
         slot.killed = false;
+        slot.started = Clock::now();
     };
     std::vector<Slot> slots(4);
     for (int i = 0; i < 4; ++i) {
@@ -120,7 +125,7 @@ void chaos(Run &run, int seconds, bool etcd) {
     std::map<std::string, int> counts;
     while (Clock::now() + Ms(1500) < end) {
         sleep_ms(static_cast<int64_t>(run.pick(300, 2000)));
-        int what = static_cast<int>(run.pick(0, 9));
+        int what = static_cast<int>(run.pick(0, 10));
         int i = static_cast<int>(run.pick(0, 3));
         Slot &slot = slots[i];
         if (what <= 2) {  // kill a reader or a source, then replace it
@@ -157,6 +162,13 @@ void chaos(Run &run, int seconds, bool etcd) {
             if (run.start_server(names[active], lease, /*standby=*/!etcd, urls[active], etcd_args).empty()) return;
             active = 1 - active;
             last_server_kill = Clock::now();
+        } else if (what == 10) {  // a source's served bytes change behind the library's back
+            // Not a process just started: before its handler is in, the
+            // signal would end it.
+            Slot &source = slots[2 * run.pick(0, 1)];
+            if (Clock::now() - source.started < Ms(2000)) continue;
+            source.reader.child->signal(SIGUSR1);
+            counts["stray write"]++;
         } else {  // garbage on a server's port
             send_garbage(urls[run.pick(0, 1)], run, static_cast<size_t>(run.pick(1, 4096)));
             counts["garbage"]++;
