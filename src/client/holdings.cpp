@@ -1,5 +1,6 @@
 #include "client/holdings.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -490,7 +491,7 @@ std::optional<std::vector<uint32_t>> changed_chunks(const Replica &r, const std:
 // withdrawn replica stays held (not declared again) until its handle is
 // released, so that the client's shutdown still detaches it; an owned copy
 // has no handle and goes at once.
-void Holdings::check_reported(uint64_t id, const std::vector<uint32_t> &chunks) {
+void Holdings::check_reported(uint64_t id, std::vector<uint32_t> chunks) {
     std::unique_ptr<Replica> owned;
     std::vector<uint32_t> bad;
     {
@@ -498,6 +499,10 @@ void Holdings::check_reported(uint64_t id, const std::vector<uint32_t> &chunks) 
         auto it = held_.find(id);
         if (it == held_.end()) return;
         Replica &r = *it->second;
+        // Bounded work per heartbeat (the lock is held, the heartbeat waits):
+        // the server asks again for the chunks not answered for.
+        size_t most = std::max<uint64_t>(1, cfg_.check_bytes_per_beat / std::max<uint64_t>(1, r.chunk_bytes()));
+        if (chunks.size() > most) chunks.resize(most);
         if (r.withdrawn()) {
             bad = chunks;  // withdrawn before: the server did not get our answer
         } else {

@@ -64,7 +64,7 @@ class Holdings : public SessionListener {
     // SessionListener
     void register_again(const std::function<void()> &hello, const Deadline &deadline) override;
     void drop_owned(const std::vector<uint64_t> &ids) override;
-    void check_reported(uint64_t replica_id, const std::vector<uint32_t> &chunks) override;
+    void check_reported(uint64_t replica_id, std::vector<uint32_t> chunks) override;
 
   private:
     uint64_t new_id();

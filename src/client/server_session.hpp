@@ -38,7 +38,8 @@ class SessionListener {
     virtual void drop_owned(const std::vector<uint64_t> &ids) = 0;
     // A heartbeat reply listed chunks of this replica that a reader found
     // not matching their checksums: the listener checks its own copy.
-    virtual void check_reported(uint64_t replica_id, const std::vector<uint32_t> &chunks) = 0;
+    // It may answer for some of them only: the server asks again for the rest.
+    virtual void check_reported(uint64_t replica_id, std::vector<uint32_t> chunks) = 0;
 };
 
 class ServerSession {

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -292,11 +293,14 @@ TEST(Checksum, AHolderReportedForAMismatchChecksItsCopyAndWithdrawsIt) {
 // A report whose chunks are intact at the holder (damaged on the way, or a
 // reader's mistake) costs the holder a check, not its replica: it is routed
 // to again, here as the only holder of the version.
+// Here a heartbeat checks one chunk (check_bytes_per_beat): the two
+// reported are answered for one after the other, two heartbeats apart.
 TEST(Checksum, AHolderWhoseReportedChunksAreIntactIsRoutedToAgain) {
     Server server("tcp://127.0.0.1:0", ServiceConfig{});
     ClientConfig cfg;
     cfg.server_url = server.url();
-    cfg.heartbeat_ms = 50;
+    cfg.heartbeat_ms = 300;
+    cfg.check_bytes_per_beat = kChunk;
     std::vector<uint8_t> original(kBytes);
     std::iota(original.begin(), original.end(), 0);
     Client publisher(cfg), reader(cfg);
@@ -312,8 +316,12 @@ TEST(Checksum, AHolderWhoseReportedChunksAreIntactIsRoutedToAgain) {
             Deadline(5000));
         ASSERT_EQ(verify(reply.data(), reply.size())->body_type(), Body::Ack);
     }
-    ASSERT_TRUE(status_becomes(reader, [&](const std::string &s) { return reported_chunks(s, published->id()) == 0; }))
-        << reader.status_json();
+    std::set<uint32_t> seen;
+    ASSERT_TRUE(status_becomes(reader, [&](const std::string &s) {
+        seen.insert(reported_chunks(s, published->id()));
+        return reported_chunks(s, published->id()) == 0;
+    })) << reader.status_json();
+    EXPECT_TRUE(seen.count(1)) << "both chunks were answered for at once";
     EXPECT_FALSE(published->withdrawn());
     std::vector<uint8_t> got(kBytes);
     FetchRequest req;
