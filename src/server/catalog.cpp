@@ -33,7 +33,9 @@ bool Catalog::register_worker(WorkerInfo w) {
     if (again) {
         // What readers reported and the worker has not checked yet holds for
         // the replicas it declares again.
-        for (const ReplicaInfo *r : workers_.at(w.id).held)
+        WorkerInfo &before = workers_.at(w.id);
+        w.unchecked = std::move(before.unchecked);  // not declared again since the last time
+        for (const ReplicaInfo *r : before.held)
             if (!r->reported.empty()) w.unchecked[r->id] = r->reported;
         remove_worker(w.id);
     }

@@ -26,8 +26,8 @@ Candidate candidate(const ReplicaInfo &r);
 // A holder plans may name: its worker is live, it is not being overwritten
 // and no reader reported chunks of it that its holder has not checked yet.
 bool routable(const ReplicaInfo &r);
-// The most reported chunks kept per replica: its holder checks them all at
-// its next heartbeat.
+// The most reported chunks kept per replica: its holder checks them at its
+// next heartbeats.
 constexpr size_t kMaxReportedChunks = 16;
 
 // One shard of a version as its holder declares it (Publish).
