@@ -28,18 +28,19 @@ constexpr KindInfo kKinds[] = {
     {Kind::SourceKill, "source-kill"},   {Kind::SourceStop, "source-stop"},       {Kind::ServerKill, "server-kill"},
     {Kind::Mutation, "mutation"},        {Kind::ControlFaults, "control-faults"}, {Kind::ReaderKill, "reader-kill"},
     {Kind::SpotLoss, "spot-loss"},       {Kind::Chaos, "chaos"},                  {Kind::ChaosEtcd, "chaos-etcd"},
+    {Kind::CorruptHolder, "corrupt-holder"},
 };
 // Runs without --kinds: every kind but the chaos kinds, which are long and
 // run only when named.
-constexpr size_t kDefaultKinds = 7;
+bool runs_by_default(Kind k) { return k != Kind::Chaos && k != Kind::ChaosEtcd; }
 
 const char *kUsage =
     "usage: th_fault_driver --server-bin PATH --worker-bin PATH\n"
     "                       [--seed S] [--kinds k1,k2] [--runs N] [--long] [--log-dir DIR] [--keep-logs]\n"
     "                       [--chaos-seconds N]\n"
-    "  kinds (names or 1-9): source-kill source-stop server-kill mutation control-faults reader-kill\n"
-    "                       spot-loss, and chaos, chaos-etcd (only when named: --chaos-seconds long,\n"
-    "                       default 20; chaos-etcd needs etcd on PATH)\n"
+    "  kinds (names or 1-10): source-kill source-stop server-kill mutation control-faults reader-kill\n"
+    "                       spot-loss corrupt-holder, and chaos, chaos-etcd (only when named:\n"
+    "                       --chaos-seconds long, default 20; chaos-etcd needs etcd on PATH)\n"
     "  --runs N     runs per kind (default 2; --long: 100)\n"
     "  --seed S     run i of a kind uses seed S+i: '--seed S+i --kinds K --runs 1' replays it\n"
     "  --keep-logs  keep every run's logs (by default only failed runs' logs are kept)\n";
@@ -80,8 +81,12 @@ Options parse_options(int argc, char **argv) {
     o.log_dir = args.get("log-dir");
     o.chaos_seconds = static_cast<int>(args.get_u64("chaos-seconds", static_cast<uint64_t>(o.chaos_seconds)));
     if (o.chaos_seconds < 5) throw std::runtime_error("--chaos-seconds must be at least 5");
-    o.kinds = args.has("kinds") ? parse_kinds(args.get("kinds"))
-                                : std::vector<KindInfo>(std::begin(kKinds), std::begin(kKinds) + kDefaultKinds);
+    if (args.has("kinds")) {
+        o.kinds = parse_kinds(args.get("kinds"));
+    } else {
+        for (const KindInfo &k : kKinds)
+            if (runs_by_default(k.kind)) o.kinds.push_back(k);
+    }
     return o;
 }
 
@@ -96,6 +101,7 @@ void run_scenario(Run &run, Kind kind, const Options &opt) {
     case Kind::SpotLoss: return spot_loss(run);
     case Kind::Chaos: return chaos(run, opt.chaos_seconds, false);
     case Kind::ChaosEtcd: return chaos(run, opt.chaos_seconds, true);
+    case Kind::CorruptHolder: return corrupt_holder(run);
     }
 }
 

@@ -14,5 +14,6 @@ void spot_loss(Run &run);                 // (7)
 // (8) chaos, servers failing over along a list; (9) chaos-etcd, servers
 // electing a leader in etcd.
 void chaos(Run &run, int seconds, bool etcd);
+void corrupt_holder(Run &run);             // (10)
 
 }  // namespace th_fault

@@ -184,11 +184,12 @@ uint64_t Run::start_publisher(const std::string &url, const Layout &layout) {
 }
 
 Reader Run::start_reader(const std::string &name, const std::string &url, const Layout &layout,
-                        const ReaderSpec &spec) {
+                        const ReaderSpec &spec, const std::string &verify) {
     std::vector<std::string> args = {"fetch", "--server", url, "--shards", layout.shard_list()};
     auto sizes = layout.sizes();
     args.insert(args.end(), sizes.begin(), sizes.end());
     if (!spec.serve) args.insert(args.end(), {"--no-serve", "--exit"});
+    if (!verify.empty()) args.insert(args.end(), {"--verify", verify});
     std::vector<std::string> env;
     if (spec.delay_us) env.push_back("TENSORHUB_FAULT_CHUNK_DELAY_US=" + std::to_string(spec.delay_us));
     return watch(worker(name, args, env));

@@ -33,7 +33,9 @@ inline int64_t ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration_cast<Ms>(b - a).count();
 }
 
-enum class Kind { SourceKill, SourceStop, ServerKill, Mutation, ControlFaults, ReaderKill, SpotLoss, Chaos, ChaosEtcd };
+enum class Kind {
+    SourceKill, SourceStop, ServerKill, Mutation, ControlFaults, ReaderKill, SpotLoss, Chaos, ChaosEtcd, CorruptHolder
+};
 
 struct KindInfo {
     Kind kind;
@@ -177,7 +179,9 @@ class Run {
     uint64_t start_publisher(const std::string &url, const Layout &layout);
 
     // A reader fetching every shard of LATEST; its outcome is watched.
-    Reader start_reader(const std::string &name, const std::string &url, const Layout &layout, const ReaderSpec &spec);
+    // verify: th_fetch_config.verify as off, sample or all ("": the default).
+    Reader start_reader(const std::string &name, const std::string &url, const Layout &layout, const ReaderSpec &spec,
+                        const std::string &verify = "");
 
     // Reads the child's first output line on a thread, with the hung bound
     // (plus extra_ms, for a child that loops that long before it answers).

@@ -7,6 +7,9 @@
 //                  --mutate: then begin a mutation of each shard and overwrite it
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
+//                  [--verify off|sample|all]
+//                  publish and fetch hold what they have until SIGTERM;
+//                  SIGUSR1 flips a byte of the first shard held (a stray write)
 //   th_test_worker wait --server URL --model M --newer-than V [--timeout-ms T]
 //   th_test_worker publish-loop ... --versions N --shards S --delay-ms D [--for-ms T]
 //                  publishes versions 1..N, shard by shard with a delay between
@@ -107,6 +110,7 @@ int main(int argc, char **argv) {
     std::string labels = args.get("labels", "host=" + name);
     uint64_t shard_bytes = args.get_u64("shard-kb", 1024) << 10;
     int tensors = static_cast<int>(args.get_u64("tensors", 4));
+    th_verify verify = parse_verify(args.get("verify", "sample"));
 
     th_client_config cc;
     th_client_config_init(&cc, sizeof cc);
@@ -161,6 +165,7 @@ int main(int argc, char **argv) {
             fc.model = model.c_str();
             fc.version = version;
             fc.shard = s;
+            fc.verify = verify;
             uint64_t got = 0;
             th_replica *r = nullptr;
             check(th_fetch(c, &fc, sh.views.data(), sh.views.size(), &got, args.has("no-serve") ? nullptr : &r), "fetch");
@@ -211,7 +216,6 @@ int main(int argc, char **argv) {
         for (auto &set : loop_sets)
             for (uint32_t s = 0; s < n; ++s) set.emplace_back(shard_bytes, tensors);
         std::vector<th_replica *> serving[2];  // by buffer set
-        th_verify verify = parse_verify(args.get("verify", "sample"));
         auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.get_u64("for-ms", 2000));
         uint64_t rounds = 0, last = 0, distinct = 0, fetched = 0, strays = 0;
         while (std::chrono::steady_clock::now() < end) {
@@ -272,8 +276,18 @@ int main(int argc, char **argv) {
         die("unknown role " + role);
     }
     std::fflush(stdout);
-    if (!args.has("exit"))
-        while (!g_stop) pause();
+    // Held until SIGTERM. SIGUSR1: a stray write into the first shard it
+    // holds (fetch, publish), as a bad DIMM or a write without
+    // begin-mutation would make.
+    for (uint64_t strays = 0; !args.has("exit") && !g_stop;) {
+        if (!g_stray || shards.empty()) {
+            pause();
+            continue;
+        }
+        g_stray = 0;
+        auto &bytes = shards[0].data[strays % shards[0].data.size()];
+        bytes[(strays++ * 7919) % bytes.size()] ^= 0x5a;
+    }
     for (th_replica *r : held) th_replica_release(r);
     th_client_destroy(c);
     return 0;
