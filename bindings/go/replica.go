@@ -30,6 +30,19 @@ func (c *Client) adopt(ptr *C.th_replica, bufs []*Buffer) *Replica {
 // Version is the version the replica holds.
 func (r *Replica) Version() uint64 { return r.version }
 
+// Withdrawn reports whether the client withdrew this replica because its
+// bytes no longer match its version's checksums (a reader reported chunks of
+// it and the client, checking its own copy, found them changed): nobody reads
+// from it any more, and its buffers do not hold that version. False once
+// closed.
+func (r *Replica) Withdrawn() bool {
+	r.client.mu.RLock()
+	defer r.client.mu.RUnlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ptr != nil && C.th_replica_withdrawn(r.ptr) != 0
+}
+
 // BeginMutation prepares to overwrite the buffers: no new reads are routed
 // here, the client's retention policy applies if this is the last copy of a
 // required version (ErrRetained with RetainFail), and reads in flight drain.

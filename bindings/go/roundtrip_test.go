@@ -218,3 +218,34 @@ func TestFetchVerifiedChecksEveryChunk(t *testing.T) {
 		t.Fatalf("an unknown verify mode: %v", err)
 	}
 }
+
+// A serving reader whose bytes change behind the library's back is reported
+// by a reader that checks every chunk; at its next heartbeat it checks its
+// own copy and withdraws the replica.
+func TestAHolderReportedCorruptWithdrawsItsReplica(t *testing.T) {
+	c := newCluster(t)
+	publish(t, c.pub, "w", 1, shard(t, 2, size, 5))
+	ctx := context.Background()
+	served := shard(t, 2, size, 0)
+	_, rep, err := c.reader.Fetch(ctx, "w", 1, 0, served, true)
+	if err != nil || rep == nil {
+		t.Fatalf("serving fetch: replica=%v err=%v", rep, err)
+	}
+	defer rep.Close()
+	if rep.Withdrawn() {
+		t.Fatal("a replica just fetched is withdrawn")
+	}
+	served[0].Data.Bytes()[3*(64<<10)+17] ^= 0xff // chunk 3 changes
+	careful := connect(t, c.server.URL(), "careful")
+	defer careful.Close()
+	_, _, stats, err := careful.FetchVerified(ctx, "w", 1, 0, shard(t, 2, size, 0), false, tensorhub.VerifyAll)
+	if err != nil || stats.ChecksumMismatches != 1 {
+		t.Fatalf("checked fetch: %d mismatches, err=%v", stats.ChecksumMismatches, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !rep.Withdrawn() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !rep.Withdrawn() {
+		t.Fatal("the changed replica was not withdrawn")
+	}
+}

@@ -391,6 +391,15 @@ TH_API th_status th_publish(th_client *client, const th_publish_config *cfg,
 /* The version the replica holds. */
 TH_API uint64_t th_replica_version(const th_replica *replica);
 
+/* 1 once this client withdrew the replica because its bytes no longer match
+ * the checksums its version was published with: a reader reported chunks of
+ * it, and checking its own copy at a heartbeat this client found them changed
+ * (the buffers were written without th_replica_begin_mutation, or the memory
+ * is damaged). No reader is routed to it again, and its bytes are not that
+ * version: a fetched replica's buffers should be fetched again. 0 otherwise,
+ * and for NULL. Release it as usual. */
+TH_API int th_replica_withdrawn(const th_replica *replica);
+
 /* Withdraws the replica and frees the handle: the server stops routing reads
  * to it, and its control word's generation changes first, so a reader still
  * reading it discards what it read and re-reads from another holder. If it is

@@ -347,6 +347,8 @@ th_status th_publish(th_client *client, const th_publish_config *cfg, const th_t
 
 uint64_t th_replica_version(const th_replica *replica) { return replica ? replica->impl->version() : 0; }
 
+int th_replica_withdrawn(const th_replica *replica) { return replica && replica->impl->withdrawn() ? 1 : 0; }
+
 th_status th_replica_release(th_replica *replica) {
     if (replica == nullptr) return TH_OK;
     if (th::in_forked_child()) return th::guard([] { th::check_not_forked(); });  // leaked: see th_client_destroy

@@ -44,6 +44,15 @@ class Replica:
         """Whether release() was called (or the client closed)."""
         return self._ptr is None
 
+    @property
+    def withdrawn(self) -> bool:
+        """Whether the client withdrew this replica because its bytes no
+        longer match its version's checksums (a reader reported chunks of it
+        and the client, checking its own copy, found them changed). Nobody
+        reads from it any more, and its buffers do not hold that version."""
+        with self._lock:
+            return self._ptr is not None and bool(lib.th_replica_withdrawn(self._ptr))
+
     def tensors(self) -> dict[str, object]:
         """The arrays/tensors the replica is served from, by name (empty once released)."""
         return {v.name: v.owner for v in self._views}

@@ -335,3 +335,32 @@ def test_a_corrupt_holder_is_read_around_when_verifying(server: tensorhub.Server
         assert careful.last_sync_stats["checksum_mismatches"] == 1
     with pytest.raises(tensorhub.InvalidArgument, match="verify"):
         reader.fetch("m", into=empty_like(src), verify="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_holder_reported_corrupt_withdraws_its_changed_replica(server: tensorhub.Server, pub: tensorhub.Client,
+                                                                 reader: tensorhub.Client) -> None:
+    src = {"w": np.arange(1 << 18, dtype=np.float32)}  # 16 chunks of 64 KiB
+    published = pub.publish("m", 1, src, chunk_bytes=64 << 10)
+    relayed = empty_like(src)
+    _, replica = reader.fetch_replica("m", into=relayed)
+    assert not replica.withdrawn
+    relayed["w"][3 << 14] += 1.0  # chunk 3 changes behind the library's back
+    with connect(server, "careful") as careful:
+        careful.fetch("m", into=empty_like(src), serve=False, verify="all")
+        assert careful.last_sync_stats["checksum_mismatches"] == 1
+    # The report sends the reader to check its own copy at its next heartbeat.
+    def holders() -> set[int]:
+        return {r["worker_id"] for m in pub.status()["models"] for v in m["versions"] for s in v["shards"]
+                for r in s["replicas"]}
+    deadline = time.monotonic() + 10
+    while (not replica.withdrawn or reader.worker_id in holders()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert replica.withdrawn
+    assert not published.withdrawn
+    assert reader.worker_id not in holders() and pub.worker_id in holders()
+    with connect(server, "trusting") as trusting:  # only the publisher is left to read from
+        got = empty_like(src)
+        trusting.fetch("m", into=got, serve=False, verify="off")
+        assert_same(src, got)
+    replica.release()
+    assert not replica.withdrawn  # released

@@ -55,6 +55,14 @@ impl<'a> Replica<'a> {
         unsafe { sys::th_replica_version(self.raw.as_ptr()) }
     }
 
+    /// Whether the client withdrew this replica because its bytes no longer
+    /// match its version's checksums (a reader reported chunks of it and the
+    /// client, checking its own copy, found them changed): nobody reads from
+    /// it any more, and its buffers do not hold that version.
+    pub fn withdrawn(&self) -> bool {
+        unsafe { sys::th_replica_withdrawn(self.raw.as_ptr()) != 0 }
+    }
+
     /// Read access to the served buffers, in tensor order. For a replica made
     /// by a serving fetch this is the way to read what was fetched: the
     /// destination stays mutably borrowed while it is served.

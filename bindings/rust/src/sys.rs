@@ -6,7 +6,7 @@
 //! the library can never be undefined behaviour in Rust.
 #![allow(non_camel_case_types)]
 
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_int};
 
 pub type th_status = i32;
 pub const TH_OK: th_status = 0;
@@ -247,6 +247,7 @@ extern "C" {
         out: *mut *mut th_replica,
     ) -> th_status;
     pub fn th_replica_version(replica: *const th_replica) -> u64;
+    pub fn th_replica_withdrawn(replica: *const th_replica) -> c_int;
     pub fn th_replica_release(replica: *mut th_replica) -> th_status;
     pub fn th_replica_begin_mutation(replica: *mut th_replica) -> th_status;
     pub fn th_pin(client: *mut th_client, model: *const c_char, version: u64) -> th_status;

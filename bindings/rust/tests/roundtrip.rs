@@ -57,6 +57,10 @@ fn whole_shard_round_trip_and_serving_fetch() {
     let (v, replica) = c.reader.fetch("m", Some(1), 0, &mut served_dst, true).unwrap();
     let replica = replica.expect("serve = true returns a replica");
     assert_eq!((v, replica.version()), (1, 1));
+    // Withdrawn only once its holder found its bytes changed: safe Rust
+    // cannot change them behind the library's back (the Python and Go
+    // bindings' tests do, and see it become true).
+    assert!(!replica.withdrawn() && !published.withdrawn());
     assert!(replica.data().iter().zip(&src).all(|(got, want)| *got == want.as_slice()));
 
     // With the publisher gone, a third client is served by the reader alone.
