@@ -21,7 +21,7 @@
 //                  after next (two buffer sets, as publish-loop); then
 //                  SIGUSR1 flips a byte of what it serves, behind the
 //                  library's back (a stray write), and counts it in
-//                  "strays=N" 
+//                  "strays=N"
 // The environment's TENSORHUB_FAULT_* hooks apply (see src/common/faults.hpp).
 #include <chrono>
 #include <csignal>
@@ -88,6 +88,13 @@ std::vector<uint32_t> parse_list(const std::string &s) {
         pos = c + 1;
     }
     return out;
+}
+
+// The k-th stray write into a shard, behind the library's back: one byte of
+// one tensor flipped, a different place each time.
+void stray_write(th_support::HostShard &shard, uint64_t k) {
+    auto &bytes = shard.data[k % shard.data.size()];
+    bytes[(k * 7919) % bytes.size()] ^= 0x5a;
 }
 
 th_verify parse_verify(const std::string &mode) {
@@ -221,10 +228,8 @@ int main(int argc, char **argv) {
         while (std::chrono::steady_clock::now() < end) {
             if (g_stray) {  // the last whole round's bytes, which it serves
                 g_stray = 0;
-                auto &served = loop_sets[(rounds + 1) % 2];
                 if (serve && rounds > 0 && !serving[(rounds + 1) % 2].empty()) {
-                    auto &bytes = served[strays % n].data[strays % tensors];
-                    bytes[(strays * 7919) % bytes.size()] ^= 0x5a;
+                    stray_write(loop_sets[(rounds + 1) % 2][strays % n], strays);
                     strays++;
                 }
             }
@@ -285,8 +290,7 @@ int main(int argc, char **argv) {
             continue;
         }
         g_stray = 0;
-        auto &bytes = shards[0].data[strays % shards[0].data.size()];
-        bytes[(strays++ * 7919) % bytes.size()] ^= 0x5a;
+        stray_write(shards[0], strays++);
     }
     for (th_replica *r : held) th_replica_release(r);
     th_client_destroy(c);
