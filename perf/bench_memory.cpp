@@ -78,23 +78,25 @@ void Buffer::clear() {
 #endif
 }
 
-void Buffer::fill(uint64_t seed) {
-    if (memory_ == Memory::Host) return th_support::fill_pattern(host_.data(), size_, seed);
+void Buffer::fill(uint64_t seed, size_t off, size_t n) {
+    if (off > size_ || n > size_ - off) fail("a pattern of ", n, " bytes at ", off, " does not fit in ", size_);
+    if (memory_ == Memory::Host) return th_support::fill_pattern(host_.data() + off, n, seed);
 #ifdef TH_WITH_CUDA
-    PageBuffer stage(size_);
-    th_support::fill_pattern(stage.data(), size_, seed);
-    cuda_check(cudaMemcpy(device_, stage.data(), size_, cudaMemcpyHostToDevice), "copying the pattern to the device");
+    PageBuffer stage(n);
+    th_support::fill_pattern(stage.data(), n, seed);
+    cuda_check(cudaMemcpy(device_ + off, stage.data(), n, cudaMemcpyHostToDevice), "copying the pattern to the device");
 #else
     no_cuda();
 #endif
 }
 
-size_t Buffer::check(uint64_t seed) const {
-    if (memory_ == Memory::Host) return th_support::check_pattern(host_.data(), size_, seed);
+size_t Buffer::check(uint64_t seed, size_t off, size_t n) const {
+    if (off > size_ || n > size_ - off) fail("a check of ", n, " bytes at ", off, " does not fit in ", size_);
+    if (memory_ == Memory::Host) return th_support::check_pattern(host_.data() + off, n, seed);
 #ifdef TH_WITH_CUDA
-    PageBuffer stage(size_);
-    cuda_check(cudaMemcpy(stage.data(), device_, size_, cudaMemcpyDeviceToHost), "copying the buffer to the host");
-    return th_support::check_pattern(stage.data(), size_, seed);
+    PageBuffer stage(n);
+    cuda_check(cudaMemcpy(stage.data(), device_ + off, n, cudaMemcpyDeviceToHost), "copying the buffer to the host");
+    return th_support::check_pattern(stage.data(), n, seed);
 #else
     no_cuda();
 #endif

@@ -37,10 +37,11 @@ class Buffer {
     // Zeroes the buffer (host: faults every page in, so page faults stay out
     // of the timed transfer).
     void clear();
-    // Writes th_support's pattern for seed; check_pattern's answer: the first
-    // wrong offset, or size() when all of it matches.
-    void fill(uint64_t seed);
-    size_t check(uint64_t seed) const;
+    // Writes th_support's pattern for seed over [off, off + n) (a tensor of a
+    // shard); check's answer: the first wrong offset in that range, or n when
+    // all of it matches.
+    void fill(uint64_t seed, size_t off, size_t n);
+    size_t check(uint64_t seed, size_t off, size_t n) const;
 
   private:
     void free_device();

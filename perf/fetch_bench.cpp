@@ -1,27 +1,30 @@
 // tensorhub-fetch-bench: single-stream fetch throughput against the physical
 // limit of the same transport.
 //
-// The parent starts an embedded server and four processes: a tensorhub
-// publisher and reader, and a plain-UCX target and reader. For each size the
-// publisher publishes one shard (a few float32 tensors) and the reader
-// th_fetch()es it (not serving it on); the raw pair moves the same bytes with
-// ucp_get_nbx, with the same chunk size and reads in flight, and again with
-// reads of --raw-long-kb (64 MiB): the library reads several chunks at once
-// where a chunk takes microseconds, so the raw figure is the faster of the
-// two, the lane's limit whatever the read size. Repetitions of
-// the two alternate, so both see the same machine noise. Destinations are
-// faulted in before every timed transfer, and each size is warmed up once
-// untimed (registration, endpoints) and verified once, byte for byte.
+// The parent starts an embedded server and two processes, a holder and a
+// reader; each plays both parts of its side: tensorhub's (the holder
+// publishes one shard of a few float32 tensors, the reader th_fetch()es it,
+// not serving it on) and a plain-UCX pair's, which moves the same bytes
+// between the same buffers with ucp_get_nbx, with the same chunk size and
+// reads in flight, and again with reads of --raw-long-kb (64 MiB): the
+// library reads several chunks at once where a chunk takes microseconds, so
+// the raw figure is the faster of the two, the lane's limit whatever the read
+// size. Same buffers, because a cma copy's cost depends on how scattered the
+// pages are in physical memory: two processes' buffers, made at different
+// moments, differed by up to 15% here. Repetitions of the two alternate, so
+// both see the same machine noise. Destinations are faulted in before every
+// timed transfer, each size is warmed up once untimed (registration,
+// endpoints), and each pair's reads are verified byte for byte.
 //
 // Each lane is measured with fresh processes: tcp (the path between hosts,
 // where tensorhub pulls with active messages), sm (shared memory and cma on
 // one host, where it reads one-sided), cuda (device memory on both sides over
 // cuda_ipc; measured by default where a CUDA device is present) and tcp-cuda
 // (device memory, answered by the holder over tcp). The CPU time the holder
-// (the publisher; for the raw pair, the target) spent while being read is
-// reported per GiB served: about zero on one-sided lanes.
+// spent while being read is reported per GiB served, for each pair: about
+// zero on one-sided lanes.
 //
-// Checksums: the publisher computes one per chunk at every publish (the
+// Checksums: the holder computes one per chunk at every publish (the
 // library's default), timed and reported per GiB; tensorhub fetches use the
 // default verification (a sample of chunks), and each repetition also
 // fetches once with every chunk verified, reported beside it.
@@ -98,38 +101,39 @@ void check(th_status st, const char *what) {
 // ---------------------------------------------------------------------------
 // Shards: the tensors published and fetched.
 
+// One mapping (or device allocation) holding every tensor back to back: the
+// raw pair reads the same pages as tensorhub, so both see the same physical
+// layout (how scattered the pages are changes what a cma copy costs).
 struct Shard {
-    std::vector<Buffer> buffers;
+    Buffer memory;
+    uint64_t per = 0;  // bytes per tensor
     std::vector<std::string> names;
     std::vector<th_tensor> views;
 
-    Shard(uint64_t bytes, unsigned tensors, Memory memory) {
-        uint64_t per = bytes / tensors;
+    Shard(uint64_t bytes, unsigned tensors, Memory m) : memory(bytes / tensors * tensors, m), per(bytes / tensors) {
+        for (unsigned t = 0; t < tensors; ++t) names.push_back("layers." + std::to_string(t) + ".weight");
         for (unsigned t = 0; t < tensors; ++t) {
-            buffers.emplace_back(per, memory);
-            names.push_back("layers." + std::to_string(t) + ".weight");
-        }
-        for (unsigned t = 0; t < tensors; ++t) {
-            views.push_back(th_support::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, buffers[t].data(), per));
-            views.back().mem_kind = buffers[t].kind();
+            views.push_back(th_support::host_tensor(names[t].c_str(), TH_DTYPE_FLOAT32, memory.data() + t * per, per));
+            views.back().mem_kind = memory.kind();
         }
     }
-    void clear() {
-        for (auto &b : buffers) b.clear();
+    // Tensor t of a version holds pattern_seed(version, 0, t).
+    void fill(uint64_t version) {
+        for (unsigned t = 0; t < views.size(); ++t) memory.fill(th_support::pattern_seed(version, 0, t), t * per, per);
     }
+    void verify(uint64_t version, const char *after) const {
+        for (unsigned t = 0; t < views.size(); ++t) {
+            size_t bad = memory.check(th_support::pattern_seed(version, 0, t), t * per, per);
+            if (bad != per) fail("after ", after, ": version ", version, " tensor ", t, ": wrong byte at offset ", bad);
+        }
+    }
+    void clear() { memory.clear(); }
 };
 
-// Tensor t of a version holds pattern_seed(version, 0, t); the raw buffer is
-// tensor 0.
-void fill(Buffer &b, uint64_t version, unsigned t) { b.fill(th_support::pattern_seed(version, 0, t)); }
-
-void verify(const Buffer &b, uint64_t version, unsigned t) {
-    size_t bad = b.check(th_support::pattern_seed(version, 0, t));
-    if (bad != b.size()) fail("version ", version, " tensor ", t, ": wrong byte at offset ", bad);
-}
-
 // ---------------------------------------------------------------------------
-// Child roles. Each is a command loop (see bench_proc.hpp).
+// Child roles. Each is a command loop (see bench_proc.hpp). A child plays
+// both parts of its side: tensorhub's and the raw pair's, over the same
+// buffers.
 
 th_client *connect(const std::string &url, const std::string &name, const Options &o) {
     th_client_config cfg;
@@ -142,12 +146,14 @@ th_client *connect(const std::string &url, const std::string &name, const Option
     return c;
 }
 
-// publish MODEL VERSION BYTES | release
-int run_publisher(const std::string &url, const Options &o) {
+// address -> HEX | publish MODEL VERSION BYTES -> SECONDS REMOTE RKEY | release
+int run_holder(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-publisher", o), th_client_destroy);
+    RawTarget target;
     std::unique_ptr<Shard> shard;
     th_replica *replica = nullptr;
     auto release = [&] {
+        target.unexpose();
         th_status st = th_replica_release(replica);
         replica = nullptr;
         shard.reset();
@@ -155,12 +161,17 @@ int run_publisher(const std::string &url, const Options &o) {
         return std::string();
     };
     std::map<std::string, Handler> handlers = {
+        {"address",
+         [&](const std::vector<std::string> &) {
+             auto a = target.address();
+             return to_hex(a.data(), a.size());
+         }},
         {"publish",
          [&](const std::vector<std::string> &a) {
              if (replica) release();
              uint64_t version = to_u64(a.at(1));
              shard = std::make_unique<Shard>(to_u64(a.at(2)), o.tensors, o.memory);
-             for (unsigned t = 0; t < o.tensors; ++t) fill(shard->buffers[t], version, t);
+             shard->fill(version);
              th_publish_config pc;
              th_publish_config_init(&pc, sizeof pc);
              pc.model = a.at(0).c_str();
@@ -168,32 +179,45 @@ int run_publisher(const std::string &url, const Options &o) {
              pc.chunk_bytes = o.chunk_bytes;
              auto t0 = Clock::now();
              check(th_publish(client.get(), &pc, shard->views.data(), shard->views.size(), &replica), "publishing");
-             return str(std::chrono::duration<double>(Clock::now() - t0).count());
+             double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+             auto rkey = target.expose(shard->memory);
+             return str(secs, " ", reinterpret_cast<uintptr_t>(shard->memory.data()), " ", to_hex(rkey.data(), rkey.size()));
          }},
         {"release", [&](const std::vector<std::string> &) { return release(); }},
     };
-    int rc = serve("publisher", handlers, kIdleLimit);
+    int rc = serve("holder", handlers, kIdleLimit);
+    target.unexpose();
     th_replica_release(replica);
     return rc;
 }
 
-// prepare BYTES | clear | fetch MODEL VERSION [all|off] -> SECONDS | verify VERSION | drop
+// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | clear |
+// fetch MODEL VERSION [all|off] -> SECONDS | get READ_BYTES -> SECONDS |
+// verify VERSION AFTER | drop
 int run_reader(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-reader", o), th_client_destroy);
+    RawReader raw;
     std::unique_ptr<Shard> shard;
     auto need = [&] {
         if (!shard) fail("no buffers prepared");
         return shard.get();
     };
     std::map<std::string, Handler> handlers = {
+        {"connect",
+         [&](const std::vector<std::string> &a) {
+             raw.connect(from_hex(a.at(0)));
+             return raw.transports();
+         }},
         {"prepare",
          [&](const std::vector<std::string> &a) {
+             raw.unbind();
              shard = std::make_unique<Shard>(to_u64(a.at(0)), o.tensors, o.memory);
              shard->clear();
+             raw.bind(to_u64(a.at(1)), from_hex(a.at(2)), shard->memory);
              return std::string();
          }},
-        // Apart from the fetch, so that the reader's CPU time around a
-        // fetch is the fetch's.
+        // Apart from the reads, so that the CPU time around a read is the
+        // read's.
         {"clear",
          [&](const std::vector<std::string> &) {
              need()->clear();
@@ -206,7 +230,7 @@ int run_reader(const std::string &url, const Options &o) {
              th_fetch_config_init(&fc, sizeof fc);
              fc.model = a.at(0).c_str();
              fc.version = to_u64(a.at(1));
-             fc.timeout_ms = static_cast<uint32_t>(budget(s->buffers[0].size() * o.tensors).count());
+             fc.timeout_ms = static_cast<uint32_t>(budget(s->memory.size()).count());
              if (a.size() > 2 && a[2] == "all") fc.verify = TH_VERIFY_ALL;
              if (a.size() > 2 && a[2] == "off") fc.verify = TH_VERIFY_OFF;
              uint64_t got = 0;
@@ -217,90 +241,27 @@ int run_reader(const std::string &url, const Options &o) {
              if (got != fc.version) fail("asked for version ", fc.version, ", got ", got);
              return str(secs);
          }},
-        {"verify",
+        {"get",
          [&](const std::vector<std::string> &a) {
              Shard *s = need();
-             for (unsigned t = 0; t < o.tensors; ++t) verify(s->buffers[t], to_u64(a.at(0)), t);
+             return str(raw.read_all(to_u64(a.at(0)), o.inflight, Clock::now() + budget(s->memory.size())));
+         }},
+        {"verify",
+         [&](const std::vector<std::string> &a) {
+             need()->verify(to_u64(a.at(0)), a.at(1).c_str());
              return std::string();
          }},
         {"drop",
          [&](const std::vector<std::string> &) {
+             raw.unbind();
              shard.reset();
              return std::string();
          }},
     };
-    return serve("reader", handlers, kIdleLimit);
-}
-
-// address -> HEX | expose VERSION BYTES -> REMOTE RKEY | unexpose
-int run_raw_target(const Options &o) {
-    RawTarget target;
-    Buffer buffer;
-    std::map<std::string, Handler> handlers = {
-        {"address",
-         [&](const std::vector<std::string> &) {
-             auto a = target.address();
-             return to_hex(a.data(), a.size());
-         }},
-        {"expose",
-         [&](const std::vector<std::string> &a) {
-             target.unexpose();
-             buffer = Buffer(to_u64(a.at(1)), o.memory);
-             fill(buffer, to_u64(a.at(0)), 0);
-             auto rkey = target.expose(buffer);
-             return str(reinterpret_cast<uintptr_t>(buffer.data()), " ", to_hex(rkey.data(), rkey.size()));
-         }},
-        {"unexpose",
-         [&](const std::vector<std::string> &) {
-             target.unexpose();
-             buffer = Buffer();
-             return std::string();
-         }},
-    };
-    return serve("raw target", handlers, kIdleLimit);
-}
-
-// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | clear | get [READ_BYTES] -> SECONDS | verify VERSION | drop
-int run_raw_reader(const Options &o) {
-    RawReader reader;
-    Buffer buffer;
-    std::map<std::string, Handler> handlers = {
-        {"connect",
-         [&](const std::vector<std::string> &a) {
-             reader.connect(from_hex(a.at(0)));
-             return reader.transports();
-         }},
-        {"prepare",
-         [&](const std::vector<std::string> &a) {
-             reader.unbind();
-             buffer = Buffer(to_u64(a.at(0)), o.memory);
-             buffer.clear();
-             reader.bind(to_u64(a.at(1)), from_hex(a.at(2)), buffer);
-             return std::string();
-         }},
-        {"clear",
-         [&](const std::vector<std::string> &) {
-             buffer.clear();
-             return std::string();
-         }},
-        {"get",
-         [&](const std::vector<std::string> &a) {
-             uint64_t read = a.size() > 0 ? to_u64(a[0]) : o.chunk_bytes;
-             return str(reader.read_all(read, o.inflight, Clock::now() + budget(buffer.size())));
-         }},
-        {"verify",
-         [&](const std::vector<std::string> &a) {
-             verify(buffer, to_u64(a.at(0)), 0);
-             return std::string();
-         }},
-        {"drop",
-         [&](const std::vector<std::string> &) {
-             reader.unbind();
-             buffer = Buffer();
-             return std::string();
-         }},
-    };
-    return serve("raw reader", handlers, kIdleLimit);
+    int rc = serve("reader", handlers, kIdleLimit);
+    raw.unbind();  // its registration goes before the memory does
+    shard.reset();
+    return rc;
 }
 
 // ---------------------------------------------------------------------------
@@ -352,17 +313,15 @@ class Bench {
                                            "--inflight", std::to_string(o.inflight),
                                            "--tensors", std::to_string(o.tensors),
                                            "--memory", memory_name(memory)};
-        auto start = [&](const char *name, const char *role) {
+        auto start = [&](const char *role) {
             auto args = common;
             args.insert(args.end(), {"--role", role});
-            return std::make_unique<Child>(name, args);
+            return std::make_unique<Child>(role, args);
         };
-        publisher_ = start("publisher", "publisher");
-        reader_ = start("reader", "reader");
-        raw_target_ = start("raw target", "raw-target");
-        raw_reader_ = start("raw reader", "raw-reader");
-        auto address = raw_target_->call("address", Millis(30000));
-        transports_ = raw_reader_->call("connect " + address.at(0), Millis(30000)).at(0);
+        holder_ = start("holder");
+        reader_ = start("reader");
+        auto address = holder_->call("address", Millis(30000));
+        transports_ = reader_->call("connect " + address.at(0), Millis(30000)).at(0);
     }
 
     // What the raw endpoint runs over (tensorhub's endpoints get the same).
@@ -376,56 +335,54 @@ class Bench {
         Millis limit = budget(bytes) + Millis(10000);  // the child's own deadline fires first
         std::string model = "bench-" + std::to_string(bytes >> 10) + "k";
         std::string version = std::to_string(index + 1);
-        r.publish_s = seconds(publisher_->call(str("publish ", model, " ", version, " ", bytes), limit));
-        reader_->call(str("prepare ", bytes), limit);
-        auto exposed = raw_target_->call(str("expose ", version, " ", bytes), limit);
-        raw_reader_->call(str("prepare ", bytes, " ", exposed.at(0), " ", exposed.at(1)), limit);
+        auto published = holder_->call(str("publish ", model, " ", version, " ", bytes), limit);
+        r.publish_s = seconds(published);
+        reader_->call(str("prepare ", bytes, " ", published.at(1), " ", published.at(2)), limit);
 
         // Each read starts from zeroed buffers, cleared outside the timed
         // call and outside the reader's CPU time (added to *cpu if given).
-        auto read_once = [&](Child &reader, const std::string &command, double *cpu) {
-            reader.call("clear", limit);
-            double cpu0 = reader.cpu_seconds();
-            double secs = seconds(reader.call(command, limit));
-            if (cpu) *cpu += reader.cpu_seconds() - cpu0;
+        auto read_once = [&](const std::string &command, double *cpu) {
+            reader_->call("clear", limit);
+            double cpu0 = reader_->cpu_seconds();
+            double secs = seconds(reader_->call(command, limit));
+            if (cpu) *cpu += reader_->cpu_seconds() - cpu0;
             return secs;
         };
         auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) {
-            return read_once(*reader_, str("fetch ", model, " ", version, " ", verify), cpu);
+            return read_once(str("fetch ", model, " ", version, " ", verify), cpu);
         };
-        auto raw_once = [&](uint64_t read, double *cpu = nullptr) {
-            return read_once(*raw_reader_, str("get ", read), cpu);
-        };
+        auto raw_once = [&](uint64_t read, double *cpu = nullptr) { return read_once(str("get ", read), cpu); };
+        auto verify = [&](const char *after) { reader_->call(str("verify ", version, " ", after), limit); };
         r.chunk_read = o_.chunk_bytes;
         // No longer than the buffer: a smaller shard is one GET of it all.
         if (std::min(o_.raw_long_read, bytes) > o_.chunk_bytes) r.long_read = std::min(o_.raw_long_read, bytes);
-        fetch_once();  // warm-up: registration, endpoint, rkeys
+        // Warm-up (registration, endpoints, rkeys), each pair checked once.
+        fetch_once();
+        verify("a-fetch");
         raw_once(o_.chunk_bytes);
+        verify("a-raw-read");
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
-            double holder0 = publisher_->cpu_seconds();
+            double holder0 = holder_->cpu_seconds();
             r.fetch_gbps.push_back(bytes / fetch_once("", &r.reader_cpu_s) / 1e9);
-            r.holder_cpu_s += publisher_->cpu_seconds() - holder0;
-            double target0 = raw_target_->cpu_seconds();
+            r.holder_cpu_s += holder_->cpu_seconds() - holder0;
+            double target0 = holder_->cpu_seconds();
             r.raw_gbps.push_back(bytes / raw_once(o_.chunk_bytes, &r.raw_reader_cpu_s) / 1e9);
-            r.raw_target_cpu_s += raw_target_->cpu_seconds() - target0;
+            r.raw_target_cpu_s += holder_->cpu_seconds() - target0;
             r.served += bytes;
             if (r.long_read) r.raw_long_gbps.push_back(bytes / raw_once(r.long_read) / 1e9);
             r.verify_all_gbps.push_back(bytes / fetch_once("all") / 1e9);
             r.verify_off_gbps.push_back(bytes / fetch_once("off") / 1e9);
         }
-        reader_->call("verify " + version, limit);
-        raw_reader_->call("verify " + version, limit);
+        verify("a-fetch-verifying-nothing");
 
         reader_->call("drop", limit);
-        raw_reader_->call("drop", limit);
-        raw_target_->call("unexpose", limit);
-        publisher_->call("release", limit);
+        holder_->call("release", limit);
         return r;
     }
 
-    // Readers first: their endpoints close while the targets still answer.
+    // The reader first: its endpoints close while the holder still answers.
     void finish() {
-        for (Child *c : {reader_.get(), raw_reader_.get(), publisher_.get(), raw_target_.get()}) c->finish(Millis(30000));
+        for (Child *c : {reader_.get(), holder_.get()}) c->finish(Millis(30000));
     }
 
   private:
@@ -437,7 +394,7 @@ class Bench {
 
     Options o_;
     std::string transports_;
-    std::unique_ptr<Child> publisher_, reader_, raw_target_, raw_reader_;
+    std::unique_ptr<Child> holder_, reader_;
 };
 
 std::string range(const std::vector<double> &v) {
@@ -620,10 +577,8 @@ int main(int argc, char **argv) {
         ensure_std_fds();
         std::string role = args.get("role");
         if (role.empty()) return run_parent(o);
-        if (role == "publisher") return run_publisher(args.get("server"), o);
+        if (role == "holder") return run_holder(args.get("server"), o);
         if (role == "reader") return run_reader(args.get("server"), o);
-        if (role == "raw-target") return run_raw_target(o);
-        if (role == "raw-reader") return run_raw_reader(o);
         fail("unknown role '", role, "'");
     } catch (const std::exception &e) {
         std::fprintf(stderr, "tensorhub-fetch-bench: %s\n", e.what());
