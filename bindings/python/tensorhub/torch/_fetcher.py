@@ -1,0 +1,222 @@
+"""What every reader shares: a plan (the destination of a published layout),
+matching a layout against local tensors, and the fetch-and-retry loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .._common import LATEST, to_ms, version_arg
+from .._errors import (
+    Closed,
+    LayoutMismatch,
+    TensorHubError,
+    Timeout,
+    TransportError,
+    Unavailable,
+    error_for,
+)
+from .._sync import ProgressCallback, ProgressHook
+from .._tensors import _BY_NAME, DType, View, to_c, torch_dtype, view_of
+from ..client import Client
+from ..replica import Replica
+from ._collect import _synchronize, _what
+from .digests import DIGEST_NAME, DigestMismatch, _check_digests
+
+_TORN_ERRORS = (Unavailable, Timeout, TransportError, Closed)
+"""Errors that may come after bytes were written into the destination."""
+
+
+def _spec(dtype_name: str, shape: Iterable[int]) -> str:
+    return f"{dtype_name}{list(shape)}"
+
+
+@dataclass
+class _Plan:
+    layout: tuple[tuple[str, int, tuple[int, ...]], ...]  # the published (name, dtype id, shape)
+    pairs: list[tuple[str, torch.Tensor]]                # destinations in published order, digest included
+    digest: torch.Tensor | None                          # where DIGEST_NAME lands, if published
+    views: list[View] = field(init=False)                # the pairs as the binding passes them to C,
+    c_tensors: Any = field(init=False)                   # built once: 10-15 us per tensor
+
+    def __post_init__(self) -> None:
+        self.views = [view_of(name, t, writable=True) for name, t in self.pairs]
+        self.c_tensors = to_c(self.views)
+
+
+def _layout(desc: dict[str, Any]) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+    return tuple((t["name"], int(t["dtype_id"]), tuple(int(s) for s in t["shape"])) for t in desc["tensors"])
+
+
+def _digest_buffer(layout: tuple[tuple[str, int, tuple[int, ...]], ...]) -> torch.Tensor | None:
+    if not layout or layout[-1][0] != DIGEST_NAME:
+        return None
+    _, dtype_id, shape = layout[-1]
+    return torch.empty(shape, dtype=torch_dtype(DType(dtype_id)))
+
+
+def _torn(e: TensorHubError, what: str) -> TensorHubError:
+    """`e`, saying that the destination may now hold parts of two versions."""
+    out = error_for(e.code, f"{e.message}; {what} may have been partly overwritten and hold no complete "
+                            "version: fetch again before using it")
+    out.__cause__ = e
+    return out
+
+
+class _Fetcher:
+    """The retry loop Receiver and Staging share: fetch a planned destination,
+    re-plan when the version's layout changed, fetch the newest version again
+    when every holder of the one asked for went away, verify digests."""
+
+    def __init__(self, client: Client, model: str, shard: int, verify: bool, serve: bool, what: str) -> None:
+        self._client = client
+        self.model = model
+        self.shard = shard
+        self._verify = verify
+        self._serve = serve
+        self._what = what
+        self._replica: Replica | None = None
+        self._plan: _Plan | None = None  # what the last fetch wrote into
+        self.version: int | None = None
+
+    def release(self) -> None:
+        if self._replica is not None:
+            self._replica.release()  # Retained propagates: it stays served
+            self._replica = None
+
+    def run(self, version: int, timeout: float, plan_for: Callable[[int, bool], _Plan],
+            on_done: Callable[[_Plan], None], progress: ProgressCallback | None = None,
+            progress_interval: float | None = None) -> int:
+        """Fetches `version` (or LATEST) into plan_for(version, fresh)'s
+        destination and returns the version delivered; `fresh` asks for a plan
+        made from a describe() of that version."""
+        version_arg(version)
+        deadline = time.monotonic() + timeout
+        fresh = False
+        layout_retries = 0
+        failed: tuple[int, TensorHubError] | None = None  # the version every holder of left, and how
+        while True:
+            # Resolve once per attempt, then fetch that exact version: the
+            # plan, the fetch and the digests all speak of the same one.
+            target = self._client.resolve(self.model, version)
+            plan = plan_for(target, fresh)
+            if plan is self._plan and self.version == target and self._replica is not None and \
+                    not self._replica.released:
+                # Held and served already: fetching it again would first give
+                # it up, and a reader is never routed to its own copy.
+                return target
+            if failed is not None and target <= failed[0]:
+                # No newer version to fall back on.
+                raise _torn(failed[1], self._what) from failed[1]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                error = Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
+                raise error if failed is None else _torn(error, self._what)
+            _synchronize(t for _, t in plan.pairs)
+            # The destination is about to be overwritten: stop serving it.
+            self.release()
+            self.version = None
+            self._plan = plan
+            try:
+                got, replica = self._fetch(target, plan, remaining, progress, progress_interval)
+            except LayoutMismatch:
+                # Checked before any byte is written: the plan is older than
+                # the version's layout. Describe the version and check again.
+                if fresh and layout_retries >= 2:
+                    raise
+                fresh, layout_retries = True, layout_retries + 1
+                continue
+            except _TORN_ERRORS as e:
+                if isinstance(e, Unavailable) and version == LATEST:
+                    # Every holder of the newest version left mid-read (the
+                    # trainer overwrote it and the rollouts moved on): a newer
+                    # one is usually committed by then. Fetch that, if so.
+                    failed = (target, e)
+                    continue
+                raise _torn(e, self._what) from e
+            self._replica = replica
+            if plan.digest is not None and self._verify:
+                try:
+                    _check_digests(self.model, got, [p for p in plan.pairs if p[0] != DIGEST_NAME], plan.digest,
+                                   self._what)
+                except DigestMismatch:
+                    self.release()
+                    raise
+            on_done(plan)
+            self.version = got
+            return got
+
+    def _fetch(self, version: int, plan: _Plan, remaining: float, progress: ProgressCallback | None,
+               progress_interval: float | None) -> tuple[int, Replica | None]:
+        # Client.fetch_replica / fetch(serve=False), with the plan's views
+        # and C array instead of new ones.
+        hook = ProgressHook(progress, None if progress_interval is None else
+                            to_ms(progress_interval, "progress_interval"))
+        got, replica = self._client._fetch(self.model, version, plan.views, self.shard, remaining,
+                                           serve=self._serve, hook=hook, c_tensors=plan.c_tensors)
+        try:
+            hook.raise_if_failed()
+        except BaseException:
+            if replica is not None:
+                try:
+                    replica.release()
+                except TensorHubError:
+                    pass  # Retained: the client keeps it and frees it on close()
+            raise
+        return got, replica
+
+
+def _still_valid(plan: _Plan, local: list[tuple[str, torch.Tensor]], strict: bool) -> bool:
+    """Whether the module still has the tensors `plan` writes into: same
+    names, same storage (a parameter replaced by .to() or .data = ... is not)."""
+    mine = dict(local)
+    planned = [(n, t) for n, t in plan.pairs if n != DIGEST_NAME]
+    if strict and len(mine) != len(planned):
+        return False
+    return all(n in mine and mine[n].data_ptr() == t.data_ptr() and mine[n].dtype == t.dtype and
+               mine[n].shape == t.shape for n, t in planned)
+
+
+def _match(desc: dict[str, Any], local: list[tuple[str, torch.Tensor]], aliases: dict[str, str], strict: bool,
+           where: str) -> _Plan:
+    """The destination of a described version in `local`, or LayoutMismatch
+    listing every difference (names, dtypes, shapes)."""
+    layout = _layout(desc)
+    mine = dict(local)
+    problems: list[str] = []
+    pairs: list[tuple[str, torch.Tensor]] = []
+    digest = _digest_buffer(layout)
+    published = {name for name, _, _ in layout}
+    for name, dtype_id, shape in layout:
+        if name == DIGEST_NAME:
+            assert digest is not None
+            pairs.append((name, digest))
+            continue
+        dtype = DType(dtype_id)
+        want = _spec(dtype.name.lower(), shape)
+        t = mine.get(name)
+        if t is None:
+            if name in aliases:
+                problems.append(f"'{name}' is published on its own, but the module ties it to '{aliases[name]}'")
+            else:
+                problems.append(f"'{name}' ({want}) is published but the module has no such tensor")
+            continue
+        if _BY_NAME.get(str(t.dtype).removeprefix("torch.")) != dtype or tuple(t.shape) != shape:
+            problems.append(f"'{name}' is published as {want}, the module's is {_what(t)}")
+            continue
+        pairs.append((name, t))
+    if strict:
+        for name, t in local:
+            if name not in published:
+                hint = " (the publisher may tie it to another tensor)" if t.numel() else ""
+                problems.append(f"the module's '{name}' ({_what(t)}) is not in the version{hint}")
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise LayoutMismatch(LayoutMismatch.code, f"{where}: {shown}; nothing was written")
+    # Building the plan checks that every destination can be written in place
+    # (contiguous, CPU or CUDA): InvalidArgument names the one that cannot.
+    return _Plan(layout, pairs, digest)
