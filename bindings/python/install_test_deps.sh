@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, with pip and only when missing, what the Python binding's tests
-# need: numpy and pytest, and unless TH_SETUP_TORCH=0, the pinned torch and
-# transformers of requirements-torch.txt. Called by run_tests.sh and by
+# need: numpy and pytest, mypy (pinned: the type check, check_types.sh), and
+# unless TH_SETUP_TORCH=0, the pinned torch and transformers of
+# requirements-torch.txt. Called by run_tests.sh and by
 # scripts/setup.sh. PYTHON selects the interpreter (default python3).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,6 +14,11 @@ export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! "$python" -c "import numpy, pytest" 2>/dev/null; then
     echo "install_test_deps: installing numpy and pytest"
     "$python" -m pip install -q numpy pytest
+fi
+mypy_version=2.4.1
+if ! "$python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mypy') != '$mypy_version')" 2>/dev/null; then
+    echo "install_test_deps: installing mypy==$mypy_version"
+    "$python" -m pip install -q "mypy==$mypy_version"
 fi
 if [ "${TH_SETUP_TORCH:-1}" = 1 ] && ! "$python" -c "import torch, transformers" 2>/dev/null; then
     echo "install_test_deps: installing $(grep -v '^#' "$here/requirements-torch.txt" | xargs) (several GB, minutes)"

@@ -85,7 +85,7 @@ class Range:
         return self.rows * self.row_bytes
 
 
-def to_c_ranges(ranges: Sequence[Range]) -> tuple[ctypes.Array[CRange], list[View]]:
+def to_c_ranges(ranges: Range | Sequence[Range]) -> tuple[ctypes.Array[CRange], list[View]]:
     """The th_range array for `ranges`, and the views keeping their memory alive.
     The library checks the geometry; this checks only what it cannot see
     (that dst_offset lies inside `into`)."""

@@ -233,8 +233,8 @@ class Client(HandleOwner):
         views = views_of(tensors, writable=False)
         return self._publish(model, version, views, to_c(views), shard, num_shards, chunk_bytes, checksums)
 
-    def _publish(self, model: str, version: int, views: list[View], c_tensors: Any, shard: int, num_shards: int,
-                 chunk_bytes: int, checksums: bool | None = None) -> Replica:
+    def _publish(self, model: str, version: int, views: list[View], c_tensors: Any, shard: int,
+                 num_shards: int | None, chunk_bytes: int | None, checksums: bool | None = None) -> Replica:
         # c_tensors: to_c(views), which a caller publishing the same buffers
         # again may keep and pass back (it is 1-2 us per tensor to build).
         cfg = new_config(PublishConfig, lib.th_publish_config_init)

@@ -124,9 +124,9 @@ class TensorHubCheckpointEngine(_Base):  # type: ignore[misc,valid-type]
             raise ValueError(f"tensorhub checkpoint engine: {len(metadata)} workers prepared, "
                              f"{trainer_world_size} + {rollout_world_size} expected")
         version = int(metadata[0]["next_version"])
-        trainer = {"rank": list(range(trainer_world_size)), "role": ["trainer"] * trainer_world_size,
+        trainer: dict[str, list[Any]] = {"rank": list(range(trainer_world_size)), "role": ["trainer"] * trainer_world_size,
                    "version": [version] * trainer_world_size}
-        rollout = {"rank": list(range(rollout_world_size)), "role": ["rollout"] * rollout_world_size,
+        rollout: dict[str, list[Any]] = {"rank": list(range(rollout_world_size)), "role": ["rollout"] * rollout_world_size,
                    "version": [version] * rollout_world_size}
         return trainer, rollout
 

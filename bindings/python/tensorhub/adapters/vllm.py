@@ -330,7 +330,9 @@ class TensorHubTrainerEngine:
 
 
 def _pairs(source: Any) -> Iterable[tuple[str, torch.Tensor]]:
-    return source() if callable(source) and not hasattr(source, "__iter__") else source
+    pairs: Iterable[tuple[str, torch.Tensor]] = source() if callable(source) and not hasattr(source, "__iter__") \
+        else source
+    return pairs
 
 
 # --------------------------------------------------------------------------- #
@@ -348,6 +350,12 @@ class TensorHubWorkerExtension:
         llm.collective_rpc("tensorhub_update", args=(version,))   # -> [version, ...] per worker
     """
 
+    # Set by tensorhub_init; vLLM makes the worker, so there is no __init__ of ours.
+    _th_client: Client | None
+    _th_staging: tht.Staging | None
+    _th_timeout: float
+    _th_version: int | None
+
     def tensorhub_init(self, server_url: str, model: str = "policy", staging_device: str = "cpu",
                        timeout: float = 300.0) -> None:
         """Connects this worker to tensorhub."""
@@ -361,7 +369,7 @@ class TensorHubWorkerExtension:
     def tensorhub_update(self, version: int = LATEST) -> int:
         """Fetches `version` (default: the newest), complete and verified, then
         loads it with model.load_weights. Returns the version loaded."""
-        staging = getattr(self, "_th_staging", None)
+        staging: tht.Staging | None = getattr(self, "_th_staging", None)
         if staging is None:
             raise RuntimeError("tensorhub_update before tensorhub_init")
         weights = staging.fetch(version, timeout=self._th_timeout)

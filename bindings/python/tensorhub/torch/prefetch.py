@@ -183,14 +183,19 @@ class Prefetcher:
         layout = _layout(desc)
         if tensor_set.plan is not None and tensor_set.plan.layout == layout:
             return tensor_set.plan
-        if tensor_set.tensors is None:
+        tensors = tensor_set.tensors
+        if tensors is None:
             with torch.no_grad():
-                tensor_set.tensors = {name: torch.empty_like(t, memory_format=torch.contiguous_format)
-                                      for name, t in self._local}
+                tensors = {name: torch.empty_like(t, memory_format=torch.contiguous_format) for name, t in self._local}
+            tensor_set.tensors = tensors
         digest = _digest_buffer(layout)
         pairs: list[tuple[str, torch.Tensor]] = []
         for name, _, _ in layout:
-            pairs.append((name, digest) if name == DIGEST_NAME else (name, tensor_set.tensors[name]))
+            if name == DIGEST_NAME:
+                assert digest is not None
+                pairs.append((name, digest))
+            else:
+                pairs.append((name, tensors[name]))
         tensor_set.plan = _Plan(layout, pairs, digest)
         return tensor_set.plan
 

@@ -23,6 +23,14 @@ class _Publishing:
     version, and publishing (name, tensor) pairs with their digests. The
     subclass sets model, _client, _shard, _num_shards, _chunk_bytes, _digest, _checksums."""
 
+    model: str
+    _client: Client
+    _shard: int
+    _num_shards: int
+    _chunk_bytes: int
+    _digest: bool
+    _checksums: bool | None
+    _views: _PublishedViews
     _replica: Replica | None
     _digests: torch.Tensor | None
 

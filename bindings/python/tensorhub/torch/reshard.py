@@ -180,9 +180,9 @@ class ReshardingReceiver:
             for shard, r in self._ranges(name, dim, shapes, shape, dtype.itemsize, sources, t):
                 by_shard.setdefault(shard, []).append(r)
         if self._strict and self._collector is not None:
-            names = {n for n, _, _ in published}
+            in_version = {n for n, _, _ in published}
             for name, t in local:
-                if name not in names:
+                if name not in in_version:
                     problems.append(f"the target's '{name}' ({_what(t)}) is not in the version")
         if problems:
             shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
