@@ -1,6 +1,10 @@
 #include "bench_memory.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <utility>
+#include <vector>
 
 #include "pattern.hpp"
 
@@ -100,6 +104,29 @@ size_t Buffer::check(uint64_t seed, size_t off, size_t n) const {
 #else
     no_cuda();
 #endif
+}
+
+double Buffer::physically_contiguous() const {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (memory_ != Memory::Host || size_ < 2 * page) return -1;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const uint64_t first = reinterpret_cast<uintptr_t>(host_.data()) / page;
+    std::vector<uint64_t> entries(size_ / page);
+    ssize_t want = static_cast<ssize_t>(entries.size() * sizeof(uint64_t));
+    ssize_t got = pread(fd, entries.data(), want, static_cast<off_t>(first * sizeof(uint64_t)));
+    close(fd);
+    if (got != want) return -1;
+    const uint64_t present = 1ull << 63, pfn_mask = (1ull << 55) - 1;
+    uint64_t pairs = 0, following = 0;
+    for (size_t i = 1; i < entries.size(); ++i) {
+        uint64_t a = entries[i - 1], b = entries[i];
+        if (!(a & present) || !(b & present)) continue;
+        if ((a & pfn_mask) == 0 || (b & pfn_mask) == 0) return -1;  // hidden: not privileged
+        ++pairs;
+        following += (b & pfn_mask) == (a & pfn_mask) + 1;
+    }
+    return pairs ? double(following) / double(pairs) : -1;
 }
 
 }  // namespace th_bench

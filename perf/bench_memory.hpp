@@ -42,6 +42,11 @@ class Buffer {
     // all of it matches.
     void fill(uint64_t seed, size_t off, size_t n);
     size_t check(uint64_t seed, size_t off, size_t n) const;
+    // Of the buffer's host pages, the fraction that directly follow the page
+    // before them in physical memory (/proc/self/pagemap): how scattered the
+    // pages are, which changes what a cma copy of them costs. -1 where it
+    // cannot be known (device memory; page frame numbers need CAP_SYS_ADMIN).
+    double physically_contiguous() const;
 
   private:
     void free_device();

@@ -146,7 +146,7 @@ th_client *connect(const std::string &url, const std::string &name, const Option
     return c;
 }
 
-// address -> HEX | publish MODEL VERSION BYTES -> SECONDS REMOTE RKEY | release
+// address -> HEX | publish MODEL VERSION BYTES -> SECONDS REMOTE RKEY CONTIGUOUS | release
 int run_holder(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-publisher", o), th_client_destroy);
     RawTarget target;
@@ -181,7 +181,8 @@ int run_holder(const std::string &url, const Options &o) {
              check(th_publish(client.get(), &pc, shard->views.data(), shard->views.size(), &replica), "publishing");
              double secs = std::chrono::duration<double>(Clock::now() - t0).count();
              auto rkey = target.expose(shard->memory);
-             return str(secs, " ", reinterpret_cast<uintptr_t>(shard->memory.data()), " ", to_hex(rkey.data(), rkey.size()));
+             return str(secs, " ", reinterpret_cast<uintptr_t>(shard->memory.data()), " ", to_hex(rkey.data(), rkey.size()),
+                        " ", shard->memory.physically_contiguous());
          }},
         {"release", [&](const std::vector<std::string> &) { return release(); }},
     };
@@ -191,7 +192,7 @@ int run_holder(const std::string &url, const Options &o) {
     return rc;
 }
 
-// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY | clear |
+// connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY -> CONTIGUOUS | clear |
 // fetch MODEL VERSION [all|off] -> SECONDS | get READ_BYTES -> SECONDS |
 // verify VERSION AFTER | drop
 int run_reader(const std::string &url, const Options &o) {
@@ -214,7 +215,7 @@ int run_reader(const std::string &url, const Options &o) {
              shard = std::make_unique<Shard>(to_u64(a.at(0)), o.tensors, o.memory);
              shard->clear();
              raw.bind(to_u64(a.at(1)), from_hex(a.at(2)), shard->memory);
-             return std::string();
+             return str(shard->memory.physically_contiguous());
          }},
         // Apart from the reads, so that the CPU time around a read is the
         // read's.
@@ -281,6 +282,9 @@ struct Result {
     double holder_cpu_s = 0, raw_target_cpu_s = 0;  // over the timed repetitions
     double reader_cpu_s = 0, raw_reader_cpu_s = 0;  // (default fetches, raw reads of a chunk)
     uint64_t served = 0;                             // bytes the timed repetitions moved per pair
+    // Buffer::physically_contiguous() of the holder's and the reader's
+    // buffers (both pairs use them): -1 unknown.
+    double holder_contiguous = -1, reader_contiguous = -1;
     double per_gib(double cpu_s) const { return served ? cpu_s / (double(served) / (1ull << 30)) : 0; }
     double holder_cpu_per_gib() const { return per_gib(holder_cpu_s); }
     double raw_target_cpu_per_gib() const { return per_gib(raw_target_cpu_s); }
@@ -337,7 +341,9 @@ class Bench {
         std::string version = std::to_string(index + 1);
         auto published = holder_->call(str("publish ", model, " ", version, " ", bytes), limit);
         r.publish_s = seconds(published);
-        reader_->call(str("prepare ", bytes, " ", published.at(1), " ", published.at(2)), limit);
+        r.holder_contiguous = std::stod(published.at(3));
+        r.reader_contiguous = std::stod(reader_->call(str("prepare ", bytes, " ", published.at(1), " ", published.at(2)),
+                                                      limit).at(0));
 
         // Each read starts from zeroed buffers, cleared outside the timed
         // call and outside the reader's CPU time (added to *cpu if given).
@@ -413,19 +419,22 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
                 lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("%10s %15s %10s %9s %7s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s\n", "size", "tensorhub GB/s",
+    std::printf("%10s %15s %10s %9s %7s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size", "tensorhub GB/s",
                 "raw GB/s", "raw read", "ratio", "paired", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
-                "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)");
+                "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)",
+                "pages contiguous (holder, reader)");
     std::fflush(stdout);
 }
 
 void print_row(const Result &r) {
     std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
     std::string reader = str(std::fixed, std::setprecision(3), r.per_gib(r.reader_cpu_s), " (", r.per_gib(r.raw_reader_cpu_s), ")");
-    std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s\n",
+    auto share = [](double f) { return f < 0 ? std::string("-") : str(std::fixed, std::setprecision(0), 100 * f, "%"); };
+    std::string pages = share(r.holder_contiguous) + ", " + share(r.reader_contiguous);
+    std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s   %s\n",
                 human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
                 r.ratio(), r.paired_ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
-                cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str());
+                cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str(), pages.c_str());
     std::fflush(stdout);
 }
 
@@ -436,11 +445,13 @@ std::string json_fields(const Result &r) {
                   "\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
-                  "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f",
+                  "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f,"
+                  "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
                   static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(), r.paired_ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
-                  r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s));
+                  r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s), r.holder_contiguous,
+                  r.reader_contiguous);
     return buf;
 }
 
