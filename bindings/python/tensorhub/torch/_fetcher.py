@@ -68,9 +68,10 @@ def _torn(e: TensorHubError, what: str) -> TensorHubError:
 
 
 class _Fetcher:
-    """The retry loop Receiver and Staging share: fetch a planned destination,
-    re-plan when the version's layout changed, fetch the newest version again
-    when every holder of the one asked for went away, verify digests."""
+    """The retry loop Receiver, Staging and Prefetcher share: fetch a planned
+    destination, re-plan when the version's layout changed, fetch the newest
+    version again when every holder of the one asked for went away, verify
+    digests."""
 
     def __init__(self, client: Client, model: str, shard: int, verify: bool, serve: bool, what: str) -> None:
         self._client = client
