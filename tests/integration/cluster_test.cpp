@@ -173,10 +173,11 @@ TEST(Cluster, ReadersFetchingTogetherReadEachStripeFromItsRelay) {
     // One source per reader would be a chain; stripes come from their relays
     // (how many depends on how close together the readers plan). Readers
     // that plan more than the stripe wait apart (a loaded machine) may leave
-    // the first reading everything from the publisher and the second
-    // everything from the first; every later one finds relays of the
-    // stripes of those before it.
-    EXPECT_GE(several, 4) << v.dump(1);
+    // the first reading everything from the publisher and the next one or
+    // two each everything from the one before (seen in CI: three in a chain,
+    // then 2, 3 and 4 sources); the later ones find relays of the stripes
+    // of those before them.
+    EXPECT_GE(several, 3) << v.dump(1);
     EXPECT_GE(most, 3u) << v.dump(1);
     EXPECT_LE(publisher_bytes, f.shard_bytes + f.shard_bytes / 2) << v.dump(1);
 }
