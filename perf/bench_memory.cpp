@@ -82,8 +82,12 @@ void Buffer::clear() {
 #endif
 }
 
+void Buffer::require_range(size_t off, size_t n, const char *what) const {
+    if (off > size_ || n > size_ - off) fail(what, " of ", n, " bytes at ", off, " does not fit in ", size_);
+}
+
 void Buffer::fill(uint64_t seed, size_t off, size_t n) {
-    if (off > size_ || n > size_ - off) fail("a pattern of ", n, " bytes at ", off, " does not fit in ", size_);
+    require_range(off, n, "a pattern");
     if (memory_ == Memory::Host) return th_support::fill_pattern(host_.data() + off, n, seed);
 #ifdef TH_WITH_CUDA
     PageBuffer stage(n);
@@ -95,7 +99,7 @@ void Buffer::fill(uint64_t seed, size_t off, size_t n) {
 }
 
 size_t Buffer::check(uint64_t seed, size_t off, size_t n) const {
-    if (off > size_ || n > size_ - off) fail("a check of ", n, " bytes at ", off, " does not fit in ", size_);
+    require_range(off, n, "a check");
     if (memory_ == Memory::Host) return th_support::check_pattern(host_.data() + off, n, seed);
 #ifdef TH_WITH_CUDA
     PageBuffer stage(n);

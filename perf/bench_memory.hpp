@@ -50,6 +50,7 @@ class Buffer {
 
   private:
     void free_device();
+    void require_range(size_t off, size_t n, const char *what) const;
 
     Memory memory_ = Memory::Host;
     size_t size_ = 0;
