@@ -124,10 +124,12 @@ class TensorHubCheckpointEngine(_Base):  # type: ignore[misc,valid-type]
             raise ValueError(f"tensorhub checkpoint engine: {len(metadata)} workers prepared, "
                              f"{trainer_world_size} + {rollout_world_size} expected")
         version = int(metadata[0]["next_version"])
-        trainer: dict[str, list[Any]] = {"rank": list(range(trainer_world_size)), "role": ["trainer"] * trainer_world_size,
-                   "version": [version] * trainer_world_size}
-        rollout: dict[str, list[Any]] = {"rank": list(range(rollout_world_size)), "role": ["rollout"] * rollout_world_size,
-                   "version": [version] * rollout_world_size}
+        trainer: dict[str, list[Any]] = {"rank": list(range(trainer_world_size)),
+                                         "role": ["trainer"] * trainer_world_size,
+                                         "version": [version] * trainer_world_size}
+        rollout: dict[str, list[Any]] = {"rank": list(range(rollout_world_size)),
+                                         "role": ["rollout"] * rollout_world_size,
+                                         "version": [version] * rollout_world_size}
         return trainer, rollout
 
     def init_process_group(self, rank: int, role: str, version: int, **_: Any) -> None:

@@ -330,8 +330,8 @@ class TensorHubTrainerEngine:
 
 
 def _pairs(source: Any) -> Iterable[tuple[str, torch.Tensor]]:
-    pairs: Iterable[tuple[str, torch.Tensor]] = source() if callable(source) and not hasattr(source, "__iter__") \
-        else source
+    make = callable(source) and not hasattr(source, "__iter__")
+    pairs: Iterable[tuple[str, torch.Tensor]] = source() if make else source
     return pairs
 
 
