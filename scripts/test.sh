@@ -16,16 +16,15 @@ echo "== build"
 TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} TH_NEW_BUILD_UNITY=${TH_NEW_BUILD_UNITY:-ON} scripts/build.sh
 echo "== C/C++ tests"
 # No retries: a test that fails once fails the run (a retry would hide flakes).
-# First the tests that must run alone (label "alone": network namespaces, and
-# the cluster benchmark, which reports whether it was CPU-bound), then the
-# rest two at a time (most wait on timeouts and other processes), the fault
-# runs one after another beside them (RESOURCE_LOCK). TH_TEST_JOBS=1 runs
-# them one by one.
+# First the tests that must run alone (label "alone": they rewire network
+# namespaces and shape links), then the rest two at a time (most wait on
+# timeouts and other processes), the fault runs one after another beside them
+# (RESOURCE_LOCK). TH_TEST_JOBS=1 runs them one by one.
 ctest_args=(--output-on-failure --timeout 300)
-(cd "${TH_BUILD_DIR:-build}" && ctest "${ctest_args[@]}" -L alone)
 
-# The sanitizer build (scripts/asan.sh) compiles while the other tests run:
-# they keep about a third of two cores busy, and the compiler runs under
+# The sanitizer build (scripts/asan.sh) compiles while the tests run: they
+# keep about a third of two cores busy (those that run alone less: they
+# mostly wait on shaped links and leases), and the compiler runs under
 # SCHED_IDLE, so it only gets the CPU time they leave. Its tests run last.
 # TH_SKIP_SANITIZERS=1 skips it.
 asan_build=
@@ -35,6 +34,7 @@ if [ "${TH_SKIP_SANITIZERS:-0}" != 1 ]; then
     asan_build=$!
     trap '[ -z "$asan_build" ] || kill -- -"$asan_build" 2>/dev/null || true' EXIT
 fi
+(cd "${TH_BUILD_DIR:-build}" && ctest "${ctest_args[@]}" -L alone)
 (cd "${TH_BUILD_DIR:-build}" && ctest "${ctest_args[@]}" -LE alone -j "${TH_TEST_JOBS:-2}")
 
 echo "== Python binding"
