@@ -24,6 +24,6 @@ if [ "$what" != run ]; then
 fi
 if [ "$what" != build ]; then
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    (cd "$build" && ctest --output-on-failure --timeout 300 -L unit -E "^(exports|readme_snippets)$")
+    (cd "$build" && ctest --output-on-failure --timeout 300 -j "${TH_TEST_JOBS:-2}" -L unit -E "^(exports|readme_snippets)$")
     timeout 300 "$build/tests/integration/th_integration_checks" --gtest_brief=1
 fi
