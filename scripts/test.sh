@@ -2,7 +2,7 @@
 # Installs what is missing, builds everything and runs every test: C/C++
 # (ctest), the Python, Rust and Go bindings, then the C/C++ unit tests again
 # under ASan+UBSan. TH_TSAN=1 adds every C/C++ unit and integration test
-# under ThreadSanitizer (about 10 more minutes). Exits non-zero if anything fails.
+# under ThreadSanitizer (about 12 more minutes). Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
