@@ -113,6 +113,7 @@ Catalog Service::empty_catalog() {
 void Service::lead(uint64_t epoch, uint64_t until_ms, bool after_another) {
     std::lock_guard lk(mu_);
     catalog_ = empty_catalog();
+    early_reports_.clear();
     replies_ = ReplyCache(kReplyCacheSize);
     epoch_ = epoch;
     took_over_ms_ = after_another ? std::max<uint64_t>(clock_ms(), 1) : 0;
@@ -321,7 +322,9 @@ Bytes Service::on_publish(const Envelope &env, const Header &h) {
         p.checksums.assign(sums->begin(), sums->end());
     }
     bool own = !p.owned && !m->again();  // a version of its own, not a copy or a re-declaration
+    bool again = p.again;
     bool committed = catalog_.publish(h.worker_id, std::move(p));
+    if (again) apply_early_report(h.worker_id, m->replica_id());
     if (own) {
         // Newest first; a publisher keeps its count when it publishes again.
         auto it = std::find_if(recent_publishers_.begin(), recent_publishers_.end(),
@@ -443,26 +446,57 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
 
 Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
     const SourceFailed *m = env.body_as_SourceFailed();
+    if (m->worker_id() == h.worker_id) return ack(h);
     WorkerInfo *w = catalog_.find_worker(m->worker_id());
-    if (w == nullptr || m->worker_id() == h.worker_id) return ack(h);
     std::string reason = m->reason() ? m->reason()->str() : "no reason given";
     if (m->mismatched() != nullptr && m->mismatched()->size() > 0) {
         // The worker answers; one of its replicas may hold wrong bytes. Only
         // that replica waits for its holder's own check (a replica already
         // gone needs nothing).
         std::vector<uint32_t> chunks(m->mismatched()->begin(), m->mismatched()->end());
-        if (catalog_.report_mismatch(m->worker_id(), m->replica_id(), chunks)) {
+        if (w != nullptr && catalog_.report_mismatch(m->worker_id(), m->replica_id(), chunks)) {
             TH_LOG(Warn, "worker ", h.worker_id, " read from replica ", m->replica_id(), " of worker ", m->worker_id(),
                    " '", w->name, "' chunks that do not match their checksums (", reason,
                    "): not routed to until its holder has checked them");
             metrics_.checksum_mismatch++;
+        } else if (rebuilding()) {
+            keep_early_report(m->worker_id(), m->replica_id(), chunks);  // not declared here yet
         }
         return ack(h);
     }
+    if (w == nullptr) return ack(h);
     TH_LOG(Warn, "worker ", h.worker_id, " could not read from worker ", m->worker_id(), " '", w->name, "': ", reason);
     w->suspect = true;
     metrics_.source_failed++;
     return ack(h);
+}
+
+void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::vector<uint32_t> &chunks) {
+    constexpr size_t kMaxEarlyReports = 1024;
+    auto key = std::make_pair(worker, replica);
+    if (early_reports_.size() >= kMaxEarlyReports && !early_reports_.contains(key)) return;
+    std::vector<uint32_t> &kept = early_reports_[key];
+    for (uint32_t c : chunks)
+        if (kept.size() < kMaxReportedChunks && std::find(kept.begin(), kept.end(), c) == kept.end()) kept.push_back(c);
+    TH_LOG(Info, "worker ", worker, "'s replica ", replica,
+           " was reported for chunks that do not match their checksums before it was declared here again: kept "
+           "until it is");
+}
+
+void Service::apply_early_report(uint64_t worker, uint64_t replica) {
+    if (!rebuilding()) {
+        early_reports_.clear();
+        return;
+    }
+    auto it = early_reports_.find({worker, replica});
+    if (it == early_reports_.end()) return;
+    if (catalog_.report_mismatch(worker, replica, it->second)) {
+        TH_LOG(Warn, "replica ", replica, " of worker ", worker,
+               " was reported before the takeover for chunks that do not match their checksums: not routed to "
+               "until its holder has checked them");
+        metrics_.checksum_mismatch++;
+    }
+    early_reports_.erase(it);
 }
 
 Bytes Service::on_chunks_checked(const Envelope &env, const Header &h) {

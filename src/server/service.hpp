@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -150,6 +151,13 @@ class Service {
     // The last workers that published a version of their own, newest
     // first, and how many newcomers each was offered to.
     std::deque<std::pair<uint64_t, uint32_t>> recent_publishers_;
+    // Reports of mismatched chunks (SourceFailed) that came, just after a
+    // takeover, before their holder declared the replica again: readers send
+    // theirs again when they move here. Applied when the replica is declared;
+    // dropped once rebuilt. Keyed by (worker, replica).
+    std::map<std::pair<uint64_t, uint64_t>, std::vector<uint32_t>> early_reports_;
+    void keep_early_report(uint64_t worker, uint64_t replica, const std::vector<uint32_t> &chunks);
+    void apply_early_report(uint64_t worker, uint64_t replica);
     ReplyCache replies_;
     uint64_t event_seq_ = 0;
     ServerMetrics metrics_;
