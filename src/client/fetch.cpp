@@ -555,17 +555,7 @@ void Fetch::retire_failed_sources() {
 }
 
 void Fetch::report(const FetchSource &s) {
-    try {
-        session_.call(
-            [&](Builder &b, const Header &h) {
-                auto why = b.CreateString(s.why);
-                auto chunks = s.mismatched.empty() ? 0 : b.CreateVector(s.mismatched);
-                return wire::finish(b, h, CreateSourceFailed(b, s.worker, why, s.replica, chunks));
-            },
-            Deadline(cfg_.timeout_ms));
-    } catch (const std::exception &e) {
-        TH_LOG(Warn, "could not report failed source ", s.worker, ": ", e.what());
-    }
+    session_.report_source(s.worker, s.replica, s.why, s.mismatched, Deadline(cfg_.timeout_ms));
 }
 
 void Fetch::advance_served_prefix() {

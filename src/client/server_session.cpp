@@ -439,12 +439,58 @@ bool ServerSession::reregister(const Deadline &deadline) {
     std::shared_ptr<RpcClient> at = rpc();
     try {
         listener_->register_again([&] { hello(deadline); }, deadline);
+        resend_reports(deadline);
         return true;
     } catch (const LeftServerAlive &e) {
         // Our calls to the server we left were slow, not lost: moving on
         // would split the workers between two servers.
         go_back(at, e.what());
         return false;
+    }
+}
+
+void ServerSession::report_source(uint64_t worker, uint64_t replica, const std::string &why,
+                                  const std::vector<uint32_t> &chunks, const Deadline &deadline) {
+    if (!chunks.empty()) {
+        constexpr size_t kMaxKept = 64;
+        auto until = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+        std::lock_guard lk(reports_mu_);
+        if (reports_.size() >= kMaxKept) reports_.erase(reports_.begin());
+        reports_.push_back({worker, replica, why, chunks, until});
+    }
+    send_report(worker, replica, why, chunks, deadline, /*recover=*/true);
+}
+
+// Inside re-registration: no recovery (a failure here ends the attempt, not
+// the registration), and the server may not know the replica yet: it keeps
+// such reports until its holder declares it.
+void ServerSession::resend_reports(const Deadline &deadline) {
+    std::vector<SentReport> again;
+    {
+        std::lock_guard lk(reports_mu_);
+        auto now = Clock::now();
+        std::erase_if(reports_, [&](const SentReport &r) { return r.until < now; });
+        again = reports_;
+    }
+    for (const SentReport &r : again) {
+        TH_LOG(Info, "telling the server again that replica ", r.replica, " of worker ", r.worker,
+               " had chunks that do not match their checksums");
+        send_report(r.worker, r.replica, r.why, r.chunks, deadline, /*recover=*/false);
+    }
+}
+
+void ServerSession::send_report(uint64_t worker, uint64_t replica, const std::string &why,
+                                const std::vector<uint32_t> &chunks, const Deadline &deadline, bool recover) {
+    try {
+        call(
+            [&](Builder &b, const Header &h) {
+                auto reason = b.CreateString(why);
+                auto mismatched = chunks.empty() ? 0 : b.CreateVector(chunks);
+                return finish(b, h, CreateSourceFailed(b, worker, reason, replica, mismatched));
+            },
+            deadline, recover);
+    } catch (const std::exception &e) {
+        TH_LOG(Warn, "could not report failed source ", worker, ": ", e.what());
     }
 }
 

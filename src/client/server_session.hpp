@@ -75,6 +75,14 @@ class ServerSession {
     // The same, soon, on the heartbeat thread: the caller does not wait.
     void beat_soon();
 
+    // Tells the server that reading from worker's replica failed (why), or,
+    // with chunks, that those chunks did not match their checksums. A
+    // mismatch report lives in the server's memory until the holder's next
+    // heartbeat: it is kept for a lease and sent again after this worker
+    // registers with another server. Errors are logged, not thrown.
+    void report_source(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
+                       const Deadline &deadline);
+
     // The UCX worker has a new address (after a pause): the heartbeat thread
     // registers it.
     void address_changed();
@@ -99,6 +107,10 @@ class ServerSession {
     // still answers, and we went back to that one (the caller's request may
     // be sent again there).
     bool reregister(const Deadline &deadline);
+    // After registering again: the mismatch reports of the last lease.
+    void resend_reports(const Deadline &deadline);
+    void send_report(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
+                     const Deadline &deadline, bool recover);
     void heartbeat_loop();
     // Whether the last Hello gave the server the UCX address we have now.
     bool registered_address_is_current();
@@ -159,6 +171,15 @@ class ServerSession {
     std::vector<UcxWorker::PeerAddress> connect_ahead_;  // guarded by hello_mu_
     std::atomic<uint32_t> lease_ms_{TH_DEFAULT_LEASE_MS};  // the server's, from HelloReply
     std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
+
+    struct SentReport {
+        uint64_t worker, replica;
+        std::string why;
+        std::vector<uint32_t> chunks;
+        Clock::time_point until;  // kept for resending until then
+    };
+    std::mutex reports_mu_;
+    std::vector<SentReport> reports_;  // mismatch reports, oldest first
 
     // Server events (commits) and what they told us.
     std::mutex ev_mu_;

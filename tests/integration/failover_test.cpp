@@ -394,6 +394,48 @@ TEST(Failover, AVersionCommittedBeforeATakeoverStaysCommittedWithAShardGone) {
     for (th_client *c : {late, rd, pub}) th_client_destroy(c);
 }
 
+// A reader's report of chunks that do not match their checksums lives in the
+// server's memory until the holder's next heartbeat. The server dies in
+// between: the reader tells the server it moves to again, which keeps the
+// report until the holder declares the replica there, and then asks the
+// holder to check it (which finds it corrupt and withdraws it). Before, the
+// new server routed readers to the replica again.
+TEST(Failover, AChecksumMismatchReportedJustBeforeATakeoverStillReachesItsHolder) {
+    PrimaryAndStandby servers;
+    auto &[standby, primary, both] = servers;
+    th_client_config cc;
+    th_client_config_init(&cc, sizeof cc);
+    cc.server_url = both.c_str();
+    cc.worker_name = "holder";
+    cc.timeout_ms = 1500;
+    cc.heartbeat_ms = 600;  // the report has time to be lost before the holder hears of it
+    th_client *holder = nullptr;
+    ASSERT_EQ(th_client_create(&holder, &cc), TH_OK) << th_last_error();
+    th_client *rd = connect(both, "reader", 1500);
+    const uint64_t kBytes = 256 << 10;
+    Shard v1(2, kBytes, 1, 0);
+    th_replica *rep = nullptr;
+    ASSERT_EQ(publish(holder, "bad", 1, 0, 1, v1, &rep), TH_OK) << th_last_error();
+    v1.data[1][1000] ^= 0x40;  // behind the library's back
+
+    Shard got(2, kBytes);
+    th_fetch_config fc;
+    th_fetch_config_init(&fc, sizeof fc);
+    fc.model = "bad";
+    fc.version = 1;
+    fc.verify = TH_VERIFY_ALL;
+    fc.timeout_ms = 3000;
+    th_status st = th_fetch(rd, &fc, got.views.data(), got.views.size(), nullptr, nullptr);
+    ASSERT_NE(st, TH_OK) << "the only holder is corrupt";
+    kill(primary.proc.pid(), SIGKILL);
+
+    auto end = Clock::now() + std::chrono::seconds(15);
+    while (!th_replica_withdrawn(rep) && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(th_replica_withdrawn(rep)) << "the holder was never asked to check its copy";
+    th_replica_release(rep);
+    for (th_client *c : {rd, holder}) th_client_destroy(c);
+}
+
 // A worker stopped (SIGSTOP, a debugger) while its call waits on a slow
 // server comes back after the call's time: the answer is in its socket, and
 // its timer fires late. That is no sign of a dead server. Failing over would
