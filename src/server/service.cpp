@@ -471,8 +471,17 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
     return ack(h);
 }
 
+// Reports kept while rebuilding after one takeover never apply after another.
+void Service::forget_earlier_reports() {
+    uint64_t took_over = took_over_ms_;
+    if (early_reports_from_ == took_over) return;
+    early_reports_.clear();
+    early_reports_from_ = took_over;
+}
+
 void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::vector<uint32_t> &chunks) {
     constexpr size_t kMaxEarlyReports = 1024;
+    forget_earlier_reports();
     auto key = std::make_pair(worker, replica);
     if (early_reports_.size() >= kMaxEarlyReports && !early_reports_.contains(key)) return;
     std::vector<uint32_t> &kept = early_reports_[key];
@@ -484,10 +493,7 @@ void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::ve
 }
 
 void Service::apply_early_report(uint64_t worker, uint64_t replica) {
-    if (!rebuilding()) {
-        early_reports_.clear();
-        return;
-    }
+    forget_earlier_reports();
     auto it = early_reports_.find({worker, replica});
     if (it == early_reports_.end()) return;
     if (catalog_.report_mismatch(worker, replica, it->second)) {

@@ -559,6 +559,7 @@ TEST(ServiceTakeover, AMismatchReportedBeforeItsReplicaIsDeclaredAgainWaitsForIt
     ASSERT_EQ(report(3, 2, 200, {1, 3}), 0);
     ASSERT_EQ(report(3, 2, 200, {3, 0}), 0);
     ASSERT_EQ(report(3, 2, 201, {0}), 0);  // a replica never declared again
+    ASSERT_EQ(report(3, 7, 700, {0}), 0);  // nor this one, until the next takeover
     // The holders come back and declare what they hold.
     for (uint64_t w : {1, 2}) ASSERT_EQ(error_code(call(hello(w, req++))), 0);
     ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100, 4096, /*again=*/true, true))), 0);
@@ -578,6 +579,12 @@ TEST(ServiceTakeover, AMismatchReportedBeforeItsReplicaIsDeclaredAgainWaitsForIt
     ASSERT_EQ(error_code(call(hello(6, req++))), 0);
     ASSERT_EQ(error_code(call(publish(6, req++, "m", 1, 0, 1, ts, 600, 4096, /*again=*/true, true))), 0);
     EXPECT_EQ(checks(6), Checks{});
+
+    // Another takeover: what was kept during the last one no longer applies.
+    ASSERT_EQ(error_code(call(hello(8, req++, {}, uint64_t{1} << 41))), 0);
+    ASSERT_EQ(error_code(call(hello(7, req++))), 0);
+    ASSERT_EQ(error_code(call(publish(7, req++, "m", 1, 0, 1, ts, 700, 4096, /*again=*/true, true))), 0);
+    EXPECT_EQ(checks(7), Checks{});
 }
 
 TEST_F(ServiceTest, ExpiredLeasesDropWorkersAndTheirReplicas) {
