@@ -162,8 +162,12 @@ def rollout(o: Options, index: int, events: Connection, stop: Any) -> None:
     name = f"rollout-{index}"
     model = build_model(seed=100 + index, device=o.device)  # not the trainer's weights until a fetch overwrites them
     # The rollout that is killed reads one chunk at a time, so that it is
-    # caught with part of a version in its parameters.
+    # caught with part of a version in its parameters: one read in flight,
+    # over tcp (on one host, shared-memory reads of a fast lane cover several
+    # chunks each, and this model's whole shard could land in one).
     doomed = index == o.kill
+    if doomed:
+        os.environ["UCX_TLS"] = "tcp"
     with tensorhub.Client(o.url, name=name, labels={"role": "rollout"}, timeout=5,
                           max_inflight=1 if doomed else 8) as client:
         receiver = tht.Receiver(client, MODEL, model)
