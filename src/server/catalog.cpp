@@ -310,14 +310,17 @@ MutationCheck Catalog::begin_mutation(ReplicaInfo &r, bool rebuilding) {
     return out;
 }
 
-bool Catalog::report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks) {
-    auto it = replicas_.find(id);
-    if (it == replicas_.end() || it->second->worker != worker) return false;
-    std::vector<uint32_t> &reported = it->second->reported;
+void add_reported_chunks(std::vector<uint32_t> &reported, const std::vector<uint32_t> &chunks) {
     for (uint32_t c : chunks) {
         if (reported.size() >= kMaxReportedChunks) break;
         if (std::find(reported.begin(), reported.end(), c) == reported.end()) reported.push_back(c);
     }
+}
+
+bool Catalog::report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks) {
+    auto it = replicas_.find(id);
+    if (it == replicas_.end() || it->second->worker != worker) return false;
+    add_reported_chunks(it->second->reported, chunks);
     return true;
 }
 

@@ -29,6 +29,8 @@ bool routable(const ReplicaInfo &r);
 // The most reported chunks kept per replica: its holder checks them at its
 // next heartbeats.
 constexpr size_t kMaxReportedChunks = 16;
+// Adds the chunks reported is missing, up to kMaxReportedChunks in all.
+void add_reported_chunks(std::vector<uint32_t> &reported, const std::vector<uint32_t> &chunks);
 
 // One shard of a version as its holder declares it (Publish).
 struct Publication {

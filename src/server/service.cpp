@@ -484,9 +484,7 @@ void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::ve
     forget_earlier_reports();
     auto key = std::make_pair(worker, replica);
     if (early_reports_.size() >= kMaxEarlyReports && !early_reports_.contains(key)) return;
-    std::vector<uint32_t> &kept = early_reports_[key];
-    for (uint32_t c : chunks)
-        if (kept.size() < kMaxReportedChunks && std::find(kept.begin(), kept.end(), c) == kept.end()) kept.push_back(c);
+    add_reported_chunks(early_reports_[key], chunks);
     TH_LOG(Info, "worker ", worker, "'s replica ", replica,
            " was reported for chunks that do not match their checksums before it was declared here again: kept "
            "until it is");
