@@ -130,6 +130,7 @@ std::optional<Bytes> Service::fence(const Envelope &env, Header &h) {
         TH_LOG(Warn, "taking over from a server of epoch ", env.epoch(), " (was ", epoch_.load(), ")");
         epoch_ = env.epoch() + 1;
         took_over_ms_ = clock_ms();
+        early_reports_.clear();  // kept during an earlier takeover
     }
     h.epoch = epoch_;
     if (env.epoch() <= epoch_) return std::nullopt;
@@ -471,17 +472,8 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
     return ack(h);
 }
 
-// Reports kept while rebuilding after one takeover never apply after another.
-void Service::forget_earlier_reports() {
-    uint64_t took_over = took_over_ms_;
-    if (early_reports_from_ == took_over) return;
-    early_reports_.clear();
-    early_reports_from_ = took_over;
-}
-
 void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::vector<uint32_t> &chunks) {
     constexpr size_t kMaxEarlyReports = 1024;
-    forget_earlier_reports();
     auto key = std::make_pair(worker, replica);
     if (early_reports_.size() >= kMaxEarlyReports && !early_reports_.contains(key)) return;
     add_reported_chunks(early_reports_[key], chunks);
@@ -491,7 +483,6 @@ void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::ve
 }
 
 void Service::apply_early_report(uint64_t worker, uint64_t replica) {
-    forget_earlier_reports();
     auto it = early_reports_.find({worker, replica});
     if (it == early_reports_.end()) return;
     if (catalog_.report_mismatch(worker, replica, it->second)) {

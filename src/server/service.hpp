@@ -154,10 +154,8 @@ class Service {
     // Reports of mismatched chunks (SourceFailed) that came, just after a
     // takeover, before their holder declared the replica again: readers send
     // theirs again when they move here. Applied when the replica is declared;
-    // never after the next takeover. Keyed by (worker, replica).
+    // cleared at every takeover. Keyed by (worker, replica).
     std::map<std::pair<uint64_t, uint64_t>, std::vector<uint32_t>> early_reports_;
-    uint64_t early_reports_from_ = 0;  // took_over_ms_ when they were kept
-    void forget_earlier_reports();
     void keep_early_report(uint64_t worker, uint64_t replica, const std::vector<uint32_t> &chunks);
     void apply_early_report(uint64_t worker, uint64_t replica);
     ReplyCache replies_;
