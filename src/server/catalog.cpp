@@ -310,18 +310,21 @@ MutationCheck Catalog::begin_mutation(ReplicaInfo &r, bool rebuilding) {
     return out;
 }
 
-void add_reported_chunks(std::vector<uint32_t> &reported, const std::vector<uint32_t> &chunks) {
+bool add_reported_chunks(std::vector<uint32_t> &reported, const std::vector<uint32_t> &chunks) {
+    bool added = false;
     for (uint32_t c : chunks) {
         if (reported.size() >= kMaxReportedChunks) break;
-        if (std::find(reported.begin(), reported.end(), c) == reported.end()) reported.push_back(c);
+        if (std::find(reported.begin(), reported.end(), c) != reported.end()) continue;
+        reported.push_back(c);
+        added = true;
     }
+    return added;
 }
 
-bool Catalog::report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks) {
+Reported Catalog::report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks) {
     auto it = replicas_.find(id);
-    if (it == replicas_.end() || it->second->worker != worker) return false;
-    add_reported_chunks(it->second->reported, chunks);
-    return true;
+    if (it == replicas_.end() || it->second->worker != worker) return Reported::no_such_replica;
+    return add_reported_chunks(it->second->reported, chunks) ? Reported::new_chunks : Reported::nothing_new;
 }
 
 std::vector<std::pair<uint64_t, std::vector<uint32_t>>> Catalog::reported_chunks(uint64_t worker) const {

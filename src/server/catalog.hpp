@@ -30,7 +30,11 @@ bool routable(const ReplicaInfo &r);
 // next heartbeats.
 constexpr size_t kMaxReportedChunks = 16;
 // Adds the chunks reported is missing, up to kMaxReportedChunks in all.
-void add_reported_chunks(std::vector<uint32_t> &reported, const std::vector<uint32_t> &chunks);
+// False when it added none: all were listed already (a report sent again
+// after a failover, or by another reader) or the list is full.
+bool add_reported_chunks(std::vector<uint32_t> &reported, const std::vector<uint32_t> &chunks);
+// What a reader's report of mismatched chunks did to the catalog.
+enum class Reported { no_such_replica, new_chunks, nothing_new };
 
 // One shard of a version as its holder declares it (Publish).
 struct Publication {
@@ -118,9 +122,8 @@ class Catalog {
     MutationCheck begin_mutation(ReplicaInfo &r, bool rebuilding = false);
     // A reader found these chunks of the worker's replica `id` not matching
     // the version's checksums: it is not routed to until its holder has
-    // checked them (at most kMaxReportedChunks are kept). False when the
-    // worker holds no such replica.
-    bool report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks);
+    // checked them (at most kMaxReportedChunks are kept).
+    Reported report_mismatch(uint64_t worker, uint64_t id, const std::vector<uint32_t> &chunks);
     // The worker's replicas with reported chunks, and those chunks.
     std::vector<std::pair<uint64_t, std::vector<uint32_t>>> reported_chunks(uint64_t worker) const;
     // Its holder found these reported chunks of r intact.

@@ -454,13 +454,17 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
         // The worker answers; one of its replicas may hold wrong bytes. Only
         // that replica waits for its holder's own check (a replica already
         // gone needs nothing).
+        // A report that names only chunks already listed (sent again after a
+        // failover, or by another reader) changes nothing and counts once.
         std::vector<uint32_t> chunks(m->mismatched()->begin(), m->mismatched()->end());
-        if (w != nullptr && catalog_.report_mismatch(m->worker_id(), m->replica_id(), chunks)) {
+        Reported done = w != nullptr ? catalog_.report_mismatch(m->worker_id(), m->replica_id(), chunks)
+                                     : Reported::no_such_replica;
+        if (done == Reported::new_chunks) {
             TH_LOG(Warn, "worker ", h.worker_id, " read from replica ", m->replica_id(), " of worker ", m->worker_id(),
                    " '", w->name, "' chunks that do not match their checksums (", reason,
                    "): not routed to until its holder has checked them");
             metrics_.checksum_mismatch++;
-        } else if (rebuilding()) {
+        } else if (done == Reported::no_such_replica && rebuilding()) {
             keep_early_report(m->worker_id(), m->replica_id(), chunks);  // not declared here yet
         }
         return ack(h);
@@ -485,7 +489,7 @@ void Service::keep_early_report(uint64_t worker, uint64_t replica, const std::ve
 void Service::apply_early_report(uint64_t worker, uint64_t replica) {
     auto it = early_reports_.find({worker, replica});
     if (it == early_reports_.end()) return;
-    if (catalog_.report_mismatch(worker, replica, it->second)) {
+    if (catalog_.report_mismatch(worker, replica, it->second) == Reported::new_chunks) {
         TH_LOG(Warn, "replica ", replica, " of worker ", worker,
                " was reported before the takeover for chunks that do not match their checksums: not routed to "
                "until its holder has checked them");
