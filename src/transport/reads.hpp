@@ -39,7 +39,7 @@ constexpr uint64_t kMaxRead = uint64_t{1} << 32;
 // reaches the reader's handler in place, copied once into the destination.
 // Asking once per read rather than per piece sends a 4 MiB read's request
 // once instead of 32 times (measured: fetch / raw GET 0.81-0.92 -> see
-// README). One-sided reads are never split.
+// perf/FETCH.md). One-sided reads are never split.
 constexpr uint64_t kMaxAnswer = 128 << 10;
 // Readers before split answers asked for pieces of at most this size and
 // expect one answer each: requests up to it are answered whole.
