@@ -18,7 +18,7 @@ Args::Args(int argc, char **argv, const std::set<std::string> &flags) {
         if (eq != std::string::npos) {
             options_[name.substr(0, eq)] = name.substr(eq + 1);
         } else if (flags.count(name)) {
-            options_[name] = "1";
+            options_[name] = std::string("1");  // a moved string: GCC 12 warns wrongly on assigning "1"
         } else {
             if (i + 1 >= argc) throw std::runtime_error("option --" + name + " needs a value");
             options_[name] = argv[++i];

@@ -11,7 +11,7 @@ namespace {
 Header header(uint64_t worker, uint64_t request_id) { return Header{request_id, worker, 0}; }
 
 th::Labels labels_of(uint64_t worker) {
-    return {{"host", "h" + std::to_string(worker / 8)}, {"rack", "r" + std::to_string(worker / 128)}, {"dc", "dc0"}};
+    return {{"host", th::str("h", worker / 8)}, {"rack", th::str("r", worker / 128)}, {"dc", "dc0"}};
 }
 
 }  // namespace

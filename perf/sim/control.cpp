@@ -76,7 +76,7 @@ Bytes Control::call(const char *type, uint64_t worker, const std::function<Bytes
 void Control::hello(uint64_t worker, const Labels &labels) {
     Bytes reply = call("Hello", worker, [&](Builder &b, const Header &h) {
         std::vector<uint8_t> address = {1, 2, 3, 4, 5, 6, 7, 8};
-        return finish(b, h, CreateHello(b, worker, b.CreateString("w" + std::to_string(worker)), put_labels(b, labels),
+        return finish(b, h, CreateHello(b, worker, b.CreateString(str("w", worker)), put_labels(b, labels),
                                         b.CreateVector(address)));
     });
     reply_of(reply, Body::HelloReply, "Hello");

@@ -16,10 +16,11 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <ucp/api/ucp.h>
@@ -74,7 +75,13 @@ class Peer {
     std::vector<uint8_t> address_;      // the peer's, as connected to
     ReadPath path_ = ReadPath::ActiveMessage;
     std::string transports_;
-    std::array<std::map<std::vector<uint8_t>, ucp_rkey_h>, 2> rkeys_;  // by Lane
+    // Unpacked rkeys by their packed bytes, per lane.
+    struct PackedHash {
+        size_t operator()(const std::vector<uint8_t> &v) const noexcept {
+            return std::hash<std::string_view>{}(std::string_view(reinterpret_cast<const char *>(v.data()), v.size()));
+        }
+    };
+    std::array<std::unordered_map<std::vector<uint8_t>, ucp_rkey_h, PackedHash>, 2> rkeys_;
     // UCS_OK while usable; set once, by the error handler (progress thread,
     // which must not take mu_) or by a forced close.
     std::atomic<int> status_{UCS_OK};

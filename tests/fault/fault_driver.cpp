@@ -123,7 +123,10 @@ double percentile(std::vector<double> v, double p) {
 
 void print_run(const KindInfo &k, int index, uint64_t seed, const RunResult &r, bool passed) {
     std::string rec;
-    for (double ms : r.recovery_ms) rec += (rec.empty() ? "" : ",") + std::to_string(static_cast<int64_t>(ms));
+    for (double ms : r.recovery_ms) {
+        if (!rec.empty()) rec += ',';
+        rec += std::to_string(static_cast<int64_t>(ms));
+    }
     std::printf(
         "%-14s #%-3d seed=%-10llu %s | fault at %lld ms: %s | injected %s | %d fetches ok, %d failed | recovery %s "
         "ms\n",

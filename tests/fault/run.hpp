@@ -102,7 +102,10 @@ struct Layout {
     uint64_t delay_for_ms(uint64_t ms) const { return ms * 1000 / std::max<uint64_t>(1, shards * chunks_per_shard()); }
     std::string shard_list() const {
         std::string s;
-        for (uint32_t i = 0; i < shards; ++i) s += (i ? "," : "") + std::to_string(i);
+        for (uint32_t i = 0; i < shards; ++i) {
+            if (i > 0) s += ',';
+            s += std::to_string(i);
+        }
         return s;
     }
     std::vector<std::string> sizes() const {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -93,13 +94,18 @@ FanOut six_readers(const ServerGuard &srv, uint64_t mib, int tensors, const std:
     std::string ready = pub.line();
     EXPECT_EQ(ready.rfind("ready", 0), 0u) << ready;
     out.publisher = field(ready, "worker");
-    std::string go = "/tmp/th-cluster-go-" + std::to_string(getpid()) + "-" + std::to_string(out.publisher);
+    std::ostringstream go_path;
+    go_path << "/tmp/th-cluster-go-" << getpid() << "-" << out.publisher;
+    std::string go = go_path.str();
     std::remove(go.c_str());
     std::vector<std::unique_ptr<Process>> readers;
-    for (int i = 0; i < 6; ++i)
-        readers.push_back(std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", "r" + std::to_string(i),
+    for (int i = 0; i < 6; ++i) {
+        std::string name = "r";
+        name += std::to_string(i);
+        readers.push_back(std::make_unique<Process>(worker({"fetch", "--server", srv.url, "--name", name,
                                                             "--model", "p", "--shard-kb", kb, "--tensors", n, "--start-file", go},
                                                            env)));
+    }
     for (auto &r : readers) {
         std::string l = r->line(60000);
         EXPECT_EQ(l, "waiting") << l;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "wire/replica_desc.hpp"
 #include "wire/wire.hpp"
 
@@ -21,14 +22,14 @@ inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}, uin
     Builder b;
     std::vector<uint8_t> addr = {1, 2, 3, 4};
     return finish(b, Header{req, worker, epoch},
-                  CreateHello(b, worker, b.CreateString("w" + std::to_string(worker)), put_labels(b, labels), b.CreateVector(addr),
+                  CreateHello(b, worker, b.CreateString(th::str("w", worker)), put_labels(b, labels), b.CreateVector(addr),
                               left_url.empty() ? 0 : b.CreateString(left_url), probe_ms));
 }
 
 inline std::vector<th::TensorSpec> specs(uint64_t bytes_each, int n = 2, th_dtype dt = TH_DTYPE_UINT8) {
     std::vector<th::TensorSpec> out;
     for (int i = 0; i < n; ++i)
-        out.push_back({"t" + std::to_string(i), dt, {int64_t(bytes_each / th_dtype_size(dt))}, bytes_each});
+        out.push_back({th::str("t", i), dt, {int64_t(bytes_each / th_dtype_size(dt))}, bytes_each});
     return out;
 }
 
