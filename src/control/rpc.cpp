@@ -43,6 +43,25 @@ std::string without_port(const std::string &url) {
 
 }  // namespace
 
+void check_dial(const std::string &url, uint32_t timeout_ms) {
+    nng_stream_dialer *dialer = nullptr;
+    if (nng_stream_dialer_alloc(&dialer, url.c_str()) != 0) return;
+    nng_aio *aio = nullptr;
+    if (nng_aio_alloc(&aio, nullptr, nullptr) != 0) {
+        nng_stream_dialer_free(dialer);
+        return;
+    }
+    nng_aio_set_timeout(aio, static_cast<nng_duration>(timeout_ms));
+    nng_stream_dialer_dial(dialer, aio);
+    nng_aio_wait(aio);
+    int rv = nng_aio_result(aio);
+    if (rv == 0) nng_stream_free(static_cast<nng_stream *>(nng_aio_get_output(aio, 0)));
+    nng_aio_free(aio);
+    nng_stream_dialer_free(dialer);
+    if (rv == NNG_ETIMEDOUT) fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url, " (no connection in time)");
+    if (rv != 0) fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url, ": ", nng_error(rv));
+}
+
 RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), token_(std::move(token)) {
     if (int rv = nng_req0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_req0_open: ", nng_error(rv));
     nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
@@ -64,6 +83,16 @@ RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), tok
 // which the closing thread keeps.
 RpcClient::~RpcClient() { close_socket(sock_, "the connection to the server", pipes_); }
 
+// Called once the deadline passed with no server connected: NNG's socket
+// retries failed dials silently, so one more dial says why (a refused
+// connection: nothing listens at that address). Briefly: a refusal comes
+// back at once, and a failover waits for this.
+void RpcClient::fail_unreachable() const {
+    constexpr uint32_t kProbeMs = 50;
+    check_dial(url_, kProbeMs);
+    fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url_, " (no connection in time)");
+}
+
 void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes) {
     auto *n = static_cast<std::atomic<int> *>(pipes);
     if (ev == NNG_PIPE_EV_ADD_POST) ++*n;
@@ -84,8 +113,7 @@ wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline
     nng_aio_wait(aio.aio);
     if (int rv = nng_aio_result(aio.aio); rv != 0) {
         nng_msg_free(nng_aio_get_msg(aio.aio));  // on a failed send we still own it
-        if (rv == NNG_ETIMEDOUT)
-            fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url_, " (no answer in time)");
+        if (rv == NNG_ETIMEDOUT) fail_unreachable();  // a request is sent once a server is connected
         fail(rv == NNG_ECLOSED ? TH_ERR_CLOSED : TH_ERR_UNAVAILABLE, "sending to server ", url_, ": ", nng_error(rv));
     }
     nng_aio_set_timeout(aio.aio, deadline.remaining_ms());
@@ -93,8 +121,7 @@ wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline
     nng_aio_wait(aio.aio);
     if (int rv = nng_aio_result(aio.aio); rv != 0) {
         if (rv == NNG_ETIMEDOUT) {
-            if (!connected())
-                fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url_, " (not connected)");
+            if (!connected()) fail_unreachable();
             fail(TH_ERR_TIMEOUT, "the tensorhub server at ", url_, " did not answer in time");
         }
         fail(rv == NNG_ECLOSED ? TH_ERR_CLOSED : TH_ERR_UNAVAILABLE, "receiving from server ", url_, ": ",

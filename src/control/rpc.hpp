@@ -16,6 +16,12 @@
 
 namespace th {
 
+// Dials url once with a plain connection that carries no request, and
+// throws Error(TH_ERR_UNAVAILABLE) saying why if it does not connect within
+// timeout_ms (e.g. "Connection refused": nothing listens there). Returns for
+// transports a stream dialer does not know: they are left to the requests.
+void check_dial(const std::string &url, uint32_t timeout_ms);
+
 class RpcClient {
   public:
     // Starts dialing url in the background (the server may come up later).
@@ -27,7 +33,8 @@ class RpcClient {
 
     // Sends one request and returns the reply bytes (not yet verified).
     // Throws Error(TH_ERR_UNAVAILABLE) if no server is connected by the
-    // deadline, Error(TH_ERR_TIMEOUT) if it is connected but did not answer.
+    // deadline (saying why a dial fails, e.g. a refused connection),
+    // Error(TH_ERR_TIMEOUT) if it is connected but did not answer.
     // Thread-safe: many calls may be in flight at once.
     wire::Bytes call(const wire::Bytes &request, const Deadline &deadline);
 
@@ -44,6 +51,7 @@ class RpcClient {
 
   private:
     static void on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes);
+    [[noreturn]] void fail_unreachable() const;
     std::string url_;
     std::string token_;
     nng_socket sock_ = NNG_SOCKET_INITIALIZER;

@@ -1,6 +1,9 @@
 // Bad input gets a clear error and changes nothing; a missing or restarted
 // server is reported or recovered from. In one process, public API only.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -167,6 +170,7 @@ TEST_F(Errors, RegistrationIsReusedAcrossVersions) {
     EXPECT_EQ(dst.data, src.data);
 }
 
+// Nothing listens on port 1: the message says the connection is refused.
 TEST(ServerErrors, UnreachableServerFailsWithinTheDeadline) {
     th_client_config cc;
     th_client_config_init(&cc, sizeof cc);
@@ -174,10 +178,36 @@ TEST(ServerErrors, UnreachableServerFailsWithinTheDeadline) {
     cc.timeout_ms = 300;
     th_client *c = nullptr;
     auto t0 = Clock::now();
-    EXPECT_ERROR(th_client_create(&c, &cc), TH_ERR_UNAVAILABLE, "tcp://127.0.0.1:1");
+    EXPECT_ERROR(th_client_create(&c, &cc), TH_ERR_UNAVAILABLE,
+                 "cannot reach the tensorhub server at tcp://127.0.0.1:1: Connection refused");
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
     char *json = nullptr;
-    EXPECT_ERROR(th_server_status_json("tcp://127.0.0.1:1", 300, &json), TH_ERR_UNAVAILABLE, "cannot reach");
+    EXPECT_ERROR(th_server_status_json("tcp://127.0.0.1:1", 300, &json), TH_ERR_UNAVAILABLE,
+                 "cannot reach the tensorhub server at tcp://127.0.0.1:1: Connection refused");
+}
+
+// A port that accepts connections but never speaks the protocol (here: a
+// socket that listens and never accepts) is not a refused one.
+TEST(ServerErrors, AnAddressThatNeverAnswersIsNotReportedAsRefused) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&addr), len), 0);
+    ASSERT_EQ(listen(fd, 16), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len), 0);
+    std::string url = "tcp://127.0.0.1:";
+    url += std::to_string(ntohs(addr.sin_port));
+    th_client_config cc;
+    th_client_config_init(&cc, sizeof cc);
+    cc.server_url = url.c_str();
+    cc.timeout_ms = 300;
+    th_client *c = nullptr;
+    EXPECT_ERROR(th_client_create(&c, &cc), TH_ERR_UNAVAILABLE,
+                 "cannot reach the tensorhub server at " + url + " (no connection in time)");
+    close(fd);
 }
 
 TEST(ServerErrors, ServerRestartedUnderTheClients) {
