@@ -13,7 +13,10 @@ echo "== build"
 # default), and a unity build (build.sh), which halves the compile time. An
 # existing one keeps its type. The sanitizer build below is not a unity
 # build, so every file it compiles is still checked to compile on its own.
-TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} TH_NEW_BUILD_UNITY=${TH_NEW_BUILD_UNITY:-ON} scripts/build.sh
+# Under CI a compiler warning fails the build (TH_WERROR).
+werror=()
+if [ "${CI:-}" = true ]; then werror=(-DTH_WERROR=ON); fi
+TH_NEW_BUILD_TYPE=${TH_NEW_BUILD_TYPE:-Release} TH_NEW_BUILD_UNITY=${TH_NEW_BUILD_UNITY:-ON} scripts/build.sh "${werror[@]}"
 echo "== C/C++ tests"
 # No retries: a test that fails once fails the run (a retry would hide flakes).
 # First the tests that must run alone (label "alone": they rewire network
