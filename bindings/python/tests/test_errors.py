@@ -112,9 +112,10 @@ def test_invalid_arguments(pub: tensorhub.Client) -> None:
 
 def test_unreachable_server_is_unavailable_within_the_timeout() -> None:
     t0 = time.monotonic()
-    with pytest.raises(tensorhub.Unavailable, match="tcp://127.0.0.1:1"):
+    # Nothing listens on port 1: the message says why.
+    with pytest.raises(tensorhub.Unavailable, match="tcp://127.0.0.1:1: Connection refused"):
         tensorhub.Client("tcp://127.0.0.1:1", timeout=0.3)
-    with pytest.raises(tensorhub.Unavailable, match="cannot reach"):
+    with pytest.raises(tensorhub.Unavailable, match="cannot reach .*: Connection refused"):
         tensorhub.server_status("tcp://127.0.0.1:1", timeout=0.3)
     assert time.monotonic() - t0 < 3
 
