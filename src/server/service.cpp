@@ -453,9 +453,9 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
     if (m->mismatched() != nullptr && m->mismatched()->size() > 0) {
         // The worker answers; one of its replicas may hold wrong bytes. Only
         // that replica waits for its holder's own check (a replica already
-        // gone needs nothing).
-        // A report that names only chunks already listed (sent again after a
-        // failover, or by another reader) changes nothing and counts once.
+        // gone needs nothing). A report that names only chunks already listed
+        // (sent again after a failover, or by another reader) changes nothing
+        // and is not counted again.
         std::vector<uint32_t> chunks(m->mismatched()->begin(), m->mismatched()->end());
         Reported done = w != nullptr ? catalog_.report_mismatch(m->worker_id(), m->replica_id(), chunks)
                                      : Reported::no_such_replica;
