@@ -127,13 +127,14 @@ void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t
     if (was_empty) ucp_worker_signal(worker_);
 }
 
-void UcxWorker::send_outbox() {
+size_t UcxWorker::send_outbox() {
     std::vector<Outgoing> batch;
     {
         std::lock_guard lk(outbox_mu_);
         batch.swap(outbox_);
     }
     for (Outgoing &o : batch) send(o, /*cancel=*/false);
+    return batch.size();
 }
 
 void UcxWorker::send(Outgoing &o, bool cancel) {

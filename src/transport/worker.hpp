@@ -146,7 +146,7 @@ class UcxWorker {
     uint64_t add_pending(PendingRead *g);
     void read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
                     uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb);
-    void send_outbox();  // progress thread
+    size_t send_outbox();  // progress thread; how many reads it posted
     void send(Outgoing &o, bool cancel);
     void post_get(Outgoing &o, ucp_ep_h ep, ucp_rkey_h rkey);
     void post_request(Outgoing &o, ucp_ep_h ep);
