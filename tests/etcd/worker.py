@@ -19,7 +19,11 @@ def pattern(version, size):
 
 
 def emit(**rec):
-    print(json.dumps(rec), flush=True)
+    # One write, newline included: the library logs to stderr, which shares
+    # the file, and under PYTHONUNBUFFERED print() writes the line and its
+    # newline apart, so a log line could land between them.
+    sys.stdout.write(json.dumps(rec) + "\n")
+    sys.stdout.flush()
 
 
 def publisher(client, args):
