@@ -33,6 +33,36 @@ class ServiceTest : public ::testing::Test {
     }
 };
 
+// The workers a plan names as sources.
+std::set<uint64_t> plan_sources(const Bytes &r) {
+    std::set<uint64_t> out;
+    EXPECT_EQ(env(r)->body_type(), Body::PlanReply) << error_text(r);
+    if (env(r)->body_type() == Body::PlanReply)
+        for (const auto *range : *env(r)->body_as_PlanReply()->ranges()) out.insert(range->worker_id());
+    return out;
+}
+
+// The chunks a heartbeat reply asks its worker to check, by replica.
+using Checks = std::map<uint64_t, std::vector<uint32_t>>;
+Checks chunk_checks(const Bytes &r) {
+    Checks out;
+    EXPECT_EQ(env(r)->body_type(), Body::HeartbeatReply) << error_text(r);
+    if (env(r)->body_type() != Body::HeartbeatReply) return out;
+    if (const auto *c = env(r)->body_as_HeartbeatReply()->check())
+        for (const ChunkCheck *cc : *c) out[cc->replica_id()].assign(cc->chunks()->begin(), cc->chunks()->end());
+    return out;
+}
+
+// A reader's report that these chunks of worker's replica do not match
+// their checksums.
+Bytes mismatch_report(uint64_t reader, uint64_t req, uint64_t worker, uint64_t replica,
+                      const std::vector<uint32_t> &chunks) {
+    Builder b;
+    return finish(b, hdr(reader, req),
+                  CreateSourceFailed(b, worker, b.CreateString("chunk does not match the version's checksum"), replica,
+                                     b.CreateVector(chunks)));
+}
+
 }  // namespace
 
 TEST_F(ServiceTest, CommitsOnlyWhenAllShardsArePublished) {
@@ -438,30 +468,12 @@ TEST_F(ServiceTest, AReplicaReportedCorruptWaitsForItsHoldersOwnCheck) {
     ASSERT_EQ(error_code(call(publish(2, req++, "m", 1, 0, 1, ts, 200))), 0);
     ASSERT_EQ(error_code(call(publish(2, req++, "other", 1, 0, 1, ts, 201))), 0);
     auto sources = [&](uint64_t reader, const char *model = "m") {
-        Bytes r = call(plan(reader, req++, model, UINT64_MAX, 0));
-        std::set<uint64_t> out;
-        EXPECT_EQ(env(r)->body_type(), Body::PlanReply) << error_text(r);
-        if (env(r)->body_type() == Body::PlanReply)
-            for (const auto *range : *env(r)->body_as_PlanReply()->ranges()) out.insert(range->worker_id());
-        return out;
+        return plan_sources(call(plan(reader, req++, model, UINT64_MAX, 0)));
     };
     auto report = [&](uint64_t reader, uint64_t worker, uint64_t replica, std::vector<uint32_t> chunks) {
-        Builder b;
-        return error_code(call(finish(
-            b, hdr(reader, req++),
-            CreateSourceFailed(b, worker, b.CreateString("chunk 1 does not match the version's checksum"), replica,
-                               b.CreateVector(chunks)))));
+        return error_code(call(mismatch_report(reader, req++, worker, replica, chunks)));
     };
-    using Checks = std::map<uint64_t, std::vector<uint32_t>>;
-    auto checks = [&](uint64_t worker) {
-        Bytes r = call(heartbeat(worker, req++));
-        Checks out;
-        EXPECT_EQ(env(r)->body_type(), Body::HeartbeatReply) << error_text(r);
-        if (env(r)->body_type() != Body::HeartbeatReply) return out;
-        if (const auto *c = env(r)->body_as_HeartbeatReply()->check())
-            for (const ChunkCheck *cc : *c) out[cc->replica_id()].assign(cc->chunks()->begin(), cc->chunks()->end());
-        return out;
-    };
+    auto checks = [&](uint64_t worker) { return chunk_checks(call(heartbeat(worker, req++))); };
     auto checked = [&](uint64_t worker, uint64_t replica, std::vector<uint32_t> chunks, bool match) {
         Builder b;
         return error_code(
@@ -529,29 +541,10 @@ TEST(ServiceTakeover, AMismatchReportedBeforeItsReplicaIsDeclaredAgainWaitsForIt
     uint64_t req = 1;
     auto call = [&](const Bytes &m) { return svc.handle(m.data(), m.size()); };
     auto report = [&](uint64_t reader, uint64_t worker, uint64_t replica, std::vector<uint32_t> chunks) {
-        Builder b;
-        return error_code(call(finish(b, hdr(reader, req++),
-                                      CreateSourceFailed(b, worker, b.CreateString("chunk does not match"), replica,
-                                                         b.CreateVector(chunks)))));
+        return error_code(call(mismatch_report(reader, req++, worker, replica, chunks)));
     };
-    auto checks = [&](uint64_t worker) {
-        Bytes r = call(heartbeat(worker, req++));
-        std::map<uint64_t, std::vector<uint32_t>> out;
-        EXPECT_EQ(env(r)->body_type(), Body::HeartbeatReply) << error_text(r);
-        if (env(r)->body_type() != Body::HeartbeatReply) return out;
-        if (const auto *c = env(r)->body_as_HeartbeatReply()->check())
-            for (const ChunkCheck *cc : *c) out[cc->replica_id()].assign(cc->chunks()->begin(), cc->chunks()->end());
-        return out;
-    };
-    auto sources = [&](uint64_t reader) {
-        Bytes r = call(plan(reader, req++, "m", UINT64_MAX, 0));
-        std::set<uint64_t> out;
-        EXPECT_EQ(env(r)->body_type(), Body::PlanReply) << error_text(r);
-        if (env(r)->body_type() == Body::PlanReply)
-            for (const auto *range : *env(r)->body_as_PlanReply()->ranges()) out.insert(range->worker_id());
-        return out;
-    };
-    using Checks = std::map<uint64_t, std::vector<uint32_t>>;
+    auto checks = [&](uint64_t worker) { return chunk_checks(call(heartbeat(worker, req++))); };
+    auto sources = [&](uint64_t reader) { return plan_sources(call(plan(reader, req++, "m", UINT64_MAX, 0))); };
     auto ts = specs(8192);
 
     // The reader reaches the standby first, from a server of a newer epoch:
