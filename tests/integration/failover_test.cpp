@@ -419,14 +419,7 @@ TEST(Failover, AChecksumMismatchReportedJustBeforeATakeoverStillReachesItsHolder
     v1.data[1][1000] ^= 0x40;  // behind the library's back
 
     Shard got(2, kBytes);
-    th_fetch_config fc;
-    th_fetch_config_init(&fc, sizeof fc);
-    fc.model = "bad";
-    fc.version = 1;
-    fc.verify = TH_VERIFY_ALL;
-    fc.timeout_ms = 3000;
-    th_status st = th_fetch(rd, &fc, got.views.data(), got.views.size(), nullptr, nullptr);
-    ASSERT_NE(st, TH_OK) << "the only holder is corrupt";
+    ASSERT_NE(fetch(rd, "bad", 1, 0, got, nullptr, nullptr, 3000, TH_VERIFY_ALL), TH_OK) << "the only holder is corrupt";
     kill(primary.proc.pid(), SIGKILL);
 
     auto end = Clock::now() + std::chrono::seconds(15);

@@ -86,13 +86,14 @@ inline th_status publish(th_client *c, const char *model, uint64_t version, uint
 }
 
 inline th_status fetch(th_client *c, const char *model, uint64_t version, uint32_t shard, Shard &s, uint64_t *got = nullptr,
-                th_replica **out = nullptr, uint32_t timeout_ms = 10000) {
+                th_replica **out = nullptr, uint32_t timeout_ms = 10000, th_verify verify = TH_DEFAULT_VERIFY) {
     th_fetch_config fc;
     th_fetch_config_init(&fc, sizeof fc);
     fc.model = model;
     fc.version = version;
     fc.shard = shard;
     fc.timeout_ms = timeout_ms;
+    fc.verify = verify;
     return th_fetch(c, &fc, s.views.data(), s.views.size(), got, out);
 }
 
