@@ -6,7 +6,9 @@
 // publishes one shard of a few float32 tensors, the reader th_fetch()es it,
 // not serving it on) and a plain-UCX pair's, which moves the same bytes
 // between the same buffers with ucp_get_nbx, with the same chunk size and
-// reads in flight, and again with reads of --raw-long-kb (64 MiB): the
+// reads in flight (from as many workers, each with a thread, as the library
+// posts its reads from: --copy-threads on one-sided host-memory lanes, else
+// one), and again with reads of --raw-long-kb (64 MiB): the
 // library reads several chunks at once where a chunk takes microseconds, so
 // the raw figure is the faster of the two, the lane's limit whatever the read
 // size. Same buffers, because a cma copy's cost depends on how scattered the
@@ -31,7 +33,7 @@
 //
 //   tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096]
 //                         [--raw-long-kb 65536] [--inflight 8] [--tensors 4]
-//                         [--lanes tcp,sm[,cuda]] [--smoke]
+//                         [--copy-threads 2] [--lanes tcp,sm[,cuda]] [--smoke]
 //
 // Prints a table per lane and, last, one JSON line: the largest size of each
 // lane, with fetch_gbps, raw_gbps, ratio and transport.
@@ -67,6 +69,9 @@ struct Options {
     uint64_t raw_long_read = 64ull << 20;  // the raw pair's second read size; 0: none
     unsigned inflight = 8;
     unsigned tensors = 4;
+    // th_client_config.copy_threads of the reader; the raw pair reads from
+    // as many workers where the library would use them (one-sided, host memory).
+    unsigned copy_threads = TH_DEFAULT_COPY_THREADS;
     // The lanes measured (see Lane): tcp, sm, and cuda where a device is.
     std::vector<std::string> lanes;
     // A child's buffers (the parent passes each lane's to its children).
@@ -141,6 +146,7 @@ th_client *connect(const std::string &url, const std::string &name, const Option
     cfg.server_url = url.c_str();
     cfg.worker_name = name.c_str();
     cfg.max_inflight = o.inflight;
+    cfg.copy_threads = o.copy_threads;
     th_client *c = nullptr;
     check(th_client_create(&c, &cfg), "connecting to the server");
     return c;
@@ -208,6 +214,11 @@ int run_reader(const std::string &url, const Options &o) {
          [&](const std::vector<std::string> &a) {
              raw.connect(from_hex(a.at(0)));
              return raw.transports();
+         }},
+        {"widen",
+         [&](const std::vector<std::string> &a) {
+             raw.widen(static_cast<unsigned>(to_u64(a.at(0))));
+             return str(raw.workers());
          }},
         {"prepare",
          [&](const std::vector<std::string> &a) {
@@ -285,6 +296,7 @@ struct Result {
     // Buffer::physically_contiguous() of the holder's and the reader's
     // buffers (both pairs use them): -1 unknown.
     double holder_contiguous = -1, reader_contiguous = -1;
+    unsigned raw_workers = 1;  // the raw pair's reading workers (threads)
     double per_gib(double cpu_s) const { return served ? cpu_s / (double(served) / (1ull << 30)) : 0; }
     double holder_cpu_per_gib() const { return per_gib(holder_cpu_s); }
     double raw_target_cpu_per_gib() const { return per_gib(raw_target_cpu_s); }
@@ -315,6 +327,7 @@ class Bench {
         std::vector<std::string> common = {"tensorhub-fetch-bench", "--server", url,
                                            "--chunk-kb", std::to_string(o.chunk_bytes >> 10),
                                            "--inflight", std::to_string(o.inflight),
+                                           "--copy-threads", std::to_string(o.copy_threads),
                                            "--tensors", std::to_string(o.tensors),
                                            "--memory", memory_name(memory)};
         auto start = [&](const char *role) {
@@ -326,7 +339,22 @@ class Bench {
         reader_ = start("reader");
         auto address = holder_->call("address", Millis(30000));
         transports_ = reader_->call("connect " + address.at(0), Millis(30000)).at(0);
+        // The library posts one-sided reads into host memory from
+        // copy_threads threads: the raw pair then reads from as many workers.
+        if (memory == Memory::Host && one_sided(transports_))
+            raw_workers_ = static_cast<unsigned>(
+                std::stoul(reader_->call(str("widen ", o.copy_threads), Millis(30000)).at(0)));
     }
+
+    // Whether a transport list names one that reads without the holder's CPU
+    // (the library's own test, src/transport/peer.cpp).
+    static bool one_sided(const std::string &transports) {
+        for (const auto &t : split(transports, ','))
+            for (const char *p : {"rc", "dc", "cma", "knem", "xpmem"})
+                if (t.rfind(p, 0) == 0) return true;
+        return false;
+    }
+    unsigned raw_workers() const { return raw_workers_; }
 
     // What the raw endpoint runs over (tensorhub's endpoints get the same).
     const std::string &transports() const { return transports_; }
@@ -402,6 +430,7 @@ class Bench {
 
     Options o_;
     std::string transports_;
+    unsigned raw_workers_ = 1;
     std::unique_ptr<Child> holder_, reader_;
 };
 
@@ -410,7 +439,7 @@ std::string range(const std::vector<double> &v) {
     return str(std::fixed, std::setprecision(2), *lo, "-", *hi);
 }
 
-void print_header(const Options &o, const Lane &lane, const std::string &transports) {
+void print_header(const Options &o, const Lane &lane, const std::string &transports, unsigned raw_workers) {
     auto env = [](const char *name) {
         const char *v = std::getenv(name);
         return std::string(v ? v : "(UCX default)");
@@ -421,6 +450,8 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
                 lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
+    std::printf("reader copy threads %u; the raw pair reads from %u worker(s), each with a thread\n", o.copy_threads,
+                raw_workers);
     std::printf("%10s %15s %10s %9s %7s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size", "tensorhub GB/s",
                 "raw GB/s", "raw read", "ratio", "paired", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
                 "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)",
@@ -448,12 +479,12 @@ std::string json_fields(const Result &r) {
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
                   "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f,"
-                  "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f",
+                  "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f,\"raw_workers\":%u",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
                   static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(), r.paired_ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s), r.holder_contiguous,
-                  r.reader_contiguous);
+                  r.reader_contiguous, r.raw_workers);
     return buf;
 }
 
@@ -525,12 +556,13 @@ int run_parent(const Options &o) {
         lane_env(lane.tls);
         // Children are killed by Bench's destructor if anything below fails.
         Bench bench(th_server_url(server.get()), o, lane.memory);
-        print_header(o, lane, bench.transports());
+        print_header(o, lane, bench.transports(), bench.raw_workers());
         std::vector<Result> results;
         for (uint64_t mb : o.sizes_mb) {
             results.push_back(bench.measure(mb, index++));
             results.back().transport = lane.name;
             results.back().memory = lane.memory;
+            results.back().raw_workers = bench.raw_workers();
             print_row(results.back());
         }
         bench.finish();
@@ -559,14 +591,16 @@ Options parse(const th_support::Args &args) {
     o.raw_long_read = args.get_u64("raw-long-kb", o.raw_long_read >> 10) << 10;
     o.inflight = static_cast<unsigned>(args.get_u64("inflight", o.inflight));
     o.tensors = static_cast<unsigned>(args.get_u64("tensors", o.tensors));
+    o.copy_threads = static_cast<unsigned>(args.get_u64("copy-threads", o.copy_threads));
     if (args.has("lanes")) o.lanes = split(args.get("lanes"), ',');
     std::string memory = args.get("memory");
     if (memory == "cuda")
         o.memory = Memory::Cuda;
     else if (!memory.empty() && memory != "host")
         fail("--memory must be host or cuda");
-    if (o.sizes_mb.empty() || o.reps < 1 || o.chunk_bytes == 0 || o.inflight < 1 || o.tensors < 1)
-        fail("--sizes-mb, --reps, --chunk-kb, --inflight and --tensors must be positive");
+    if (o.sizes_mb.empty() || o.reps < 1 || o.chunk_bytes == 0 || o.inflight < 1 || o.tensors < 1 ||
+        o.copy_threads < 1)
+        fail("--sizes-mb, --reps, --chunk-kb, --inflight, --tensors and --copy-threads must be positive");
     for (uint64_t mb : o.sizes_mb)
         if (mb == 0 || (mb << 20) < 4ull * o.tensors) fail("size ", mb, " MiB is too small for ", o.tensors, " tensors");
     return o;
@@ -579,12 +613,12 @@ int main(int argc, char **argv) {
         th_support::Args args(argc, argv, {"help", "smoke"});
         if (args.has("help")) {
             std::printf("usage: tensorhub-fetch-bench [--sizes-mb 64,256,1024] [--reps 5] [--chunk-kb 4096] "
-                        "[--raw-long-kb 65536 (0: none)] [--inflight 8] [--tensors 4] [--lanes tcp,sm[,cuda]] [--smoke]\n"
+                        "[--raw-long-kb 65536 (0: none)] [--inflight 8] [--tensors 4] [--copy-threads 2] [--lanes tcp,sm[,cuda]] [--smoke]\n"
                         "lanes: tcp, sm, cuda (device memory over cuda_ipc; default where a CUDA device is),\n"
                         "tcp-cuda (device memory over tcp), or any other UCX_TLS value over host memory\n");
             return 0;
         }
-        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "raw-long-kb", "inflight", "tensors", "lanes", "smoke", "role", "server", "memory"});
+        auto bad = args.unknown({"sizes-mb", "reps", "chunk-kb", "raw-long-kb", "inflight", "tensors", "copy-threads", "lanes", "smoke", "role", "server", "memory"});
         if (!bad.empty()) fail("unknown option --", bad[0], " (see --help)");
         Options o = parse(args);
         ensure_std_fds();

@@ -50,8 +50,19 @@ RawWorker::RawWorker() {
 }
 
 RawWorker::~RawWorker() {
+    for (ucp_worker_h w : more_) ucp_worker_destroy(w);
     ucp_worker_destroy(worker_);
     ucp_cleanup(context_);
+}
+
+ucp_worker_h RawWorker::add_worker() {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    ucp_worker_h w = nullptr;
+    check(ucp_worker_create(context_, &wp, &w), "ucp_worker_create");
+    more_.push_back(w);
+    return w;
 }
 
 std::vector<uint8_t> RawWorker::address() const {
@@ -117,38 +128,53 @@ void RawTarget::progress_loop() {
 
 RawReader::~RawReader() {
     unbind();
-    if (ep_ == nullptr) return;
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    wait_request(ucx_.worker(), ucp_ep_close_nbx(ep_, &prm), Clock::now() + std::chrono::seconds(5));
+    for (auto &s : streams_) {
+        ucp_request_param_t prm{};
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        wait_request(s->worker, ucp_ep_close_nbx(s->ep, &prm), Clock::now() + std::chrono::seconds(5));
+    }
 }
 
 void RawReader::on_error(void *arg, ucp_ep_h, ucs_status_t status) {
     int expected = UCS_OK;
-    static_cast<RawReader *>(arg)->ep_status_.compare_exchange_strong(expected, status);
+    static_cast<Stream *>(arg)->ep_status.compare_exchange_strong(expected, status);
+}
+
+void RawReader::add_stream(ucp_worker_h worker) {
+    auto s = std::make_unique<Stream>();
+    s->worker = worker;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t *>(target_.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &RawReader::on_error;
+    ep.err_handler.arg = s.get();
+    check(ucp_ep_create(worker, &ep, &s->ep), "ucp_ep_create");
+    streams_.push_back(std::move(s));
 }
 
 void RawReader::connect(const std::vector<uint8_t> &target_address) {
-    if (ep_ != nullptr) fail("already connected");
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t *>(target_address.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &RawReader::on_error;
-    ep.err_handler.arg = this;
-    check(ucp_ep_create(ucx_.worker(), &ep, &ep_), "ucp_ep_create");
+    if (!streams_.empty()) fail("already connected");
+    target_ = target_address;
+    add_stream(ucx_.worker());
+}
+
+void RawReader::widen(unsigned workers) {
+    if (streams_.empty()) fail("not connected");
+    if (local_ != nullptr) fail("widen before binding a buffer");
+    while (streams_.size() < workers) add_stream(ucx_.add_worker());
 }
 
 // UCX 1.13 has no query for an endpoint's transports, only a printout; its
 // lane lines read "lane[0]:  1:tcp/lo.0 md[1] -> ...".
 std::string RawReader::transports() const {
-    if (ep_ == nullptr) fail("not connected");
+    if (streams_.empty()) fail("not connected");
     char *text = nullptr;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (f == nullptr) fail("open_memstream failed");
-    ucp_ep_print_info(ep_, f);
+    ucp_ep_print_info(streams_[0]->ep, f);
     std::fclose(f);
     std::string info(text, len);
     std::free(text);
@@ -167,65 +193,94 @@ std::string RawReader::transports() const {
 }
 
 void RawReader::bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const Buffer &local) {
-    if (ep_ == nullptr) fail("not connected");
+    if (streams_.empty()) fail("not connected");
     unbind();
-    check(ucp_ep_rkey_unpack(ep_, packed_rkey.data(), &rkey_), "ucp_ep_rkey_unpack");
+    for (auto &s : streams_) check(ucp_ep_rkey_unpack(s->ep, packed_rkey.data(), &s->rkey), "ucp_ep_rkey_unpack");
     remote_ = remote;
     local_ = &local;
     local_region_ = std::make_unique<RawRegion>(ucx_.context(), local);
 }
 
 void RawReader::unbind() {
-    if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
-    rkey_ = nullptr;
+    for (auto &s : streams_) {
+        if (s->rkey != nullptr) ucp_rkey_destroy(s->rkey);
+        s->rkey = nullptr;
+    }
     local_region_.reset();
     local_ = nullptr;
 }
 
 void RawReader::on_get_done(void *request, ucs_status_t status, void *user_data) {
-    auto *self = static_cast<RawReader *>(user_data);
-    self->inflight_--;
-    if (status != UCS_OK) self->get_status_ = status;
+    auto *s = static_cast<Stream *>(user_data);
+    s->inflight--;
+    if (status != UCS_OK) s->get_status = status;
     ucp_request_free(request);
 }
 
-void RawReader::check_healthy() const {
-    if (get_status_ != UCS_OK) fail("GET failed: ", ucs_status_string(get_status_));
-    if (ep_status_.load() != UCS_OK)
-        fail("endpoint failed: ", ucs_status_string(static_cast<ucs_status_t>(ep_status_.load())));
+void RawReader::check_healthy(const Stream &s) {
+    if (s.get_status != UCS_OK) fail("GET failed: ", ucs_status_string(s.get_status));
+    if (s.ep_status.load() != UCS_OK)
+        fail("endpoint failed: ", ucs_status_string(static_cast<ucs_status_t>(s.ep_status.load())));
 }
 
-double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events) {
+void RawReader::read_range(Stream &s, size_t begin, size_t end, size_t chunk, unsigned inflight,
+                           Clock::time_point deadline, bool wait_on_events) {
     int efd = -1;
-    if (wait_on_events && ucp_worker_get_efd(ucx_.worker(), &efd) != UCS_OK) fail("the worker has no event fd");
-    if (local_ == nullptr) fail("no buffer bound");
-    if (inflight_ != 0) fail("GETs of an earlier read are still in flight");
-    get_status_ = UCS_OK;
+    if (wait_on_events && ucp_worker_get_efd(s.worker, &efd) != UCS_OK) fail("the worker has no event fd");
+    if (s.inflight != 0) fail("GETs of an earlier read are still in flight");
+    s.get_status = UCS_OK;
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH |
                        UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     prm.cb.send = &RawReader::on_get_done;
-    prm.user_data = this;
+    prm.user_data = &s;
     prm.memh = local_region_->memh();
     prm.memory_type = ucs_memory(*local_);
-    const size_t n = local_->size();
-    auto t0 = Clock::now();
-    for (size_t issued = 0; issued < n || inflight_ > 0;) {
-        while (inflight_ < inflight && issued < n) {
-            size_t len = std::min(chunk, n - issued);
-            ucs_status_ptr_t req = ucp_get_nbx(ep_, local_->data() + issued, len, remote_ + issued, rkey_, &prm);
+    for (size_t issued = begin; issued < end || s.inflight > 0;) {
+        while (s.inflight < inflight && issued < end) {
+            size_t len = std::min(chunk, end - issued);
+            ucs_status_ptr_t req = ucp_get_nbx(s.ep, local_->data() + issued, len, remote_ + issued, s.rkey, &prm);
             if (UCS_PTR_IS_ERR(req)) fail("ucp_get_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
-            if (UCS_PTR_IS_PTR(req)) inflight_++;
+            if (UCS_PTR_IS_PTR(req)) s.inflight++;
             issued += len;
         }
-        bool progressed = ucp_worker_progress(ucx_.worker()) != 0;
-        if (wait_on_events && !progressed && ucp_worker_arm(ucx_.worker()) == UCS_OK) {
+        bool progressed = ucp_worker_progress(s.worker) != 0;
+        if (wait_on_events && !progressed && ucp_worker_arm(s.worker) == UCS_OK) {
             pollfd pfd{efd, POLLIN, 0};
             poll(&pfd, 1, 10);
         }
-        check_healthy();
-        if (Clock::now() > deadline) fail("GETs did not complete in time (", inflight_, " still in flight)");
+        check_healthy(s);
+        if (Clock::now() > deadline) fail("GETs did not complete in time (", s.inflight, " still in flight)");
     }
+}
+
+double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events) {
+    if (local_ == nullptr) fail("no buffer bound");
+    const size_t n = local_->size();
+    const size_t k = streams_.size();
+    auto t0 = Clock::now();
+    if (k == 1) {
+        read_range(*streams_[0], 0, n, chunk, inflight, deadline, wait_on_events);
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    // Each worker reads a contiguous share, whole chunks, on a thread of its own.
+    const size_t chunks = (n + chunk - 1) / chunk;
+    const unsigned window = std::max(1u, inflight / static_cast<unsigned>(k));
+    std::vector<std::string> errors(k);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < k; ++i) {
+        size_t begin = std::min(n, chunks * i / k * chunk), end = std::min(n, chunks * (i + 1) / k * chunk);
+        threads.emplace_back([&, i, begin, end] {
+            try {
+                read_range(*streams_[i], begin, end, chunk, window, deadline, wait_on_events);
+            } catch (const std::exception &e) {
+                errors[i] = e.what();
+            }
+        });
+    }
+    for (auto &t : threads) t.join();
+    for (const auto &e : errors)
+        if (!e.empty()) fail(e);
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

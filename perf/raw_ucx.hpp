@@ -21,7 +21,8 @@
 
 namespace th_bench {
 
-// One UCX context and worker.
+// One UCX context and its worker, and further workers of the same context
+// on request (a reader that posts GETs from several threads).
 class RawWorker {
   public:
     RawWorker();
@@ -32,10 +33,13 @@ class RawWorker {
     ucp_context_h context() const { return context_; }
     ucp_worker_h worker() const { return worker_; }
     std::vector<uint8_t> address() const;
+    // Another worker of the context, destroyed with this.
+    ucp_worker_h add_worker();
 
   private:
     ucp_context_h context_ = nullptr;
     ucp_worker_h worker_ = nullptr;
+    std::vector<ucp_worker_h> more_;
 };
 
 // A buffer registered with a context.
@@ -74,40 +78,56 @@ class RawTarget {
     std::thread progress_;
 };
 
-// The side that reads: one endpoint, chunked GETs with a bounded window.
+// The side that reads: one endpoint per worker, chunked GETs with a bounded
+// window. With several workers (widen) each thread reads its share of the
+// buffer through its own worker, as libtensorhub's copy workers do
+// (th_client_config.copy_threads).
 class RawReader {
   public:
     RawReader() = default;
     ~RawReader();
     void connect(const std::vector<uint8_t> &target_address);
+    // Reads from `workers` workers from now on (at least 1; connected first).
+    void widen(unsigned workers);
+    unsigned workers() const { return static_cast<unsigned>(streams_.size()); }
     // The transports the endpoint's lanes use, e.g. "tcp/lo.0".
     std::string transports() const;
     // The remote buffer to read and the local buffer to read it into.
     void bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const Buffer &local);
     void unbind();
     // Reads the whole remote buffer with GETs of `chunk` bytes, at most
-    // `inflight` at a time; returns the seconds it took. Busy-polls the worker
-    // unless `wait_on_events` is set: then it sleeps on the worker's event fd between
-    // completions, as a tensorhub reader does, which is what many readers
-    // sharing few cores need.
+    // `inflight` at a time (split evenly among the workers); returns the
+    // seconds it took. Busy-polls the workers unless `wait_on_events` is set:
+    // then it sleeps on the worker's event fd between completions, as a
+    // tensorhub reader does, which is what many readers sharing few cores need.
     double read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events = false);
 
   private:
+    // One worker's endpoint and the state of its GETs. Completion state lives
+    // here rather than in locals: after a failed read_all, GETs still in
+    // flight may complete into it.
+    struct Stream {
+        ucp_worker_h worker = nullptr;
+        ucp_ep_h ep = nullptr;
+        std::atomic<int> ep_status{UCS_OK};
+        ucp_rkey_h rkey = nullptr;
+        unsigned inflight = 0;
+        ucs_status_t get_status = UCS_OK;
+    };
     static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);
     static void on_get_done(void *request, ucs_status_t status, void *user_data);
-    void check_healthy() const;
+    static void check_healthy(const Stream &s);
+    void add_stream(ucp_worker_h worker);
+    // Reads [begin, end) of the buffer through s; throws on a failure.
+    void read_range(Stream &s, size_t begin, size_t end, size_t chunk, unsigned inflight, Clock::time_point deadline,
+                    bool wait_on_events);
 
     RawWorker ucx_;
-    ucp_ep_h ep_ = nullptr;
-    std::atomic<int> ep_status_{UCS_OK};
-    ucp_rkey_h rkey_ = nullptr;
+    std::vector<uint8_t> target_;
+    std::vector<std::unique_ptr<Stream>> streams_;
     uint64_t remote_ = 0;
     const Buffer *local_ = nullptr;
     std::unique_ptr<RawRegion> local_region_;
-    // Completion state of read_all. Members rather than locals: after a failed
-    // read_all, GETs still in flight may complete into them.
-    unsigned inflight_ = 0;
-    ucs_status_t get_status_ = UCS_OK;
 };
 
 }  // namespace th_bench

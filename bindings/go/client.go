@@ -47,6 +47,11 @@ type ClientConfig struct {
 	// next step's forward and backward) does not wait for it. Default
 	// DefaultSpillAhead (off).
 	SpillAhead bool
+	// CopyThreads posts one-sided reads into host memory from this many
+	// threads (1 to 16). On one host each read is a copy made by the
+	// thread that posts it, so more threads read faster where cores are
+	// free. Default DefaultCopyThreads.
+	CopyThreads uint32
 }
 
 // Client is a worker connected to a server. Its methods may be called from
@@ -119,6 +124,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.SpillAhead {
 		raw.spill_ahead = 1
+	}
+	if cfg.CopyThreads != 0 {
+		raw.copy_threads = C.uint32_t(cfg.CopyThreads)
 	}
 
 	var ptr *C.th_client

@@ -24,6 +24,7 @@ const (
 	DefaultMutationWait        time.Duration = C.TH_DEFAULT_MUTATION_WAIT_MS * time.Millisecond
 	DefaultSpillPoolBytes      uint64        = C.TH_DEFAULT_SPILL_POOL_BYTES
 	DefaultSpillAhead          bool          = C.TH_DEFAULT_SPILL_AHEAD != 0
+	DefaultCopyThreads         uint32        = C.TH_DEFAULT_COPY_THREADS
 	DefaultNumShards           uint32        = C.TH_DEFAULT_NUM_SHARDS
 	DefaultChunkBytes          uint64        = C.TH_DEFAULT_CHUNK_BYTES
 	DefaultChecksums           bool          = C.TH_DEFAULT_CHECKSUMS != 0
@@ -54,6 +55,7 @@ func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig) {
 			MutationWait:   ms(c.mutation_wait_ms),
 			SpillPoolBytes: uint64(c.spill_pool_bytes),
 			SpillAhead:     c.spill_ahead != 0,
+			CopyThreads:    uint32(c.copy_threads),
 		}, PublishConfig{
 			NumShards:   uint32(p.num_shards),
 			ChunkBytes:  uint64(p.chunk_bytes),

@@ -14,7 +14,7 @@ func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
 	wantClient := ClientConfig{
 		Timeout: DefaultTimeout, Heartbeat: DefaultHeartbeat, ChunkTimeout: DefaultChunkTimeout,
 		MaxInflight: DefaultMaxInflight, Retention: DefaultRetention, MutationWait: DefaultMutationWait,
-		SpillPoolBytes: DefaultSpillPoolBytes, SpillAhead: DefaultSpillAhead,
+		SpillPoolBytes: DefaultSpillPoolBytes, SpillAhead: DefaultSpillAhead, CopyThreads: DefaultCopyThreads,
 	}
 	if client != wantClient {
 		t.Errorf("client defaults: library %+v, constants %+v", client, wantClient)

@@ -248,6 +248,8 @@ typedef enum th_retention {
 #define TH_DEFAULT_MUTATION_WAIT_MS 5000
 #define TH_DEFAULT_SPILL_POOL_BYTES 0 /* no limit */
 #define TH_DEFAULT_SPILL_AHEAD 0
+#define TH_DEFAULT_COPY_THREADS 2
+#define TH_MAX_COPY_THREADS 16
 
 typedef struct th_client_config {
     size_t struct_size;
@@ -289,6 +291,18 @@ typedef struct th_client_config {
                                   copy is dropped when the replica is given up
                                   without a spill. 0: copy when a spill is needed.
                                   Default TH_DEFAULT_SPILL_AHEAD. */
+    uint32_t copy_threads;     /* threads that post one-sided reads into host
+                                  memory (1 to TH_MAX_COPY_THREADS): the
+                                  progress thread, and copy_threads - 1 more
+                                  UCX workers with a thread each, made when the
+                                  client first reads a holder one-sided; a
+                                  fetch's chunk reads take turns among them. On
+                                  one host (cma) the thread that posts a read
+                                  copies it, so one thread reads at one core's
+                                  copy rate. 1: the progress thread alone.
+                                  Device memory and active-message reads (tcp)
+                                  stay on the progress thread. Default
+                                  TH_DEFAULT_COPY_THREADS. */
 } th_client_config;
 
 /* Fills cfg (pass sizeof *cfg as size) with defaults. Must be called before

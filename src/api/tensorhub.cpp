@@ -272,6 +272,7 @@ void th_client_config_init(th_client_config *cfg, size_t size) {
         c.mutation_wait_ms = TH_DEFAULT_MUTATION_WAIT_MS;
         c.spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;
         c.spill_ahead = TH_DEFAULT_SPILL_AHEAD;
+        c.copy_threads = TH_DEFAULT_COPY_THREADS;
     });
 }
 
@@ -299,6 +300,9 @@ th_status th_client_create(th_client **out, const th_client_config *cfg) {
         cc.spill_pool_bytes = c.spill_pool_bytes;
         if (c.spill_ahead > 1) fail(TH_ERR_INVALID_ARG, "spill_ahead must be 0 or 1, not ", c.spill_ahead);
         cc.spill_ahead = c.spill_ahead == 1;
+        if (c.copy_threads < 1 || c.copy_threads > TH_MAX_COPY_THREADS)
+            fail(TH_ERR_INVALID_ARG, "copy_threads must be 1 to ", TH_MAX_COPY_THREADS, ", not ", c.copy_threads);
+        cc.copy_threads = c.copy_threads;
         auto cl = std::make_unique<th_client>();
         cl->impl = std::make_unique<th::Client>(cc);
         th::note_threads_started();

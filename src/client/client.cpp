@@ -45,9 +45,11 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
     // process paused that long starts its UCX worker afresh and must then
     // tell the server its new address.
     ServerSession *session = session_.get();
-    ucx_ = std::make_unique<UcxWorker>(PauseRecovery{cfg_.chunk_timeout_ms, [session](uint64_t) {
-                                                         session->address_changed();
-                                                     }});
+    UcxOptions options;
+    options.copy_threads = cfg_.copy_threads;
+    ucx_ = std::make_unique<UcxWorker>(PauseRecovery{cfg_.chunk_timeout_ms,
+                                                     [session](uint64_t) { session->address_changed(); }},
+                                       options);
     ctrl_ = std::make_unique<ControlPage>(*ucx_);
     holdings_ = std::make_unique<Holdings>(cfg_, worker_id_, *session_, *ucx_, *ctrl_);
     session_->connect(*ucx_, *holdings_);

@@ -23,6 +23,7 @@ struct ClientConfig {
     std::string token;  // cluster token (empty: none)
     uint64_t spill_pool_bytes = TH_DEFAULT_SPILL_POOL_BYTES;  // 0: no limit
     bool spill_ahead = TH_DEFAULT_SPILL_AHEAD != 0;  // copy at publish what a spill would
+    uint32_t copy_threads = TH_DEFAULT_COPY_THREADS;  // threads posting one-sided reads
     // The most bytes one heartbeat hashes when the server asks this worker to
     // check chunks readers reported (at least one chunk); the server asks
     // again for the rest. Not in th_client_config: a bound, not a choice.

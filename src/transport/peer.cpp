@@ -40,12 +40,15 @@ Peer::~Peer() = default;
 
 std::vector<void *> Peer::drop_endpoints(bool close) {
     std::vector<void *> closing;
-    for (size_t l = 0; l < eps_.size(); ++l) {
-        if (close)
-            for (auto &[packed, rkey] : rkeys_[l]) ucp_rkey_destroy(rkey);
-        rkeys_[l].clear();  // without close: they belong to a set-aside worker, leaked with it
-        ucp_ep_h &ep = eps_[l];
-        if (ep != nullptr && close) {
+    for (size_t slot = 0; slot < eps_.size(); ++slot) {
+        // A copy worker lives on: its endpoints are closed whatever happened
+        // to the main one.
+        bool close_it = close || slot >= kLanes;
+        if (close_it)
+            for (auto &[packed, rkey] : rkeys_[slot]) ucp_rkey_destroy(rkey);
+        rkeys_[slot].clear();  // not closed: they belong to a set-aside worker, leaked with it
+        ucp_ep_h &ep = eps_[slot];
+        if (ep != nullptr && close_it) {
             ucp_request_param_t prm{};
             prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
             prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -57,12 +60,12 @@ std::vector<void *> Peer::drop_endpoints(bool close) {
     return closing;
 }
 
-ucp_rkey_h Peer::rkey(Lane l, const std::vector<uint8_t> &packed, ucs_status_t *st) {
-    auto &cache = rkeys_[static_cast<size_t>(l)];
+ucp_rkey_h Peer::rkey(size_t slot, const std::vector<uint8_t> &packed, ucs_status_t *st) {
+    auto &cache = rkeys_[slot];
     auto it = cache.find(packed);
     if (it != cache.end()) return it->second;
     ucp_rkey_h r = nullptr;
-    *st = ucp_ep_rkey_unpack(lane(l), packed.data(), &r);
+    *st = ucp_ep_rkey_unpack(eps_[slot], packed.data(), &r);
     if (*st != UCS_OK) return nullptr;
     cache.emplace(packed, r);
     return r;
@@ -143,10 +146,9 @@ std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddre
             ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
             ep.err_handler.cb = &Peer::on_error;
             ep.err_handler.arg = p.get();
-            p->ep_worker_ = worker_;
             ucs_status_t st = UCS_OK;
             for (ucp_ep_h &e : p->eps_) {
-                st = ucp_ep_create(p->ep_worker_, &ep, &e);
+                st = ucp_ep_create(main_.worker, &ep, &e);
                 if (st != UCS_OK) break;
             }
             if (st != UCS_OK) {
@@ -155,7 +157,9 @@ std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddre
                 continue;
             }
             p->choose_path(one_sided_);
-            TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_);
+            if (p->path_ == ReadPath::OneSided && make_copiers()) add_copy_endpoints(*p, ep);
+            TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_,
+                   p->copy_slots() > 0 ? str(", posted by ", p->copy_slots() + 1, " threads") : std::string());
             // Only the active-message path over tcp needs the greeting (see greet).
             if (p->path_ == ReadPath::ActiveMessage) {
                 greetings.emplace_back(p->greeting_);
@@ -203,7 +207,7 @@ void UcxWorker::greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop) {
             answered.push_back(a);
             read(p, l, nullptr, 0, nullptr, 0, {}, [a](const char *error) { a->store(error ? -1 : 0); });
         }
-        ucp_worker_signal(worker_);
+        ucp_worker_signal(main_.worker);
         wait_while([&] { return std::any_of(answered.begin(), answered.end(), [](auto &a) { return a->load() == 1; }); },
                    until, stop);
         if (stop && stop->load()) return;
@@ -238,7 +242,7 @@ bool UcxWorker::wired_up(const PeerRef &p, const std::atomic<bool> *stop) {
     if (p->path_ == ReadPath::ActiveMessage) return !p->failed();  // greeted
     // One-sided lanes wire up on first use: a flush makes them.
     constexpr auto kLimit = std::chrono::milliseconds(1000);
-    for (Lane l : {Lane::Data, Lane::Control}) {
+    for (size_t slot = 0; slot < p->eps_.size(); ++slot) {
         auto done = std::make_shared<std::atomic<int>>(1);  // 1: not yet
         ucp_request_param_t prm{};
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -253,18 +257,18 @@ bool UcxWorker::wired_up(const PeerRef &p, const std::atomic<bool> *stop) {
         ucs_status_ptr_t req;
         {
             std::lock_guard lk(p->mu_);
-            if (p->lane(l) == nullptr) {
+            if (p->eps_[slot] == nullptr) {
                 delete hold;
                 return false;
             }
-            req = ucp_ep_flush_nbx(p->lane(l), &prm);
+            req = ucp_ep_flush_nbx(p->eps_[slot], &prm);
         }
         if (!UCS_PTR_IS_PTR(req)) {
             delete hold;
             if (UCS_PTR_IS_ERR(req)) return false;
             continue;
         }
-        ucp_worker_signal(worker_);
+        ucp_worker_signal(slot < Peer::kLanes ? main_.worker.load() : copiers_[slot - Peer::kLanes]->worker.load());
         wait_while([&] { return done->load() == 1; }, std::chrono::steady_clock::now() + kLimit, stop);
         if (done->load() != 0) return false;
     }
@@ -284,7 +288,32 @@ void UcxWorker::close_peer(const PeerRef &peer, const std::string &why) {
         if (it != peers_.end() && it->second == peer) peers_.erase(it);
     }
     fail_reads(peer.get(), UCS_ERR_CANCELED);
-    ucp_worker_signal(worker_);
+    ucp_worker_signal(main_.worker);
+}
+
+// One data endpoint on each copy worker, or none (a failure leaves the peer
+// to the main worker alone). Caller holds mu_; p is not shared yet.
+void UcxWorker::add_copy_endpoints(Peer &p, const ucp_ep_params_t &params) {
+    for (const auto &e : copiers_) {
+        ucp_ep_h ep = nullptr;
+        ucs_status_t st = ucp_ep_create(e->worker, &params, &ep);
+        if (st != UCS_OK) {
+            TH_LOG(Info, "worker ", p.worker_id_, ": no endpoint on a copy worker (", ucs_status_string(st),
+                   "); the progress thread posts its reads");
+            for (size_t slot = Peer::kLanes; slot < p.eps_.size(); ++slot) {
+                ucp_request_param_t prm{};
+                prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+                prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+                void *req = ucp_ep_close_nbx(p.eps_[slot], &prm);
+                if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+            }
+            p.eps_.resize(Peer::kLanes);
+            p.rkeys_.resize(Peer::kLanes);
+            return;
+        }
+        p.eps_.push_back(ep);
+        p.rkeys_.emplace_back();
+    }
 }
 
 }  // namespace th

@@ -3,7 +3,9 @@
 // A peer has two endpoints ("lanes"): control words are read on one of their
 // own, so that such a read does not queue behind chunks on the data lane (over
 // tcp, megabytes), and each hop of a replication chain does not pay that wait
-// twice.
+// twice. A peer read one-sided also has one data endpoint on each of the
+// process's copy workers (UcxOptions::copy_threads), so that several threads
+// post its reads.
 //
 // The read path is chosen per peer from the transports UCX picked for its
 // endpoint (ucp_ep_query, UCX >= 1.19): a one-sided GET where a transport
@@ -13,7 +15,6 @@
 // holder resumed after a pause). docs/design.md, "Data plane".
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -58,30 +59,36 @@ class Peer {
     static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);
     // Force-closes the endpoints (after destroying the rkeys unpacked for
     // them); returns the close requests still in progress. With close false
-    // the endpoints are only forgotten (their worker was set aside). Caller
-    // holds mu_.
+    // the main worker's endpoints are only forgotten (that worker was set
+    // aside); the copy workers' are closed either way. Caller holds mu_.
     std::vector<void *> drop_endpoints(bool close);
+    // Endpoints by slot: the lanes on the main worker first (slot ==
+    // Lane), then one data endpoint per copy worker (slot kLanes + i).
+    static constexpr size_t kLanes = 2;
     ucp_ep_h &lane(Lane l) { return eps_[static_cast<size_t>(l)]; }
-    // The rkey unpacked for a lane's endpoint, unpacked on first use. Caller
+    size_t copy_slots() const { return eps_.size() - kLanes; }
+    // The rkey unpacked for a slot's endpoint, unpacked on first use. Caller
     // holds mu_; nullptr with *st set when UCX refuses it.
-    ucp_rkey_h rkey(Lane l, const std::vector<uint8_t> &packed, ucs_status_t *st);
+    ucp_rkey_h rkey(size_t slot, const std::vector<uint8_t> &packed, ucs_status_t *st);
     // Reads which transports the data lane uses and picks the read path.
     void choose_path(bool one_sided_allowed);
 
     UcxWorker *worker_ = nullptr;
     uint64_t worker_id_ = 0;
-    std::array<ucp_ep_h, 2> eps_{};     // by Lane
-    ucp_worker_h ep_worker_ = nullptr;  // the UCX worker the endpoints belong to
+    // By slot. Its size is fixed before the peer is shared (a slot that is
+    // dropped becomes nullptr), so it may be read without mu_.
+    std::vector<ucp_ep_h> eps_ = std::vector<ucp_ep_h>(kLanes, nullptr);
     std::vector<uint8_t> address_;      // the peer's, as connected to
     ReadPath path_ = ReadPath::ActiveMessage;
     std::string transports_;
-    // Unpacked rkeys by their packed bytes, per lane.
+    // Unpacked rkeys by their packed bytes, per slot.
     struct PackedHash {
         size_t operator()(const std::vector<uint8_t> &v) const noexcept {
             return std::hash<std::string_view>{}(std::string_view(reinterpret_cast<const char *>(v.data()), v.size()));
         }
     };
-    std::array<std::unordered_map<std::vector<uint8_t>, ucp_rkey_h, PackedHash>, 2> rkeys_;
+    std::vector<std::unordered_map<std::vector<uint8_t>, ucp_rkey_h, PackedHash>> rkeys_ =
+        std::vector<std::unordered_map<std::vector<uint8_t>, ucp_rkey_h, PackedHash>>(kLanes);
     // UCS_OK while usable; set once, by the error handler (progress thread,
     // which must not take mu_) or by a forced close.
     std::atomic<int> status_{UCS_OK};

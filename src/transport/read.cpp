@@ -115,23 +115,34 @@ void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t
         cb(describe(UCS_ERR_CONNECTION_RESET));
         return;
     }
-    uint64_t id = add_pending(new PendingRead{peer.get(), peer->ep_worker_, local, n,
-                                              local_region != nullptr ? local_region->kind : TH_MEM_HOST, std::move(cb)});
+    th_mem_kind kind = local_region != nullptr ? local_region->kind : TH_MEM_HOST;
+    // Data reads of a peer read one-sided into host memory take turns among
+    // the main worker and the copy workers; everything else is the main's.
+    Engine *engine = &main_;
+    size_t slot = static_cast<size_t>(lane);
+    if (lane == Lane::Data && kind == TH_MEM_HOST && peer->copy_slots() > 0 && copiers_up_.load()) {
+        uint32_t turn = next_copier_.fetch_add(1, std::memory_order_relaxed) % (peer->copy_slots() + 1);
+        if (turn > 0) {
+            engine = copiers_[turn - 1].get();
+            slot = Peer::kLanes + turn - 1;
+        }
+    }
+    uint64_t id = add_pending(new PendingRead{peer.get(), engine->worker.load(), local, n, kind, std::move(cb)});
     bool was_empty;
     {
-        std::lock_guard lk(outbox_mu_);
-        was_empty = outbox_.empty();
-        outbox_.push_back(Outgoing{peer, lane, id, ReadRequestHeader{id, remote, n}, rkey, local, local_region});
+        std::lock_guard lk(engine->outbox_mu);
+        was_empty = engine->outbox.empty();
+        engine->outbox.push_back(Outgoing{peer, slot, id, ReadRequestHeader{id, remote, n}, rkey, local, local_region});
     }
-    // The progress thread posts it; one wake-up per batch it has not seen.
-    if (was_empty) ucp_worker_signal(worker_);
+    // The engine's thread posts it; one wake-up per batch it has not seen.
+    if (was_empty) ucp_worker_signal(engine->worker);
 }
 
-size_t UcxWorker::send_outbox() {
+size_t UcxWorker::send_outbox(Engine &e) {
     std::vector<Outgoing> batch;
     {
-        std::lock_guard lk(outbox_mu_);
-        batch.swap(outbox_);
+        std::lock_guard lk(e.outbox_mu);
+        batch.swap(e.outbox);
     }
     for (Outgoing &o : batch) send(o, /*cancel=*/false);
     return batch.size();
@@ -139,7 +150,7 @@ size_t UcxWorker::send_outbox() {
 
 void UcxWorker::send(Outgoing &o, bool cancel) {
     std::unique_lock plk(o.peer->mu_);
-    ucp_ep_h ep = o.peer->lane(o.lane);
+    ucp_ep_h ep = o.peer->eps_[o.slot];
     if (cancel || o.peer->failed() || ep == nullptr) {
         plk.unlock();
         complete(o.id, cancel ? UCS_ERR_CANCELED : UCS_ERR_CONNECTION_RESET);
@@ -147,7 +158,7 @@ void UcxWorker::send(Outgoing &o, bool cancel) {
     }
     if (o.peer->path() == ReadPath::OneSided && o.header.length > 0) {
         ucs_status_t st = UCS_OK;
-        ucp_rkey_h rkey = o.peer->rkey(o.lane, o.rkey, &st);
+        ucp_rkey_h rkey = o.peer->rkey(o.slot, o.rkey, &st);
         if (rkey == nullptr) {
             plk.unlock();
             TH_LOG(Warn, "cannot unpack the remote key of worker ", o.peer->worker_id(), ": ", ucs_status_string(st));
@@ -224,7 +235,7 @@ ucs_status_t UcxWorker::on_read_reply(void *arg, const void *header, size_t head
     ucs_status_t st = static_cast<ucs_status_t>(h.status);
     // Answers are sent eagerly; a rendezvous would need a receive posted.
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-        ucp_am_data_release(self->worker_.load(), data);
+        ucp_am_data_release(self->main_.worker.load(), data);
         st = UCS_ERR_UNSUPPORTED;
     }
     if (PendingRead *g = self->place_answer(h.id, h.offset, data, length, &st)) finish(g, st);

@@ -63,7 +63,7 @@ struct UcxWorker::PendingRead {
 // A read queued for the progress thread to post.
 struct UcxWorker::Outgoing {
     PeerRef peer;
-    Lane lane;
+    size_t slot;  // the peer's endpoint: a Lane, or a copy worker's (Peer::kLanes + i)
     uint64_t id;  // its PendingRead
     ReadRequestHeader header;
     std::vector<uint8_t> rkey;  // packed

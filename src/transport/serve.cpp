@@ -57,7 +57,7 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
     if (header_length != sizeof h || rndv || length > kMaxRkey ||
         (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
         // Not a request of ours, or nobody to answer.
-        if (rndv) ucp_am_data_release(self->worker_.load(), data);
+        if (rndv) ucp_am_data_release(self->main_.worker.load(), data);
         TH_LOG(Warn, "dropped a malformed read request (", header_length, "-byte header, ", length, "-byte payload)");
         return UCS_OK;
     }

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <tuple>
 
 #include "common/error.hpp"
@@ -49,11 +50,12 @@ ucp_context_h UcxWorker::create_context(const UcxOptions &options) {
 }
 
 UcxWorker::UcxWorker(PauseRecovery pause, UcxOptions options)
-    : pause_(std::move(pause)), context_(create_context(options)), one_sided_(ucx_one_sided_reads()),
-      registry_(context_) {
+    : pause_(std::move(pause)), options_(std::move(options)), context_(create_context(options_)),
+      one_sided_(ucx_one_sided_reads()), registry_(context_) {
+    options_.copy_threads = std::max<uint32_t>(options_.copy_threads, 1);
     try {
-        auto [w, addr] = create_worker();
-        worker_ = w;
+        auto [w, addr] = create_worker(/*main=*/true);
+        main_.worker = w;
         address_ = std::move(addr);
     } catch (...) {
         ucp_cleanup(context_);
@@ -61,7 +63,30 @@ UcxWorker::UcxWorker(PauseRecovery pause, UcxOptions options)
     }
     TH_LOG(Debug, "UCX ", describe_ucx());
     last_turn_ = std::chrono::steady_clock::now().time_since_epoch().count();
-    progress_ = std::thread([this] { progress_loop(); });
+    main_.thread = std::thread([this] { progress_loop(main_); });
+}
+
+bool UcxWorker::make_copiers() {
+    if (copiers_tried_) return copiers_up_.load();
+    copiers_tried_ = true;
+    if (options_.copy_threads <= 1) return false;
+    std::vector<std::unique_ptr<Engine>> made;
+    try {
+        for (uint32_t i = 1; i < options_.copy_threads; ++i) {
+            auto e = std::make_unique<Engine>();
+            e->worker = create_worker(/*main=*/false).first;
+            made.push_back(std::move(e));
+        }
+    } catch (const std::exception &ex) {
+        TH_LOG(Warn, "cannot make a copy worker (", ex.what(), "): one thread posts every read");
+        for (auto &e : made) ucp_worker_destroy(e->worker.load());
+        return false;
+    }
+    copiers_ = std::move(made);
+    for (auto &e : copiers_) e->thread = std::thread([this, eng = e.get()] { progress_loop(*eng); });
+    copiers_up_ = true;
+    TH_LOG(Debug, "one-sided reads into host memory are posted by ", options_.copy_threads, " threads");
+    return true;
 }
 
 std::string UcxWorker::describe_ucx() {
@@ -71,12 +96,15 @@ std::string UcxWorker::describe_ucx() {
                                                                       : " (active-message reads)");
 }
 
-std::pair<ucp_worker_h, std::vector<uint8_t>> UcxWorker::create_worker() {
+// The main worker answers read requests; a copy worker only posts reads
+// and has no address anybody connects to.
+std::pair<ucp_worker_h, std::vector<uint8_t>> UcxWorker::create_worker(bool main) {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_MULTI;
     ucp_worker_h w = nullptr;
     check(ucp_worker_create(context_, &wp, &w), "ucp_worker_create");
+    if (!main) return {w, {}};
     ucp_address_t *addr = nullptr;
     size_t len = 0;
     ucs_status_t st = ucp_worker_get_address(w, &addr, &len);
@@ -112,8 +140,11 @@ UcxWorker::~UcxWorker() {
         for (auto &[id, p] : peers_) {
             std::lock_guard plk(p->mu_);
             for (void *req : p->drop_endpoints(/*close=*/true)) {
+                // A copy worker's close requests are progressed by its
+                // thread, which may be asleep on its event fd.
+                for (auto &e : copiers_) ucp_worker_signal(e->worker);
                 while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
-                    ucp_worker_progress(worker_);
+                    ucp_worker_progress(main_.worker);
                 if (ucp_request_check_status(req) == UCS_INPROGRESS)
                     TH_LOG(Warn, "closing the endpoint to worker ", id, " did not complete in time");
                 ucp_request_free(req);
@@ -122,21 +153,29 @@ UcxWorker::~UcxWorker() {
         peers_.clear();
     }
     stop_ = true;
-    ucp_worker_signal(worker_);
-    progress_.join();
-    for (Outgoing &o : outbox_) send(o, /*cancel=*/true);
-    outbox_.clear();
+    std::vector<Engine *> engines{&main_};
+    for (auto &e : copiers_) engines.push_back(e.get());
+    for (Engine *e : engines) {
+        ucp_worker_signal(e->worker);
+        if (e->thread.joinable()) e->thread.join();
+    }
+    for (Engine *e : engines) {
+        for (Outgoing &o : e->outbox) send(o, /*cancel=*/true);
+        e->outbox.clear();
+    }
+    for (auto &e : copiers_) ucp_worker_destroy(e->worker);
     registry_.clear();
-    ucp_worker_destroy(worker_);
+    ucp_worker_destroy(main_.worker);
     // A set-aside worker is never touched again: destroying it would progress
     // the very requests whose answer aborts. Its context stays with it.
     if (set_aside_.empty()) ucp_cleanup(context_);
 }
 
-void UcxWorker::progress_loop() {
+void UcxWorker::progress_loop(Engine &e) {
+    const bool main = &e == &main_;
     int efd = -1;
     auto get_efd = [&] {
-        if (ucp_worker_get_efd(worker_, &efd) != UCS_OK) {
+        if (ucp_worker_get_efd(e.worker, &efd) != UCS_OK) {
             TH_LOG(Error, "ucp_worker_get_efd failed; progress thread polls");
             efd = -1;
         }
@@ -154,25 +193,27 @@ void UcxWorker::progress_loop() {
     bool spin = true;
     // Every turn of the loop is short (a progress call, or a poll of at most
     // 100 ms), so a long gap between two turns means the process was paused.
-    const auto pause_limit = std::chrono::milliseconds(pause_.pause_ms);
+    // The main engine's thread notices it and acts for all.
+    const auto pause_limit = std::chrono::milliseconds(main ? pause_.pause_ms : 0);
     auto turn = std::chrono::steady_clock::now();
     while (!stop_.load(std::memory_order_relaxed)) {
         auto now = std::chrono::steady_clock::now();
-        if (pause_.pause_ms > 0 && now - turn > pause_limit) {
+        if (pause_limit.count() > 0 && now - turn > pause_limit) {
             restart_after_pause(std::chrono::duration_cast<std::chrono::milliseconds>(now - turn).count());
             get_efd();
             now = last_busy = std::chrono::steady_clock::now();
         }
         turn = now;
-        last_turn_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+        if (main) last_turn_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
         // A one-sided read over cma is copied while it is posted and has
         // completed when the post returns: that is work too, and the next
         // read usually follows within microseconds (measured with one read
         // in flight: 8 us from a completion to the next read's post, where
         // sleeping on the event fd and waking cost ~0.1 ms a read).
-        if (send_outbox() > 0) last_busy = std::chrono::steady_clock::now();
-        if (ucp_worker_progress(worker_) != 0) {
-            while (ucp_worker_progress(worker_) != 0) {
+        if (send_outbox(e) > 0) last_busy = std::chrono::steady_clock::now();
+        ucp_worker_h w = e.worker.load(std::memory_order_relaxed);
+        if (ucp_worker_progress(w) != 0) {
+            while (ucp_worker_progress(w) != 0) {
             }
             last_busy = std::chrono::steady_clock::now();
             continue;
@@ -183,10 +224,10 @@ void UcxWorker::progress_loop() {
             continue;
         }
         {
-            std::lock_guard lk(outbox_mu_);
-            if (!outbox_.empty()) continue;
+            std::lock_guard lk(e.outbox_mu);
+            if (!e.outbox.empty()) continue;
         }
-        ucs_status_t st = ucp_worker_arm(worker_);
+        ucs_status_t st = ucp_worker_arm(w);
         if (st == UCS_ERR_BUSY) continue;
         pollfd pfd{efd, POLLIN, 0};
         auto slept_from = std::chrono::steady_clock::now();
@@ -201,7 +242,7 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
     ucp_worker_h fresh = nullptr;
     std::vector<uint8_t> address;
     try {
-        std::tie(fresh, address) = create_worker();
+        std::tie(fresh, address) = create_worker(/*main=*/true);
     } catch (const std::exception &e) {
         // Progressing the paused worker could abort the process; without a
         // fresh one this process can no longer serve or read, but lives on.
@@ -213,26 +254,36 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
     std::vector<PeerRef> dropped;
     {
         std::lock_guard lk(mu_);
-        paused = worker_.exchange(fresh);
+        paused = main_.worker.exchange(fresh);
         address_ = std::move(address);
         set_aside_.push_back(paused);
         for (auto &[id, p] : peers_) dropped.push_back(p);
         peers_.clear();
     }
     for (const PeerRef &p : dropped) {
-        std::lock_guard plk(p->mu_);
         int expected = UCS_OK;
         p->status_.compare_exchange_strong(expected, kDroppedByPause);
-        p->drop_endpoints(/*close=*/false);  // they belong to the set-aside worker
     }
-    size_t orphans = fail_reads([paused](const PendingRead &g) { return g.worker == paused; }, kDroppedByPause);
+    // Their reads, on any engine, fail as dropped by the pause before the
+    // copy workers' endpoints are closed (which would fail them otherwise).
+    size_t orphans = fail_reads(
+        [&](const PendingRead &g) {
+            return g.worker == paused || std::any_of(dropped.begin(), dropped.end(),
+                                                     [&](const PeerRef &p) { return p.get() == g.peer; });
+        },
+        kDroppedByPause);
+    for (const PeerRef &p : dropped) {
+        std::lock_guard plk(p->mu_);
+        // The main worker's endpoints belong to the set-aside worker.
+        for (void *req : p->drop_endpoints(/*close=*/false)) ucp_request_free(req);
+    }
     restarts_++;
     TH_LOG(Warn, "this process was paused for ", paused_ms, " ms: its peers have given up on it, so its ", dropped.size(),
            " UCX endpoint(s) and ", orphans, " read(s) in flight were dropped and a new UCX worker took over");
     if (pause_.on_restart) pause_.on_restart(paused_ms);
 }
 
-void UcxWorker::wake() { ucp_worker_signal(worker_); }
+void UcxWorker::wake() { ucp_worker_signal(main_.worker); }
 
 std::vector<uint8_t> UcxWorker::address() {
     settle_pause();
@@ -242,7 +293,7 @@ std::vector<uint8_t> UcxWorker::address() {
 
 void UcxWorker::settle_pause() {
     using namespace std::chrono;
-    if (pause_.pause_ms == 0 || std::this_thread::get_id() == progress_.get_id()) return;
+    if (pause_.pause_ms == 0 || std::this_thread::get_id() == main_.thread.get_id()) return;
     auto unseen = [this] {
         auto last = steady_clock::time_point(steady_clock::duration(last_turn_.load(std::memory_order_relaxed)));
         return steady_clock::now() - last > milliseconds(pause_.pause_ms);

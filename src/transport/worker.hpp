@@ -8,11 +8,13 @@
 // holder's side: answering read requests), ucx_env.cpp (UCX settings).
 // UCX status codes stop here: callers see an error text or a th_status.
 //
-// Threading: the worker runs in UCS_THREAD_MODE_MULTI. Only the progress
-// thread calls ucp_worker_progress and posts reads (other threads queue them,
-// see outbox_); any thread may ask for reads. Completion callbacks and
-// handlers run on the progress thread, inside UCX, and must be short, must
-// not block and must not take mu_ (whose holders call into UCX).
+// Threading: the workers run in UCS_THREAD_MODE_MULTI. Each UCX worker (the
+// main one, and the copy workers of UcxOptions::copy_threads) has a thread
+// of its own that alone calls ucp_worker_progress on it and posts the reads
+// queued to it (see Engine::outbox); any thread may ask for reads.
+// Completion callbacks and handlers run on those threads, inside UCX, and
+// must be short, must not block and must not take mu_ (whose holders call
+// into UCX).
 #pragma once
 
 #include <atomic>
@@ -58,6 +60,13 @@ struct UcxOptions {
     // UCX_TLS for this context only (tests pin a lane: "tcp", "sm"); empty:
     // the environment's or UCX's choice.
     std::string transports;
+    // Threads that post one-sided reads into host memory, at least 1: the
+    // progress thread and copy_threads - 1 copy workers, UCX workers of the
+    // same context each progressed by a thread of its own, made when the
+    // first peer is read one-sided. A peer's data reads take turns among
+    // them. Over cma a read is copied by the thread that posts it, so one
+    // thread caps a reader at one core's copy rate (th_client_config.copy_threads).
+    uint32_t copy_threads = 1;
 };
 
 class UcxWorker {
@@ -119,6 +128,8 @@ class UcxWorker {
               const std::vector<uint8_t> &rkey, ReadCallback cb);
     // Wakes the progress thread so posted operations move on.
     void wake();
+    // The copy workers made so far (0 until a peer is read one-sided).
+    size_t copy_workers() const { return copiers_up_.load() ? copiers_.size() : 0; }
 
     // "1.22.0 (one-sided reads)" or "1.13.1 (active-message reads)".
     static std::string describe_ucx();
@@ -127,11 +138,29 @@ class UcxWorker {
     friend class Peer;  // its error handler fails the reads in flight on it
     struct PendingRead;
     struct Outgoing;
+    // A UCX worker and the thread that progresses it. Reads asked for by any
+    // thread are queued to an engine and posted by its thread: the worker
+    // lock is UCX's spinlock (the read handler answers from inside progress
+    // and so takes it again), and threads that posted reads themselves spun
+    // on it while the progress thread answered; on 2 cores shared by eight
+    // processes that spinning took more CPU than the transfers. The UCX
+    // worker is swapped only on the main engine, after a pause.
+    struct Engine {
+        std::atomic<ucp_worker_h> worker{nullptr};
+        std::thread thread;
+        std::mutex outbox_mu;
+        std::vector<Outgoing> outbox;
+    };
 
     // worker.cpp
     static ucp_context_h create_context(const UcxOptions &options);
-    void progress_loop();
-    std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker();
+    void progress_loop(Engine &e);
+    std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker(bool main);
+    // Makes the copy workers once; false if UCX refused one (then there
+    // are none, and every read is posted by the progress thread). Caller holds mu_.
+    bool make_copiers();
+    // peer.cpp
+    void add_copy_endpoints(Peer &p, const ucp_ep_params_t &params);
     void restart_after_pause(uint64_t paused_ms);
     void settle_pause();
     void greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop);
@@ -146,7 +175,7 @@ class UcxWorker {
     uint64_t add_pending(PendingRead *g);
     void read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
                     uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb);
-    size_t send_outbox();  // progress thread; how many reads it posted
+    size_t send_outbox(Engine &e);  // e's thread; how many reads it posted
     void send(Outgoing &o, bool cancel);
     void post_get(Outgoing &o, ucp_ep_h ep, ucp_rkey_h rkey);
     void post_request(Outgoing &o, ucp_ep_h ep);
@@ -160,10 +189,18 @@ class UcxWorker {
                                         const ucp_am_recv_param_t *param);
 
     PauseRecovery pause_;
+    UcxOptions options_;
     ucp_context_h context_ = nullptr;
     bool one_sided_ = false;  // this UCX keeps zero-copy GETs under peer error handling
-    std::atomic<ucp_worker_h> worker_{nullptr};
-    std::thread progress_;
+    // Every lane's endpoints, the holder's side, pause recovery. The
+    // progress thread is its thread.
+    Engine main_;
+    // options_.copy_threads - 1 of them, made once under mu_ and never
+    // changed after copiers_up_ is set (then read without a lock).
+    std::vector<std::unique_ptr<Engine>> copiers_;
+    std::atomic<bool> copiers_up_{false};
+    bool copiers_tried_ = false;            // under mu_
+    std::atomic<uint32_t> next_copier_{0};  // whose turn the next data read is
     std::atomic<bool> stop_{false};
     std::atomic<uint64_t> restarts_{0};
     std::atomic<uint64_t> answers_sent_{0};
@@ -175,14 +212,6 @@ class UcxWorker {
     std::vector<ucp_worker_h> set_aside_;  // paused workers, never progressed again
     std::unordered_map<uint64_t, PeerRef> peers_;
     Registry registry_;
-
-    // Reads asked for by any thread, posted by the progress thread. The
-    // worker lock is UCX's spinlock (the read handler answers from inside
-    // progress and so takes it again): threads that posted reads themselves
-    // spun on it while the progress thread answered, and on 2 cores shared by
-    // eight processes that spinning took more CPU than the transfers.
-    std::mutex outbox_mu_;
-    std::vector<Outgoing> outbox_;
 
     // Reads posted and not completed, by id. The ids are random so that a
     // peer cannot guess one and answer a read it was not asked.

@@ -44,6 +44,14 @@ TEST(Api, ConfigStructsMustBeInitialised) {
     EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
     EXPECT_NE(std::string(th_last_error()).find("spill_ahead"), std::string::npos) << th_last_error();
     cfg.spill_ahead = 0;
+    for (uint32_t bad : {0u, uint32_t{TH_MAX_COPY_THREADS} + 1}) {
+        cfg.copy_threads = bad;
+        EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
+        EXPECT_NE(std::string(th_last_error()).find("copy_threads must be 1 to 16, not " + std::to_string(bad)),
+                  std::string::npos)
+            << th_last_error();
+    }
+    cfg.copy_threads = TH_DEFAULT_COPY_THREADS;
     cfg.server_url = "bogus://x";
     EXPECT_EQ(th_client_create(&c, &cfg), TH_ERR_INVALID_ARG);
     EXPECT_NE(std::string(th_last_error()).find("bogus://x"), std::string::npos) << th_last_error();
@@ -67,6 +75,7 @@ TEST(Api, ConfigInitFillsInTheHeadersDefaults) {
     EXPECT_EQ(c.mutation_wait_ms, uint32_t{TH_DEFAULT_MUTATION_WAIT_MS});
     EXPECT_EQ(c.spill_pool_bytes, uint64_t{TH_DEFAULT_SPILL_POOL_BYTES});
     EXPECT_EQ(c.spill_ahead, uint32_t{TH_DEFAULT_SPILL_AHEAD});
+    EXPECT_EQ(c.copy_threads, uint32_t{TH_DEFAULT_COPY_THREADS});
     th_publish_config p;
     th_publish_config_init(&p, sizeof p);
     EXPECT_EQ(p.num_shards, uint32_t{TH_DEFAULT_NUM_SHARDS});

@@ -156,6 +156,7 @@ class ClientConfig(Structure):
         ("token", c_char_p),
         ("spill_pool_bytes", c_uint64),
         ("spill_ahead", c_uint32),
+        ("copy_threads", c_uint32),
     ]
 
 

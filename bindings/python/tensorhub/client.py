@@ -90,6 +90,9 @@ class Client(HandleOwner):
         spill_ahead: make the copy a spill would need right after each publish,
             on a library thread, so that begin_mutation after other work (the
             next step's forward and backward) does not wait for it.
+        copy_threads: threads that post one-sided reads into host memory (1 to
+            16). On one host each read is a copy made by the thread that posts
+            it, so more threads read faster where cores are free.
 
         Settings left at None take the library's defaults (TH_DEFAULT_* in
         tensorhub.h, read back from th_client_config_init).
@@ -102,7 +105,8 @@ class Client(HandleOwner):
                  timeout: float | None = None, heartbeat: float | None = None, chunk_timeout: float | None = None,
                  max_inflight: int | None = None, retention: Retention | None = None,
                  mutation_wait: float | None = None, token: str | None = None,
-                 spill_pool: int | None = None, spill_ahead: bool | None = None) -> None:
+                 spill_pool: int | None = None, spill_ahead: bool | None = None,
+                 copy_threads: int | None = None) -> None:
         url = server.url if isinstance(server, Server) else server
         if retention is not None and retention not in _RETENTION:
             raise InvalidArgument(-1, f"retention must be one of {sorted(_RETENTION)}, got {retention!r}")
@@ -129,6 +133,8 @@ class Client(HandleOwner):
             cfg.spill_pool_bytes = u64(spill_pool, "spill_pool")
         if spill_ahead is not None:
             cfg.spill_ahead = 1 if spill_ahead else 0
+        if copy_threads is not None:
+            cfg.copy_threads = u32(copy_threads, "copy_threads")
         out = ctypes.c_void_p()
         check(lib.th_client_create(ctypes.byref(out), ctypes.byref(cfg)))
         self._handle = Handle(out.value or 0, lib.th_client_destroy, "client")

@@ -35,6 +35,7 @@ DEFAULTS = {
     "TH_DEFAULT_MUTATION_WAIT_MS": ("client", "mutation_wait_ms", (tensorhub.Client.__init__, "mutation_wait")),
     "TH_DEFAULT_SPILL_POOL_BYTES": ("client", "spill_pool_bytes", (tensorhub.Client.__init__, "spill_pool")),
     "TH_DEFAULT_SPILL_AHEAD": ("client", "spill_ahead", (tensorhub.Client.__init__, "spill_ahead")),
+    "TH_DEFAULT_COPY_THREADS": ("client", "copy_threads", (tensorhub.Client.__init__, "copy_threads")),
     "TH_DEFAULT_NUM_SHARDS": ("publish", "num_shards", (tensorhub.Client.publish, "num_shards")),
     "TH_DEFAULT_CHUNK_BYTES": ("publish", "chunk_bytes", (tensorhub.Client.publish, "chunk_bytes")),
     # Fetch progress is reported through a callback; its interval is the library's.

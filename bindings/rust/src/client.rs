@@ -64,6 +64,10 @@ pub struct ClientConfig {
     /// library thread: a `begin_mutation` after other work (the next step's
     /// forward and backward) does not wait for it.
     pub spill_ahead: bool,
+    /// Threads that post one-sided reads into host memory (1 to 16). On one
+    /// host each read is a copy made by the thread that posts it, so more
+    /// threads read faster where cores are free.
+    pub copy_threads: u32,
 }
 
 impl ClientConfig {
@@ -82,6 +86,7 @@ impl ClientConfig {
             mutation_wait: ms(raw.mutation_wait_ms),
             spill_pool_bytes: raw.spill_pool_bytes,
             spill_ahead: raw.spill_ahead != 0,
+            copy_threads: raw.copy_threads,
         }
     }
 }
@@ -132,6 +137,7 @@ impl Client {
         raw.mutation_wait_ms = millis(config.mutation_wait);
         raw.spill_pool_bytes = config.spill_pool_bytes;
         raw.spill_ahead = config.spill_ahead.into();
+        raw.copy_threads = config.copy_threads;
         let mut out = ptr::null_mut();
         // SAFETY: the strings outlive the call; the library copies them.
         check(unsafe { sys::th_client_create(&mut out, &raw) })?;

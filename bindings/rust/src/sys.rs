@@ -80,6 +80,8 @@ pub const TH_DEFAULT_RETENTION: th_retention = TH_RETAIN_SPILL;
 pub const TH_DEFAULT_MUTATION_WAIT_MS: u32 = 5000;
 pub const TH_DEFAULT_SPILL_POOL_BYTES: u64 = 0;
 pub const TH_DEFAULT_SPILL_AHEAD: u32 = 0;
+pub const TH_DEFAULT_COPY_THREADS: u32 = 2;
+pub const TH_MAX_COPY_THREADS: u32 = 16;
 pub const TH_DEFAULT_NUM_SHARDS: u32 = 1;
 pub const TH_DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
 pub const TH_DEFAULT_CHECKSUMS: u32 = 1;
@@ -132,6 +134,7 @@ pub struct th_client_config {
     pub token: *const c_char,
     pub spill_pool_bytes: u64,
     pub spill_ahead: u32,
+    pub copy_threads: u32,
 }
 
 #[repr(C)]

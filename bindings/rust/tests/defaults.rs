@@ -28,6 +28,7 @@ fn configs_start_from_the_headers_defaults() {
     assert_eq!(client.mutation_wait, ms(TH_DEFAULT_MUTATION_WAIT_MS));
     assert_eq!(client.spill_pool_bytes, TH_DEFAULT_SPILL_POOL_BYTES);
     assert_eq!(client.spill_ahead, TH_DEFAULT_SPILL_AHEAD != 0);
+    assert_eq!(client.copy_threads, TH_DEFAULT_COPY_THREADS);
 
     let publish = PublishConfig::new("m", 1);
     assert_eq!(publish.num_shards, TH_DEFAULT_NUM_SHARDS);

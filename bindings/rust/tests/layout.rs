@@ -47,7 +47,7 @@ fn sys_declarations_match_the_header() {
                                etcd_endpoints, etcd_prefix, etcd_lease_ms, advertise_url, stripes }
             th_client_config { struct_size, server_url, worker_name, labels, timeout_ms, heartbeat_ms,
                                chunk_timeout_ms, max_inflight, retention, mutation_wait_ms, token, spill_pool_bytes,
-                               spill_ahead }
+                               spill_ahead, copy_threads }
             th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes, stats, checksums }
             th_fetch_config { struct_size, model, version, shard, timeout_ms, tensor, offset, length, stats,
                               progress, progress_user_data, progress_interval_ms, verify }
@@ -66,7 +66,7 @@ fn sys_declarations_match_the_header() {
             TH_VERSION_MAJOR, TH_VERSION_MINOR, TH_VERSION_PATCH, TH_VERSION_NUMBER, TH_MAX_DIMS, TH_LATEST,
             TH_DEFAULT_LEASE_MS, TH_DEFAULT_MAX_READERS_PER_SOURCE, TH_DEFAULT_ETCD_LEASE_MS, TH_DEFAULT_STRIPES, TH_DEFAULT_TIMEOUT_MS, TH_DEFAULT_HEARTBEAT_MS,
             TH_DEFAULT_CHUNK_TIMEOUT_MS, TH_DEFAULT_MAX_INFLIGHT, TH_DEFAULT_RETENTION, TH_DEFAULT_MUTATION_WAIT_MS,
-            TH_DEFAULT_SPILL_POOL_BYTES, TH_DEFAULT_SPILL_AHEAD,
+            TH_DEFAULT_SPILL_POOL_BYTES, TH_DEFAULT_SPILL_AHEAD, TH_DEFAULT_COPY_THREADS, TH_MAX_COPY_THREADS,
             TH_DEFAULT_NUM_SHARDS, TH_DEFAULT_CHUNK_BYTES, TH_DEFAULT_PROGRESS_INTERVAL_MS,
         }
     };
