@@ -7,8 +7,8 @@
 // not serving it on) and a plain-UCX pair's, which moves the same bytes
 // between the same buffers with ucp_get_nbx, with the same chunk size and
 // reads in flight (from as many workers, each with a thread, as the library
-// posts its reads from: --copy-threads on one-sided host-memory lanes, else
-// one), and again with reads of --raw-long-kb (64 MiB): the
+// posts its reads from: --copy-threads, at most one per read in flight, on
+// one-sided host-memory lanes, else one), and again with reads of --raw-long-kb (64 MiB): the
 // library reads several chunks at once where a chunk takes microseconds, so
 // the raw figure is the faster of the two, the lane's limit whatever the read
 // size. Same buffers, because a cma copy's cost depends on how scattered the
@@ -339,11 +339,12 @@ class Bench {
         reader_ = start("reader");
         auto address = holder_->call("address", Millis(30000));
         transports_ = reader_->call("connect " + address.at(0), Millis(30000)).at(0);
-        // The library posts one-sided reads into host memory from
-        // copy_threads threads: the raw pair then reads from as many workers.
+        // The library posts one-sided reads into host memory from up to
+        // copy_threads threads, as many as it has reads in flight: the raw
+        // pair then reads from as many workers.
         if (memory == Memory::Host && one_sided(transports_))
-            raw_workers_ = static_cast<unsigned>(
-                std::stoul(reader_->call(str("widen ", o.copy_threads), Millis(30000)).at(0)));
+            raw_workers_ = static_cast<unsigned>(std::stoul(
+                reader_->call(str("widen ", std::min(o.copy_threads, o.inflight)), Millis(30000)).at(0)));
     }
 
     // Whether a transport list names one that reads without the holder's CPU

@@ -296,7 +296,9 @@ typedef struct th_client_config {
                                   progress thread, and copy_threads - 1 more
                                   UCX workers with a thread each, made when the
                                   client first reads a holder one-sided; a
-                                  fetch's chunk reads take turns among them. On
+                                  chunk read goes to the thread with the fewest
+                                  reads outstanding (so one read at a time
+                                  stays on one thread). On
                                   one host (cma) the thread that posts a read
                                   copies it, so one thread reads at one core's
                                   copy rate. 1: the progress thread alone.

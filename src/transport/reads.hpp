@@ -52,6 +52,7 @@ constexpr ucs_status_t kDroppedByPause = UCS_ERR_TIMED_OUT;
 // A read this process asked for and that has not completed.
 struct UcxWorker::PendingRead {
     const Peer *peer;
+    Engine *engine;       // the engine that posts it (its outstanding count)
     ucp_worker_h worker;  // the worker it was asked on
     void *local;
     uint64_t length;
@@ -60,7 +61,7 @@ struct UcxWorker::PendingRead {
     uint64_t received = 0;  // bytes of the answers in so far
 };
 
-// A read queued for the progress thread to post.
+// A read queued for an engine's thread to post.
 struct UcxWorker::Outgoing {
     PeerRef peer;
     size_t slot;  // the peer's endpoint: a Lane, or a copy worker's (Peer::kLanes + i)

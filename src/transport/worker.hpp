@@ -63,8 +63,8 @@ struct UcxOptions {
     // Threads that post one-sided reads into host memory, at least 1: the
     // progress thread and copy_threads - 1 copy workers, UCX workers of the
     // same context each progressed by a thread of its own, made when the
-    // first peer is read one-sided. A peer's data reads take turns among
-    // them. Over cma a read is copied by the thread that posts it, so one
+    // first peer is read one-sided. A peer's data read goes to the one
+    // with the fewest reads outstanding. Over cma a read is copied by the thread that posts it, so one
     // thread caps a reader at one core's copy rate (th_client_config.copy_threads).
     uint32_t copy_threads = 1;
 };
@@ -150,6 +150,7 @@ class UcxWorker {
         std::thread thread;
         std::mutex outbox_mu;
         std::vector<Outgoing> outbox;
+        std::atomic<uint32_t> outstanding{0};  // reads queued or posted, not finished
     };
 
     // worker.cpp
@@ -199,8 +200,7 @@ class UcxWorker {
     // changed after copiers_up_ is set (then read without a lock).
     std::vector<std::unique_ptr<Engine>> copiers_;
     std::atomic<bool> copiers_up_{false};
-    bool copiers_tried_ = false;            // under mu_
-    std::atomic<uint32_t> next_copier_{0};  // whose turn the next data read is
+    bool copiers_tried_ = false;  // under mu_
     std::atomic<bool> stop_{false};
     std::atomic<uint64_t> restarts_{0};
     std::atomic<uint64_t> answers_sent_{0};

@@ -168,56 +168,76 @@ TEST_P(Lanes, AReleasedRegionCannotBeRead) {
     }
 }
 
-// A reader with copy threads posts a one-sided peer's data reads from each of
-// them in turn (each completes on the thread that posted it), and every
-// byte arrives; a read of memory freed since fails on any of them. Over tcp
+// A reader with copy threads posts a one-sided peer's reads that are in
+// flight together from all of them (each completes on the thread that
+// posted it), reads one at a time from one thread (no thread woken per
+// read), and every byte arrives; reads of memory freed since fail. Over tcp
 // (the active-message path) no copy worker is made and the progress thread
 // posts every read.
-TEST_P(Lanes, DataReadsTakeTurnsAmongTheCopyThreads) {
+TEST_P(Lanes, ReadsInFlightTogetherAreSpreadOverTheCopyThreads) {
     std::string lane = GetParam();
     if (lane == "sm" && !ucx_one_sided_reads()) GTEST_SKIP() << "no shared-memory lane with this UCX";
     Pair p(lane, 3);
     const bool one_sided = p.peer->path() == ReadPath::OneSided;
     EXPECT_EQ(p.reader.copy_workers(), one_sided ? 2u : 0u);
-    constexpr size_t kReads = 12, kEach = 256 << 10;
+    // Reads long enough (~1 ms each over cma) that the twelve are posted
+    // well before the first completes.
+    constexpr size_t kReads = 12, kEach = 4 << 20;
     Mapping src(kReads * kEach), dst(kReads * kEach);
     ASSERT_TRUE(src.data && dst.data);
     for (size_t i = 0; i < kReads * kEach; ++i) src.data[i] = static_cast<uint8_t>(i * 37 + i / 4096);
     RegionRef exposed = p.holder.register_memory(src.data, kReads * kEach, TH_MEM_HOST, /*expose=*/true);
     RegionRef local = p.reader.register_memory(dst.data, kReads * kEach, TH_MEM_HOST);
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t done = 0;
-    std::vector<std::string> errors;
-    std::vector<std::thread::id> threads;
+    struct Completions {
+        std::mutex mu;
+        std::condition_variable cv;
+        size_t done = 0;
+        std::vector<std::string> errors;
+        std::vector<std::thread::id> threads;
+        ReadCallback callback() {
+            return [this](const char *error) {
+                std::lock_guard lk(mu);
+                if (error != nullptr) errors.emplace_back(error);
+                if (std::find(threads.begin(), threads.end(), std::this_thread::get_id()) == threads.end())
+                    threads.push_back(std::this_thread::get_id());
+                ++done;
+                cv.notify_all();
+            };
+        }
+        bool wait(size_t n) {
+            std::unique_lock lk(mu);
+            return cv.wait_for(lk, std::chrono::seconds(20), [&] { return done == n; });
+        }
+    };
+    Completions together;
     for (size_t r = 0; r < kReads; ++r)
         p.reader.read(p.peer, Lane::Data, dst.data + r * kEach, kEach, local.get(), exposed->base + r * kEach,
-                      exposed->rkey, [&](const char *error) {
-                          std::lock_guard lk(mu);
-                          if (error != nullptr) errors.emplace_back(error);
-                          if (std::find(threads.begin(), threads.end(), std::this_thread::get_id()) == threads.end())
-                              threads.push_back(std::this_thread::get_id());
-                          if (++done == kReads) cv.notify_all();
-                      });
-    {
-        std::unique_lock lk(mu);
-        ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(20), [&] { return done == kReads; })) << done << " of " << kReads;
-        EXPECT_TRUE(errors.empty()) << errors.front();
-        EXPECT_EQ(threads.size(), one_sided ? 3u : 1u) << "threads the reads completed on";
-    }
+                      exposed->rkey, together.callback());
+    ASSERT_TRUE(together.wait(kReads)) << together.done << " of " << kReads;
+    EXPECT_TRUE(together.errors.empty()) << together.errors.front();
+    EXPECT_EQ(together.threads.size(), one_sided ? 3u : 1u) << "threads the reads completed on";
     EXPECT_EQ(std::memcmp(src.data, dst.data, kReads * kEach), 0);
-    if (!one_sided) return;
-    // Freed memory: each thread's read fails, none returns bytes.
-    src.unmap();
-    std::memset(dst.data, 0, 3 * kEach);
-    for (size_t r = 0; r < 3; ++r) {
-        auto error = read(p, dst.data + r * kEach, kEach, local.get(), exposed->base + r * kEach, exposed->rkey);
-        ASSERT_TRUE(error.has_value()) << "no completion";
-        EXPECT_NE(*error, "") << "freed memory was read (read " << r << ")";
+
+    Completions one_by_one;
+    for (size_t r = 0; r < 4; ++r) {
+        p.reader.read(p.peer, Lane::Data, dst.data + r * kEach, kEach, local.get(), exposed->base + r * kEach,
+                      exposed->rkey, one_by_one.callback());
+        ASSERT_TRUE(one_by_one.wait(r + 1));
     }
-    EXPECT_EQ(dst.data[0], 0);
-    EXPECT_EQ(dst.data[kEach], 0);
-    EXPECT_EQ(dst.data[2 * kEach], 0);
+    EXPECT_TRUE(one_by_one.errors.empty()) << one_by_one.errors.front();
+    EXPECT_EQ(one_by_one.threads.size(), 1u) << "one read at a time moved between threads";
+    if (!one_sided) return;
+
+    // Freed memory: no read returns bytes, whichever thread posts it.
+    src.unmap();
+    std::memset(dst.data, 0, kReads * kEach);
+    Completions freed;
+    for (size_t r = 0; r < kReads; ++r)
+        p.reader.read(p.peer, Lane::Data, dst.data + r * kEach, kEach, local.get(), exposed->base + r * kEach,
+                      exposed->rkey, freed.callback());
+    ASSERT_TRUE(freed.wait(kReads)) << freed.done << " of " << kReads;
+    EXPECT_EQ(freed.errors.size(), kReads) << "freed memory was read";
+    for (size_t r = 0; r < kReads; ++r) EXPECT_EQ(dst.data[r * kEach], 0) << "read " << r;
 }
 
 // Connecting ahead wires the endpoints up and keeps them: the next peer()
