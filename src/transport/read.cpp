@@ -137,7 +137,8 @@ void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t
         }
     }
     engine->outstanding.fetch_add(1, std::memory_order_relaxed);
-    uint64_t id = add_pending(new PendingRead{peer.get(), engine, engine->worker.load(), local, n, kind, std::move(cb)});
+    uint64_t id =
+        add_pending(new PendingRead{peer.get(), engine, engine->worker.load(), local, n, kind, std::move(cb)});
     bool was_empty;
     {
         std::lock_guard lk(engine->outbox_mu);

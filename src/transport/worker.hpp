@@ -63,9 +63,10 @@ struct UcxOptions {
     // Threads that post one-sided reads into host memory, at least 1: the
     // progress thread and copy_threads - 1 copy workers, UCX workers of the
     // same context each progressed by a thread of its own, made when the
-    // first peer is read one-sided. A peer's data read goes to the one
-    // with the fewest reads outstanding. Over cma a read is copied by the thread that posts it, so one
-    // thread caps a reader at one core's copy rate (th_client_config.copy_threads).
+    // first peer is read one-sided. A peer's data read goes to the one with
+    // the fewest reads outstanding. Over cma a read is copied by the thread
+    // that posts it, so one thread caps a reader at one core's copy rate
+    // (th_client_config.copy_threads).
     uint32_t copy_threads = 1;
 };
 
