@@ -8,10 +8,10 @@
 // between the same buffers with ucp_get_nbx, with the same chunk size and
 // reads in flight (from as many workers, each with a thread, as the library
 // posts its reads from: --copy-threads, at most one per read in flight, on
-// one-sided host-memory lanes, else one), and again with reads of --raw-long-kb (64 MiB): the
-// library reads several chunks at once where a chunk takes microseconds, so
-// the raw figure is the faster of the two, the lane's limit whatever the read
-// size. Same buffers, because a cma copy's cost depends on how scattered the
+// one-sided host-memory lanes, else one), and again with reads of
+// --raw-long-kb (64 MiB): the library reads several chunks at once where a
+// chunk takes microseconds, so the raw figure is the faster of the two, the
+// lane's limit whatever the read size. Same buffers, because a cma copy's cost depends on how scattered the
 // pages are in physical memory: two processes' buffers, made at different
 // moments, differed by up to 15% here. Repetitions of the two alternate, so
 // both see the same machine noise. Destinations are faulted in before every

@@ -25,6 +25,15 @@ constexpr const char *kOneSided[] = {"rc", "dc", "cma", "knem", "xpmem", "cuda_i
     return false;
 }
 
+// Force-closes ep; the close request while it is in progress, else nullptr.
+void *close_forced(ucp_ep_h ep) {
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void *req = ucp_ep_close_nbx(ep, &prm);
+    return UCS_PTR_IS_PTR(req) ? req : nullptr;
+}
+
 // Sleeps while pending() holds, until `until` or until told to stop.
 template <typename Pending>
 void wait_while(Pending pending, std::chrono::steady_clock::time_point until, const std::atomic<bool> *stop) {
@@ -49,11 +58,7 @@ std::vector<void *> Peer::drop_endpoints(bool close) {
         rkeys_[slot].clear();  // not closed: they belong to a set-aside worker, leaked with it
         ucp_ep_h &ep = eps_[slot];
         if (ep != nullptr && close_it) {
-            ucp_request_param_t prm{};
-            prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-            prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-            void *req = ucp_ep_close_nbx(ep, &prm);
-            if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+            if (void *req = close_forced(ep)) closing.push_back(req);
         }
         ep = nullptr;
     }
@@ -300,13 +305,8 @@ void UcxWorker::add_copy_endpoints(Peer &p, const ucp_ep_params_t &params) {
         if (st != UCS_OK) {
             TH_LOG(Info, "worker ", p.worker_id_, ": no endpoint on a copy worker (", ucs_status_string(st),
                    "); the progress thread posts its reads");
-            for (size_t slot = Peer::kLanes; slot < p.eps_.size(); ++slot) {
-                ucp_request_param_t prm{};
-                prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-                prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-                void *req = ucp_ep_close_nbx(p.eps_[slot], &prm);
-                if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
-            }
+            for (size_t slot = Peer::kLanes; slot < p.eps_.size(); ++slot)
+                if (void *req = close_forced(p.eps_[slot])) ucp_request_free(req);
             p.eps_.resize(Peer::kLanes);
             p.rkeys_.resize(Peer::kLanes);
             return;
