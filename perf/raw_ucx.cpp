@@ -27,6 +27,14 @@ ucs_memory_type_t ucs_memory(const Buffer &buf) {
     return buf.memory() == Memory::Cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
 }
 
+// A worker of context as libtensorhub makes its own (UCS_THREAD_MODE_MULTI).
+ucs_status_t create_worker(ucp_context_h context, ucp_worker_h *out) {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_MULTI;
+    return ucp_worker_create(context, &wp, out);
+}
+
 }  // namespace
 
 RawWorker::RawWorker() {
@@ -39,10 +47,7 @@ RawWorker::RawWorker() {
     ucs_status_t st = ucp_init(&params, config, &context_);
     ucp_config_release(config);
     check(st, "ucp_init");
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_MULTI;
-    st = ucp_worker_create(context_, &wp, &worker_);
+    st = create_worker(context_, &worker_);
     if (st != UCS_OK) {
         ucp_cleanup(context_);
         check(st, "ucp_worker_create");
@@ -56,11 +61,8 @@ RawWorker::~RawWorker() {
 }
 
 ucp_worker_h RawWorker::add_worker() {
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_MULTI;
     ucp_worker_h w = nullptr;
-    check(ucp_worker_create(context_, &wp, &w), "ucp_worker_create");
+    check(create_worker(context_, &w), "ucp_worker_create");
     more_.push_back(w);
     return w;
 }
