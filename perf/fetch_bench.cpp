@@ -8,7 +8,8 @@
 // between the same buffers with ucp_get_nbx, with the same chunk size and
 // reads in flight (from as many workers, each with a thread, as the library
 // posts its reads from: --copy-threads, at most one per read in flight, on
-// one-sided host-memory lanes, else one), and again with reads of
+// host-memory lanes the library read one-sided, as its th_sync_stats say;
+// else one), and again with reads of
 // --raw-long-kb (64 MiB): the library reads several chunks at once where a
 // chunk takes microseconds, so the raw figure is the faster of the two, the
 // lane's limit whatever the read size. Same buffers, because a cma copy's cost depends on how scattered the
@@ -36,7 +37,8 @@
 //                         [--copy-threads 2] [--lanes tcp,sm[,cuda]] [--smoke]
 //
 // Prints a table per lane and, last, one JSON line: the largest size of each
-// lane, with fetch_gbps, raw_gbps, ratio and transport.
+// lane, with fetch_gbps, raw_gbps, ratio, transport and one_sided (the share
+// of tensorhub's bytes read one-sided).
 #include <signal.h>
 
 #include <algorithm>
@@ -199,7 +201,7 @@ int run_holder(const std::string &url, const Options &o) {
 }
 
 // connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY -> CONTIGUOUS | clear |
-// fetch MODEL VERSION [all|off] -> SECONDS | get READ_BYTES -> SECONDS |
+// fetch MODEL VERSION [all|off] -> SECONDS ONE_SIDED_BYTES | get READ_BYTES -> SECONDS |
 // verify VERSION AFTER | drop
 int run_reader(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-reader", o), th_client_destroy);
@@ -245,13 +247,16 @@ int run_reader(const std::string &url, const Options &o) {
              fc.timeout_ms = static_cast<uint32_t>(budget(s->memory.size()).count());
              if (a.size() > 2 && a[2] == "all") fc.verify = TH_VERIFY_ALL;
              if (a.size() > 2 && a[2] == "off") fc.verify = TH_VERIFY_OFF;
+             th_sync_stats stats;
+             th_sync_stats_init(&stats, sizeof stats);
+             fc.stats = &stats;
              uint64_t got = 0;
              auto t0 = Clock::now();
              // NULL out_replica: the reader only reads, it does not serve.
              check(th_fetch(client.get(), &fc, s->views.data(), s->views.size(), &got, nullptr), "fetching");
              double secs = std::chrono::duration<double>(Clock::now() - t0).count();
              if (got != fc.version) fail("asked for version ", fc.version, ", got ", got);
-             return str(secs);
+             return str(secs, " ", stats.bytes_one_sided);
          }},
         {"get",
          [&](const std::vector<std::string> &a) {
@@ -297,6 +302,7 @@ struct Result {
     // buffers (both pairs use them): -1 unknown.
     double holder_contiguous = -1, reader_contiguous = -1;
     unsigned raw_workers = 1;  // the raw pair's reading workers (threads)
+    double one_sided = 0;      // share of tensorhub's bytes read one-sided (th_sync_stats.bytes_one_sided)
     double per_gib(double cpu_s) const { return served ? cpu_s / (double(served) / (1ull << 30)) : 0; }
     double holder_cpu_per_gib() const { return per_gib(holder_cpu_s); }
     double raw_target_cpu_per_gib() const { return per_gib(raw_target_cpu_s); }
@@ -323,7 +329,7 @@ struct Result {
 
 class Bench {
   public:
-    Bench(const std::string &url, const Options &o, Memory memory) : o_(o) {
+    Bench(const std::string &url, const Options &o, Memory memory) : o_(o), memory_(memory) {
         std::vector<std::string> common = {"tensorhub-fetch-bench", "--server", url,
                                            "--chunk-kb", std::to_string(o.chunk_bytes >> 10),
                                            "--inflight", std::to_string(o.inflight),
@@ -339,22 +345,8 @@ class Bench {
         reader_ = start("reader");
         auto address = holder_->call("address", Millis(30000));
         transports_ = reader_->call("connect " + address.at(0), Millis(30000)).at(0);
-        // The library posts one-sided reads into host memory from up to
-        // copy_threads threads, as many as it has reads in flight: the raw
-        // pair then reads from as many workers.
-        if (memory == Memory::Host && one_sided(transports_))
-            raw_workers_ = static_cast<unsigned>(std::stoul(
-                reader_->call(str("widen ", std::min(o.copy_threads, o.inflight)), Millis(30000)).at(0)));
     }
 
-    // Whether a transport list names one that reads without the holder's CPU
-    // (the library's own test, src/transport/peer.cpp).
-    static bool one_sided(const std::string &transports) {
-        for (const auto &t : split(transports, ','))
-            for (const char *p : {"rc", "dc", "cma", "knem", "xpmem"})
-                if (t.rfind(p, 0) == 0) return true;
-        return false;
-    }
     unsigned raw_workers() const { return raw_workers_; }
 
     // What the raw endpoint runs over (tensorhub's endpoints get the same).
@@ -376,24 +368,36 @@ class Bench {
 
         // Each read starts from zeroed buffers, cleared outside the timed
         // call and outside the reader's CPU time (added to *cpu if given).
+        // The reply starts with the read's seconds.
         auto read_once = [&](const std::string &command, double *cpu) {
             reader_->call("clear", limit);
             double cpu0 = reader_->cpu_seconds();
-            double secs = seconds(reader_->call(command, limit));
+            auto reply = reader_->call(command, limit);
+            seconds(reply);
             if (cpu) *cpu += reader_->cpu_seconds() - cpu0;
-            return secs;
+            return reply;
         };
-        auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) {
+        auto fetch_reply = [&](const char *verify = "", double *cpu = nullptr) {
             return read_once(str("fetch ", model, " ", version, " ", verify), cpu);
         };
-        auto raw_once = [&](uint64_t read, double *cpu = nullptr) { return read_once(str("get ", read), cpu); };
+        auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) { return seconds(fetch_reply(verify, cpu)); };
+        auto raw_once = [&](uint64_t read, double *cpu = nullptr) { return seconds(read_once(str("get ", read), cpu)); };
         auto verify = [&](const char *after) { reader_->call(str("verify ", version, " ", after), limit); };
         r.chunk_read = o_.chunk_bytes;
         // No longer than the buffer: a smaller shard is one GET of it all.
         if (std::min(o_.raw_long_read, bytes) > o_.chunk_bytes) r.long_read = std::min(o_.raw_long_read, bytes);
         // Warm-up (registration, endpoints, rkeys), each pair checked once.
-        fetch_once();
+        // The library says how much of it it read one-sided (th_sync_stats).
+        r.one_sided = double(to_u64(fetch_reply().at(1))) / double(bytes);
         verify("a-fetch");
+        // It posts one-sided reads into host memory from up to copy_threads
+        // threads, as many as it has reads in flight: where it read one-sided,
+        // the raw pair reads from as many workers (from the first size on).
+        if (r.one_sided == 1 && memory_ == Memory::Host && !widened_) {
+            raw_workers_ = static_cast<unsigned>(std::stoul(
+                reader_->call(str("widen ", std::min(o_.copy_threads, o_.inflight)), limit).at(0)));
+            widened_ = true;
+        }
         raw_once(o_.chunk_bytes);
         verify("a-raw-read");
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
@@ -430,8 +434,10 @@ class Bench {
     }
 
     Options o_;
+    Memory memory_;
     std::string transports_;
     unsigned raw_workers_ = 1;
+    bool widened_ = false;
     std::unique_ptr<Child> holder_, reader_;
 };
 
@@ -440,7 +446,8 @@ std::string range(const std::vector<double> &v) {
     return str(std::fixed, std::setprecision(2), *lo, "-", *hi);
 }
 
-void print_header(const Options &o, const Lane &lane, const std::string &transports, unsigned raw_workers) {
+// After the lane's first size: by then the library said how it read the lane.
+void print_header(const Options &o, const Lane &lane, const std::string &transports, const Result &first) {
     auto env = [](const char *name) {
         const char *v = std::getenv(name);
         return std::string(v ? v : "(UCX default)");
@@ -451,8 +458,8 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("lane %s: %s memory, transport %s; UCX_TLS=%s UCX_TCP_TX_SEG_SIZE=%s UCX_TCP_RX_SEG_SIZE=%s\n",
                 lane.name.c_str(), memory_name(lane.memory), transports.c_str(), env("UCX_TLS").c_str(),
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
-    std::printf("reader copy threads %u; the raw pair reads from %u worker(s), each with a thread\n", o.copy_threads,
-                raw_workers);
+    std::printf("tensorhub read %.0f%% one-sided; reader copy threads %u; the raw pair reads from %u worker(s), each with a "
+                "thread\n", 100 * first.one_sided, o.copy_threads, first.raw_workers);
     std::printf("%10s %15s %10s %9s %7s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size", "tensorhub GB/s",
                 "raw GB/s", "raw read", "ratio", "paired", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
                 "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)",
@@ -480,12 +487,13 @@ std::string json_fields(const Result &r) {
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
                   "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f,"
-                  "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f,\"raw_workers\":%u",
+                  "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f,\"raw_workers\":%u,"
+                  "\"one_sided\":%.3f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
                   static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(), r.paired_ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s), r.holder_contiguous,
-                  r.reader_contiguous, r.raw_workers);
+                  r.reader_contiguous, r.raw_workers, r.one_sided);
     return buf;
 }
 
@@ -557,13 +565,13 @@ int run_parent(const Options &o) {
         lane_env(lane.tls);
         // Children are killed by Bench's destructor if anything below fails.
         Bench bench(th_server_url(server.get()), o, lane.memory);
-        print_header(o, lane, bench.transports(), bench.raw_workers());
         std::vector<Result> results;
         for (uint64_t mb : o.sizes_mb) {
             results.push_back(bench.measure(mb, index++));
             results.back().transport = lane.name;
             results.back().memory = lane.memory;
             results.back().raw_workers = bench.raw_workers();
+            if (results.size() == 1) print_header(o, lane, bench.transports(), results.front());
             print_row(results.back());
         }
         bench.finish();

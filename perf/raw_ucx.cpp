@@ -164,8 +164,12 @@ void RawReader::connect(const std::vector<uint8_t> &target_address) {
 
 void RawReader::widen(unsigned workers) {
     if (streams_.empty()) fail("not connected");
-    if (local_ != nullptr) fail("widen before binding a buffer");
-    while (streams_.size() < workers) add_stream(ucx_.add_worker());
+    while (streams_.size() < workers) {
+        add_stream(ucx_.add_worker());
+        // A bound buffer is read through the new endpoint too.
+        if (local_ != nullptr)
+            check(ucp_ep_rkey_unpack(streams_.back()->ep, packed_rkey_.data(), &streams_.back()->rkey), "ucp_ep_rkey_unpack");
+    }
 }
 
 // UCX 1.13 has no query for an endpoint's transports, only a printout; its
@@ -198,6 +202,7 @@ void RawReader::bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, c
     if (streams_.empty()) fail("not connected");
     unbind();
     for (auto &s : streams_) check(ucp_ep_rkey_unpack(s->ep, packed_rkey.data(), &s->rkey), "ucp_ep_rkey_unpack");
+    packed_rkey_ = packed_rkey;
     remote_ = remote;
     local_ = &local;
     local_region_ = std::make_unique<RawRegion>(ucx_.context(), local);

@@ -87,7 +87,8 @@ class RawReader {
     RawReader() = default;
     ~RawReader();
     void connect(const std::vector<uint8_t> &target_address);
-    // Reads from `workers` workers from now on (at least 1; connected first).
+    // Reads from `workers` workers from now on (at least 1; connected first),
+    // the bound buffer too.
     void widen(unsigned workers);
     unsigned workers() const { return static_cast<unsigned>(streams_.size()); }
     // The transports the endpoint's lanes use, e.g. "tcp/lo.0".
@@ -126,6 +127,7 @@ class RawReader {
     std::vector<uint8_t> target_;
     std::vector<std::unique_ptr<Stream>> streams_;
     uint64_t remote_ = 0;
+    std::vector<uint8_t> packed_rkey_;  // the bound buffer's
     const Buffer *local_ = nullptr;
     std::unique_ptr<RawRegion> local_region_;
 };

@@ -24,6 +24,9 @@ type SyncStats struct {
 	// ChecksumMismatches counts chunks that did not match their publisher's
 	// checksum: read again from another holder, whose worker was reported.
 	ChecksumMismatches uint32
+	// BytesOneSided is how many of Bytes were read with one-sided GETs (RDMA,
+	// shared memory, cuda_ipc): no CPU of the holder touched them.
+	BytesOneSided uint64
 }
 
 // cStats is a th_sync_stats the library fills. It lives in C memory: a config
@@ -64,5 +67,6 @@ func (s cStats) copyTo(out *SyncStats) {
 		BytesFromPublisher: uint64(s.p.bytes_from_publisher),
 		BytesFromReplicas:  uint64(s.p.bytes_from_replicas),
 		ChecksumMismatches: uint32(s.p.checksum_mismatches),
+		BytesOneSided:      uint64(s.p.bytes_one_sided),
 	}
 }

@@ -358,6 +358,11 @@ typedef struct th_sync_stats {
     uint32_t checksum_mismatches;  /* chunks that did not match the version's checksums:
                                       read again from another source, whose worker
                                       was reported (see th_fetch_config.verify) */
+    uint64_t bytes_one_sided;      /* of bytes, read with one-sided GETs (RDMA, cma,
+                                      cuda_ipc): no CPU of the holder touched them.
+                                      The rest the holder's progress thread sent
+                                      (tcp, or a UCX before 1.19; see README,
+                                      "Transports"). 0 for publish */
 } th_sync_stats;
 
 /* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */

@@ -446,6 +446,7 @@ void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {
     for (const Piece &p : target_.pieces(c)) n += p.length;
     bytes_from_[{s.worker, s.replica}] += n;
     bytes_done_ += n;
+    if (s.peer && s.peer->path() == ReadPath::OneSided) bytes_one_sided_ += n;
 }
 
 // Only a chunk held whole can be checked: a partial or ranged fetch may hold
@@ -667,6 +668,7 @@ SyncStats Fetch::stats() const {
     st.failed_sources = failed_sources_;
     st.chunks = needed_;
     st.checksum_mismatches = mismatches_;
+    st.bytes_one_sided = bytes_one_sided_;
     std::vector<uint64_t> workers;
     for (const auto &[src, n] : bytes_from_) {
         if (n == 0) continue;

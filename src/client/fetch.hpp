@@ -160,6 +160,7 @@ class Fetch {
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from_;  // (worker, replica) -> bytes confirmed
     std::map<uint64_t, bool> publisher_;  // source replica -> is a publisher's
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
+    uint64_t bytes_one_sided_ = 0;        // of those, read one-sided (ReadPath::OneSided)
     uint32_t plans_ = 0, failed_sources_ = 0;
     std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none
     VerifyPolicy verify_{TH_DEFAULT_VERIFY};

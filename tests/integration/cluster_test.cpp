@@ -40,6 +40,10 @@ TEST(Cluster, ReadersFetchLatestFromPublisherAndFromEachOther) {
         std::string l = r->line(120000);
         ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
         EXPECT_EQ(field(l, "version"), 3u);
+        // Between processes of one host: every byte read one-sided over
+        // shared memory, none over tcp (the holder's progress thread sends).
+        EXPECT_GT(field(l, "bytes"), 0u) << l;
+        if (auto one_sided = reads_one_sided()) EXPECT_EQ(field(l, "one_sided"), *one_sided ? field(l, "bytes") : 0) << l;
     }
 
     auto s = server_status(url);

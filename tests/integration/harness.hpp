@@ -12,8 +12,10 @@
 #include <chrono>
 #include <regex>
 #include <cstring>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +106,17 @@ inline th_status fetch(th_client *c, const char *model, uint64_t version, uint32
         EXPECT_NE(std::string(th_last_error()).find(text), std::string::npos) << th_last_error(); \
     } while (0)
 
+
+// Whether a fetch between two processes of this host reads one-sided (the
+// bytes_one_sided of its th_sync_stats): on the default lanes (shared memory)
+// with a UCX that keeps one-sided GETs under peer error handling (>= 1.19,
+// TH_TEST_UCX_ONE_SIDED), not over tcp. Other UCX_TLS settings: unknown.
+inline std::optional<bool> reads_one_sided() {
+    const char *tls = std::getenv("UCX_TLS");
+    if (tls == nullptr) return TH_TEST_UCX_ONE_SIDED != 0;
+    if (std::string(tls) == "tcp") return false;
+    return std::nullopt;
+}
 
 inline uint64_t field(const std::string &line, const std::string &key) {
     size_t at = line.find(key + "=");

@@ -60,6 +60,7 @@ TEST(Observability, StatsSayWhereTheBytesCameFromAndProgressEndsAtTheTotal) {
     EXPECT_EQ(ps.sources, 0u);
     EXPECT_GT(ps.seconds, 0);
     EXPECT_EQ(ps.gbps, 0) << "a publish moves no bytes";
+    EXPECT_EQ(ps.bytes_one_sided, 0u);
 
     // The first reader can only read from the publisher.
     th_sync_stats fs;
@@ -75,6 +76,7 @@ TEST(Observability, StatsSayWhereTheBytesCameFromAndProgressEndsAtTheTotal) {
     EXPECT_EQ(fs.bytes_from_replicas, 0u);
     EXPECT_EQ(fs.replans, 0u);
     EXPECT_EQ(fs.failed_sources, 0u);
+    if (auto one_sided = reads_one_sided()) EXPECT_EQ(fs.bytes_one_sided, *one_sided ? total : 0);
     EXPECT_GT(fs.seconds, 0);
     EXPECT_NEAR(fs.gbps, fs.bytes / fs.seconds / 1e9, 1e-9);
     ASSERT_FALSE(log.calls.empty());

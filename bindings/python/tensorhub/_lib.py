@@ -176,6 +176,7 @@ class SyncStats(Structure):
         ("bytes_from_publisher", c_uint64),
         ("bytes_from_replicas", c_uint64),
         ("checksum_mismatches", c_uint32),
+        ("bytes_one_sided", c_uint64),
     ]
 
 

@@ -165,10 +165,13 @@ class Client(HandleOwner):
 
         {"op": "fetch" | "publish", "model", "shard", "version", "bytes",
         "seconds", "gbps", "sources", "replans", "failed_sources", "chunks",
-        "bytes_from_publisher", "bytes_from_replicas"}
+        "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches",
+        "bytes_one_sided"}
 
-        For a publish, bytes and chunks are what was declared, and gbps and
-        sources are 0 (nothing moved)."""
+        bytes_one_sided is how many of the bytes were read with one-sided
+        GETs (no CPU of the holder touched them). For a publish, bytes and
+        chunks are what was declared, and gbps, sources and bytes_one_sided
+        are 0 (nothing moved)."""
         stats: dict[str, Any] | None = getattr(self._last, "stats", None)
         return dict(stats) if stats is not None else None
 

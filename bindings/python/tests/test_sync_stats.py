@@ -12,7 +12,8 @@ import tensorhub
 from conftest import connect, empty_like, weights
 
 KEYS = {"op", "model", "shard", "version", "bytes", "seconds", "gbps", "sources", "replans", "failed_sources",
-        "chunks", "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches"}
+        "chunks", "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches",
+        "bytes_one_sided"}
 
 
 def nbytes(state: dict[str, np.ndarray]) -> int:
@@ -33,6 +34,9 @@ def test_publish_and_fetch_leave_a_plain_dict(pub: tensorhub.Client, reader: ten
     assert all(isinstance(v, (int, float, str)) for v in s.values())  # ready for wandb.log
     assert (s["op"], s["version"], s["bytes"], s["sources"]) == ("fetch", 4, nbytes(w), 1)
     assert s["bytes_from_publisher"] == nbytes(w) and s["bytes_from_replicas"] == 0
+    # One peer, one read path: every byte one-sided (shared memory on a UCX
+    # >= 1.19) or none (tcp, older UCX). The C++ integration tests check which.
+    assert s["bytes_one_sided"] in (0, nbytes(w)) and p["bytes_one_sided"] == 0
     assert s["chunks"] >= 1 and s["seconds"] > 0
     assert s["gbps"] == pytest.approx(s["bytes"] / s["seconds"] / 1e9)
 

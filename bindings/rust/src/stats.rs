@@ -22,6 +22,9 @@ pub struct SyncStats {
     /// Chunks that did not match their publisher's checksum and were read
     /// again from another holder.
     pub checksum_mismatches: u32,
+    /// Of `bytes`, how many were read with one-sided GETs (RDMA, shared
+    /// memory, cuda_ipc): no CPU of the holder touched them. 0 for a publish.
+    pub bytes_one_sided: u64,
 }
 
 /// A `th_sync_stats` ready to be filled by the library.
@@ -48,6 +51,7 @@ impl From<&sys::th_sync_stats> for SyncStats {
             bytes_from_publisher: s.bytes_from_publisher,
             bytes_from_replicas: s.bytes_from_replicas,
             checksum_mismatches: s.checksum_mismatches,
+            bytes_one_sided: s.bytes_one_sided,
         }
     }
 }

@@ -158,6 +158,9 @@ fn fetch_and_publish_report_what_they_did() {
     let (v, _, s) = c.reader.fetch_with_stats(&FetchRequest::new("m"), &mut dst(&mut bufs), false).unwrap();
     assert_eq!((v, s.version, s.bytes, s.sources, s.chunks), (5, 5, 2 * BYTES as u64, 1, 8));
     assert_eq!((s.bytes_from_publisher, s.bytes_from_replicas), (2 * BYTES as u64, 0));
+    // One holder, one read path: all of it one-sided or none of it.
+    assert!(s.bytes_one_sided == 0 || s.bytes_one_sided == s.bytes, "{s:?}");
+    assert_eq!(p.bytes_one_sided, 0);
     assert!(s.seconds > 0.0 && s.gbps > 0.0);
     assert_eq!(bufs, src);
 }
