@@ -373,7 +373,6 @@ class Bench {
             reader_->call("clear", limit);
             double cpu0 = reader_->cpu_seconds();
             auto reply = reader_->call(command, limit);
-            seconds(reply);
             if (cpu) *cpu += reader_->cpu_seconds() - cpu0;
             return reply;
         };
