@@ -4,7 +4,8 @@
 
 namespace th {
 
-ReadWindow::ReadWindow(uint32_t max) : max_(std::max(max, 1u)), size_(std::min(kMin, max_)) {}
+ReadWindow::ReadWindow(uint32_t max, Micros target)
+    : max_(std::max(max, 1u)), target_(std::max(target, Micros(1))), size_(std::min(kMin, max_)) {}
 
 void ReadWindow::on_complete(Micros latency) {
     latency = std::max(latency, Micros(1));
@@ -16,18 +17,18 @@ void ReadWindow::on_complete(Micros latency) {
     if (samples_ == 1) {
         // The first read had none ahead of it: its latency is about what one
         // chunk takes on this path, so this many fit in the target.
-        size_ = static_cast<uint32_t>(std::clamp<int64_t>(1 + kTarget / latency, std::min(kMin, max_), max_));
+        size_ = static_cast<uint32_t>(std::clamp<int64_t>(1 + target_ / latency, std::min(kMin, max_), max_));
     } else if (++since_change_ >= size_) {
         // One step per window's worth of completions: the latency of reads
         // asked for under the old size has to pass first.
         Micros queued = smoothed_ - base_;
-        if (queued > kTarget) {
+        if (queued > target_) {
             // Each read waits behind the other size - 1: shrink at once to
             // the size whose wait would be the target, by one at least.
-            int64_t fit = 1 + kTarget.count() * (size_ - 1) / queued.count();
+            int64_t fit = 1 + target_.count() * (size_ - 1) / queued.count();
             uint32_t least = std::min(kMin, max_);
             size_ = static_cast<uint32_t>(std::clamp<int64_t>(fit, least, std::max(size_ - 1, least)));
-        } else if (queued < kTarget / 2) {
+        } else if (queued < target_ / 2) {
             size_ = std::min(max_, size_ * 2);  // room to spare: double, as TCP's slow start does
         }
     }

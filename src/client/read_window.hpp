@@ -21,10 +21,16 @@ class ReadWindow {
     // asked for while the other one's bytes still arrive.
     static constexpr Micros kTarget{20000};
     static constexpr uint32_t kMin = 2;
+    // The target for a source that is still filling (a relay of a chain):
+    // it cannot be read faster than it fills, so what waits in its queue
+    // only delays the reader, and every reader after it, by as much
+    // (perf/cluster/NOTES.md, "A 2-vCPU VM of another kind"). A complete
+    // source keeps kTarget: one reader over tcp loopback lost ~5% at 5 ms.
+    static constexpr Micros kFillingTarget{5000};
 
     // Starts small: the first completion tells how long one chunk takes on
     // this path, and so how many fit in the target (see on_complete).
-    explicit ReadWindow(uint32_t max);
+    explicit ReadWindow(uint32_t max, Micros target = kTarget);
 
     uint32_t size() const { return size_; }
     // A read of this source completed after latency.
@@ -32,6 +38,7 @@ class ReadWindow {
 
   private:
     uint32_t max_;
+    Micros target_;
     uint32_t size_;
     Micros base_ = Micros::max();  // lowest latency seen
     Micros smoothed_{0};           // moving average of the latency

@@ -54,6 +54,24 @@ TEST(ReadWindow, KeepsTheQueueNearTheTarget) {
     EXPECT_EQ(w.size(), 5u);
 }
 
+// A relay still filling is read with a queue of at most 5 ms: with 512 KiB
+// chunks at 1 gbit that is two reads in flight, where a complete source on
+// the same path gets five.
+TEST(ReadWindow, ASourceStillFillingQueuesLess) {
+    ReadWindow filling(8, ReadWindow::kFillingTarget);
+    EXPECT_EQ(filling.size(), ReadWindow::kMin);
+    drive(filling, Micros(4400), 200);
+    EXPECT_EQ(filling.size(), 2u);
+    // 256 KiB chunks: (size - 1) x 2.2 ms within 5 ms.
+    ReadWindow smaller(8, ReadWindow::kFillingTarget);
+    drive(smaller, Micros(2200), 200);
+    EXPECT_EQ(smaller.size(), 3u);
+    // A fast path still opens fully.
+    ReadWindow fast(8, ReadWindow::kFillingTarget);
+    drive(fast, Micros(300), 200);
+    EXPECT_EQ(fast.size(), 8u);
+}
+
 TEST(ReadWindow, AFastPathKeepsTheWholeWindow) {
     ReadWindow w(8);
     drive(w, Micros(2500), 200);  // 4 MiB chunks at 1.6 GB/s
