@@ -9,10 +9,10 @@
 // reads in flight (from as many workers, each with a thread, as the library
 // posts its reads from: --copy-threads, at most one per read in flight, on
 // host-memory lanes the library read one-sided, as its th_sync_stats say;
-// else one), and again with reads of
-// --raw-long-kb (64 MiB): the library reads several chunks at once where a
-// chunk takes microseconds, so the raw figure is the faster of the two, the
-// lane's limit whatever the read size. Same buffers, because a cma copy's cost depends on how scattered the
+// else one), and again with reads of --raw-long-kb (64 MiB): the library
+// reads several chunks at once where a chunk takes microseconds, so the raw
+// figure is the faster of the two, the lane's limit whatever the read size.
+// Same buffers, because a cma copy's cost depends on how scattered the
 // pages are in physical memory: two processes' buffers, made at different
 // moments, differed by up to 15% here. Repetitions of the two alternate, so
 // both see the same machine noise. Destinations are faulted in before every
@@ -392,11 +392,9 @@ class Bench {
         // It posts one-sided reads into host memory from up to copy_threads
         // threads, as many as it has reads in flight: where it read one-sided,
         // the raw pair reads from as many workers (from the first size on).
-        if (r.one_sided == 1 && memory_ == Memory::Host && !widened_) {
-            raw_workers_ = static_cast<unsigned>(std::stoul(
-                reader_->call(str("widen ", std::min(o_.copy_threads, o_.inflight)), limit).at(0)));
-            widened_ = true;
-        }
+        const unsigned threads = std::min(o_.copy_threads, o_.inflight);
+        if (r.one_sided == 1 && memory_ == Memory::Host && raw_workers_ < threads)
+            raw_workers_ = static_cast<unsigned>(std::stoul(reader_->call(str("widen ", threads), limit).at(0)));
         raw_once(o_.chunk_bytes);
         verify("a-raw-read");
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
@@ -436,7 +434,6 @@ class Bench {
     Memory memory_;
     std::string transports_;
     unsigned raw_workers_ = 1;
-    bool widened_ = false;
     std::unique_ptr<Child> holder_, reader_;
 };
 

@@ -166,10 +166,12 @@ void RawReader::widen(unsigned workers) {
     if (streams_.empty()) fail("not connected");
     while (streams_.size() < workers) {
         add_stream(ucx_.add_worker());
-        // A bound buffer is read through the new endpoint too.
-        if (local_ != nullptr)
-            check(ucp_ep_rkey_unpack(streams_.back()->ep, packed_rkey_.data(), &streams_.back()->rkey), "ucp_ep_rkey_unpack");
+        if (local_ != nullptr) unpack_rkey(*streams_.back());  // a bound buffer is read through it too
     }
+}
+
+void RawReader::unpack_rkey(Stream &s) {
+    check(ucp_ep_rkey_unpack(s.ep, packed_rkey_.data(), &s.rkey), "ucp_ep_rkey_unpack");
 }
 
 // UCX 1.13 has no query for an endpoint's transports, only a printout; its
@@ -201,8 +203,8 @@ std::string RawReader::transports() const {
 void RawReader::bind(uint64_t remote, const std::vector<uint8_t> &packed_rkey, const Buffer &local) {
     if (streams_.empty()) fail("not connected");
     unbind();
-    for (auto &s : streams_) check(ucp_ep_rkey_unpack(s->ep, packed_rkey.data(), &s->rkey), "ucp_ep_rkey_unpack");
     packed_rkey_ = packed_rkey;
+    for (auto &s : streams_) unpack_rkey(*s);
     remote_ = remote;
     local_ = &local;
     local_region_ = std::make_unique<RawRegion>(ucx_.context(), local);

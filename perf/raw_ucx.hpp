@@ -119,6 +119,8 @@ class RawReader {
     static void on_get_done(void *request, ucs_status_t status, void *user_data);
     static void check_healthy(const Stream &s);
     void add_stream(ucp_worker_h worker);
+    // The bound buffer's rkey, for s's endpoint.
+    void unpack_rkey(Stream &s);
     // Reads [begin, end) of the buffer through s; throws on a failure.
     void read_range(Stream &s, size_t begin, size_t end, size_t chunk, unsigned inflight, Clock::time_point deadline,
                     bool wait_on_events);
