@@ -8,6 +8,7 @@
 #include <exception>
 #include <thread>
 
+#include "client/host_xxh3.hpp"
 #include "client/xxh3_leaf.hpp"
 #include "common/error.hpp"
 
@@ -78,8 +79,8 @@ class LeafWalk {
         gather_the_rest();
     }
     uint64_t finish() {
-        for (const auto &g : gathered_) leaves_[g.leaf] = XXH3_64bits(g.bytes.data(), g.bytes.size());
-        return XXH3_64bits(leaves_.data(), leaves_.size() * sizeof(uint64_t));
+        for (const auto &g : gathered_) leaves_[g.leaf] = host_xxh3(g.bytes.data(), g.bytes.size());
+        return host_xxh3(leaves_.data(), leaves_.size() * sizeof(uint64_t));
     }
     // Leaves still to hash on a GPU.
     uint64_t device_leaves() const { return device_leaves_; }
@@ -92,7 +93,7 @@ class LeafWalk {
         const uint8_t *base = static_cast<const uint8_t *>(p.data) + (first * kLeafBytes - at);
         std::fill(whole_.begin() + first, whole_.begin() + end, 1);
         if (p.kind == TH_MEM_HOST) {
-            for (uint64_t l = first; l < end; ++l) leaves_[l] = XXH3_64bits(base + (l - first) * kLeafBytes, kLeafBytes);
+            for (uint64_t l = first; l < end; ++l) leaves_[l] = host_xxh3(base + (l - first) * kLeafBytes, kLeafBytes);
             return;
         }
         cuda_.hash_leaves(base, end - first, leaves_.data() + first);

@@ -17,6 +17,7 @@
 
 #include "client/checksum.hpp"
 #include "client/chunk_verifier.hpp"
+#include "client/host_xxh3.hpp"
 #include "client/xxh3_leaf.hpp"
 #include "buffers.hpp"
 #include "client/client.hpp"
@@ -131,6 +132,28 @@ TEST(Checksum, TheLeafHashIsXxh3OfFourKiB) {
         }
         bytes[rng() % bytes.size()] ^= 0x5a;
     }
+}
+
+// Every implementation of the host hash this CPU can run gives libxxhash's
+// XXH3-64, at every length class XXH3 treats apart (0, 1-3, 4-8, 9-16,
+// 17-128, 129-240, longer, a partial last stripe and block) and alignment.
+TEST(Checksum, TheHostHashIsLibxxhashsXxh3OnEveryUnit) {
+    std::vector<std::pair<const char *, uint64_t (*)(const void *, size_t)>> units = {
+        {"baseline", xxh3_units::baseline}};
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) units.push_back({"avx2", xxh3_units::avx2});
+#endif
+    std::mt19937_64 rng(11);
+    std::vector<uint8_t> bytes(3 * xxh3::kLeafBytes + 64);
+    for (uint8_t &b : bytes) b = static_cast<uint8_t>(rng());
+    for (size_t len : {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1000, 1024, 4095, 4096, 4097, 3 * 4096})
+        for (size_t off : {0, 1, 7, 32}) {
+            uint64_t want = XXH3_64bits(bytes.data() + off, len);
+            for (auto &[name, fn] : units) EXPECT_EQ(fn(bytes.data() + off, len), want) << name << " length " << len << " offset " << off;
+            EXPECT_EQ(host_xxh3(bytes.data() + off, len), want);
+        }
+    std::string unit = host_xxh3_unit();
+    EXPECT_TRUE(unit == units.back().first) << "chose " << unit << " on a CPU that runs " << units.back().first;
 }
 
 // A chunk's checksum is XXH3-64 over its 4 KiB leaves' XXH3-64s; a short
