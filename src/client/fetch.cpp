@@ -238,7 +238,7 @@ void Fetch::apply_plan(PlanCall &c) {
     size_t next_peer = 0;
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<FetchSource>();
-        s->window = ReadWindow(cfg_.max_inflight, r->complete() ? ReadWindow::kTarget : ReadWindow::kFillingTarget);
+        s->window = ReadWindow(cfg_.max_inflight, ReadWindow::target_for(r->complete(), r->publisher()));
         s->worker = r->worker_id();
         s->replica = r->replica_id();
         publisher_[s->replica] = r->publisher();

@@ -21,12 +21,21 @@ class ReadWindow {
     // asked for while the other one's bytes still arrive.
     static constexpr Micros kTarget{20000};
     static constexpr uint32_t kMin = 2;
-    // The target for a source that is still filling (a relay of a chain):
-    // it cannot be read faster than it fills, so what waits in its queue
-    // only delays the reader, and every reader after it, by as much
-    // (perf/cluster/NOTES.md, "A 2-vCPU VM of another kind"). A complete
-    // source keeps kTarget: one reader over tcp loopback lost ~5% at 5 ms.
-    static constexpr Micros kFillingTarget{5000};
+    // The target for a source whose queue costs more than it gives:
+    // - one still filling (a relay of a chain) cannot be read faster than
+    //   it fills, so what waits in its queue only delays the reader, and
+    //   every reader after it, by as much (perf/cluster/NOTES.md, "A 2-vCPU
+    //   VM of another kind");
+    // - a publisher's own buffers change at its next begin-mutation (a
+    //   trainer's optimizer step, often while its first readers still read
+    //   them), and every read in flight then is lost and read again: a lone
+    //   reader of a trainer lost 35 ms that way at 1 gbit
+    //   (perf/cluster/NOTES.md, "A lone reader and the trainer's mutation").
+    // A reader's or a spilled copy, complete, keeps kTarget.
+    static constexpr Micros kShortTarget{5000};
+    static Micros target_for(bool complete, bool publisher) {
+        return complete && !publisher ? kTarget : kShortTarget;
+    }
 
     // Starts small: the first completion tells how long one chunk takes on
     // this path, and so how many fit in the target (see on_complete).

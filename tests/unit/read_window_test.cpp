@@ -19,10 +19,12 @@ void drive(ReadWindow &w, Micros chunk_time, int completions) {
 
 }  // namespace
 
-TEST(ReadWindow, StartsSmallAndOpensFullyAtOnceOnAFastPath) {
+TEST(ReadWindow, StartsSmallAndDoublesToTheWholeWindowOnAFastPath) {
     ReadWindow w(8);
     EXPECT_EQ(w.size(), ReadWindow::kMin);
-    w.on_complete(Micros(300));  // one chunk in 0.3 ms
+    w.on_complete(Micros(300));  // one chunk in 0.3 ms: 67 would fit in the target
+    EXPECT_EQ(w.size(), 2 * ReadWindow::kMin);
+    for (int i = 0; i < 4; ++i) w.on_complete(Micros(300));
     EXPECT_EQ(w.size(), 8u);
     for (int i = 0; i < 100; ++i) w.on_complete(Micros(300));
     EXPECT_EQ(w.size(), 8u);
@@ -38,7 +40,7 @@ TEST(ReadWindow, AThinLinkKeepsTwoInFlight) {
 
 TEST(ReadWindow, ShrinksWhenItsGetsQueue) {
     ReadWindow w(8);
-    w.on_complete(Micros(500));  // fast at first
+    for (int i = 0; i < 5; ++i) w.on_complete(Micros(500));  // fast at first
     ASSERT_EQ(w.size(), 8u);
     // Then the path slows to 4.4 ms per chunk and each GET waits for the
     // others in flight.
@@ -58,18 +60,40 @@ TEST(ReadWindow, KeepsTheQueueNearTheTarget) {
 // chunks at 1 gbit that is two reads in flight, where a complete source on
 // the same path gets five.
 TEST(ReadWindow, ASourceStillFillingQueuesLess) {
-    ReadWindow filling(8, ReadWindow::kFillingTarget);
+    ReadWindow filling(8, ReadWindow::kShortTarget);
     EXPECT_EQ(filling.size(), ReadWindow::kMin);
     drive(filling, Micros(4400), 200);
     EXPECT_EQ(filling.size(), 2u);
     // 256 KiB chunks: (size - 1) x 2.2 ms within 5 ms.
-    ReadWindow smaller(8, ReadWindow::kFillingTarget);
+    ReadWindow smaller(8, ReadWindow::kShortTarget);
     drive(smaller, Micros(2200), 200);
     EXPECT_EQ(smaller.size(), 3u);
     // A fast path still opens fully.
-    ReadWindow fast(8, ReadWindow::kFillingTarget);
+    ReadWindow fast(8, ReadWindow::kShortTarget);
     drive(fast, Micros(300), 200);
     EXPECT_EQ(fast.size(), 8u);
+}
+
+// A publisher's own buffers change at its next begin-mutation, so they are
+// read with the short target, as a relay still filling is; a complete
+// replica that no user writes (a reader's, a spilled copy) keeps 20 ms.
+TEST(ReadWindow, APublishersBuffersAndAFillingSourceGetTheShortTarget) {
+    EXPECT_EQ(ReadWindow::target_for(/*complete=*/true, /*publisher=*/false), ReadWindow::kTarget);
+    EXPECT_EQ(ReadWindow::target_for(true, true), ReadWindow::kShortTarget);
+    EXPECT_EQ(ReadWindow::target_for(false, false), ReadWindow::kShortTarget);
+    EXPECT_LT(ReadWindow::kShortTarget, ReadWindow::kTarget);
+}
+
+// A link's first chunk may pass in its burst allowance (0.7 ms for 512 KiB
+// at 1 gbit, where the next take 4.4 ms each): the window opens at most
+// twofold on it, and comes down to two at the first check of the queue,
+// rather than keeping eight reads in flight until eight have completed.
+TEST(ReadWindow, AFirstChunkInABurstDoesNotOpenTheWindowFully) {
+    ReadWindow w(8, ReadWindow::kShortTarget);
+    w.on_complete(Micros(700));
+    EXPECT_EQ(w.size(), 2 * ReadWindow::kMin);
+    for (uint32_t k = 1; k <= 4; ++k) w.on_complete(Micros(700) + k * Micros(4400));
+    EXPECT_EQ(w.size(), ReadWindow::kMin);
 }
 
 TEST(ReadWindow, AFastPathKeepsTheWholeWindow) {
@@ -92,8 +116,8 @@ TEST(ReadWindow, NeverBelowOneOrAboveItsMaximum) {
     EXPECT_EQ(one.size(), 1u);
     ReadWindow zero(0);  // treated as one
     EXPECT_EQ(zero.size(), 1u);
-    ReadWindow instant(8);  // a completion measured as taking no time at all
-    instant.on_complete(Micros(0));
+    ReadWindow instant(8);  // completions measured as taking no time at all
+    for (int i = 0; i < 5; ++i) instant.on_complete(Micros(0));
     EXPECT_EQ(instant.size(), 8u);
 }
 
