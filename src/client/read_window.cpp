@@ -26,15 +26,16 @@ void ReadWindow::on_complete(Micros latency) {
         // One step per window's worth of completions: the latency of reads
         // asked for under the old size has to pass first.
         Micros queued = smoothed_ - base_;
+        // Each read waits behind the other size - 1: the size whose wait
+        // would be the target.
+        int64_t fit = 1 + target_.count() * (size_ - 1) / std::max<int64_t>(queued.count(), 1);
         if (queued > target_) {
-            // Each read waits behind the other size - 1: shrink at once to
-            // the size whose wait would be the target, by one at least.
-            int64_t fit = 1 + target_.count() * (size_ - 1) / queued.count();
+            // Shrink at once to it, by one at least.
             uint32_t least = std::min(kMin, max_);
             size_ = static_cast<uint32_t>(std::clamp<int64_t>(fit, least, std::max(size_ - 1, least)));
         } else if (queued < target_ / 2) {
             size_ = std::min(max_, size_ * 2);  // room to spare: double, as TCP's slow start does
-        } else if (1 + target_.count() * (size_ - 1) / std::max<int64_t>(queued.count(), 1) > size_) {
+        } else if (fit > size_) {
             size_ = std::min(max_, size_ + 1);  // one more still fits in the target
         }
     }

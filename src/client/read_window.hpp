@@ -38,7 +38,8 @@ class ReadWindow {
     }
 
     // Starts small: the first completion tells how long one chunk takes on
-    // this path, and so how many fit in the target (see on_complete).
+    // this path, and so how many fit in the target, of which it takes at
+    // most twice as many as now (see on_complete).
     explicit ReadWindow(uint32_t max, Micros target = kTarget);
 
     uint32_t size() const { return size_; }
