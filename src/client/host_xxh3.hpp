@@ -14,8 +14,8 @@ namespace th {
 
 uint64_t host_xxh3(const void *data, size_t length);
 
-// The implementation host_xxh3 uses on this CPU ("avx2" or "baseline"), for
-// logs and benchmarks.
+// The implementation host_xxh3 uses on this CPU ("avx2" or "baseline"), so
+// that a test can hold the choice to what the CPU has.
 const char *host_xxh3_unit();
 
 namespace xxh3_units {
