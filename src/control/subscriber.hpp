@@ -3,7 +3,6 @@
 // query that catches up (see Client::wait_for_version).
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
@@ -27,7 +26,7 @@ class Subscriber {
     std::string url_;
     Handler handler_;
     nng_socket sock_ = NNG_SOCKET_INITIALIZER;
-    std::atomic<bool> stop_{false};
+    nng_aio *recv_ = nullptr;  // the receive loop's; stopped to end it
     std::thread thread_;
 };
 

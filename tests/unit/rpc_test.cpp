@@ -1,25 +1,51 @@
 // Request/reply over NNG (control/rpc.hpp): giving up a connection while other
-// threads are still calling on it; asking a server for its epoch (control/ping.hpp).
+// threads are still calling on it; asking a server for its epoch (control/ping.hpp);
+// the event stream's receiving end (control/subscriber.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <dirent.h>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/pub.h>
+
 #include "common/error.hpp"
 #include "control/close.hpp"
 #include "control/ping.hpp"
 #include "control/rpc.hpp"
+#include "control/subscriber.hpp"
 
 using namespace th;
 
 namespace {
 
 wire::Bytes echo(const uint8_t *data, size_t size) { return wire::Bytes(data, data + size); }
+
+// Context switches so far of this process's threads named `name`.
+uint64_t switches_of_threads_named(const std::string &name) {
+    uint64_t total = 0;
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == nullptr) return 0;
+    while (dirent *e = readdir(dir)) {
+        if (e->d_name[0] == '.') continue;
+        std::string task = std::string("/proc/self/task/") + e->d_name;
+        std::string comm;
+        std::getline(std::ifstream(task + "/comm"), comm);
+        if (comm != name) continue;
+        std::ifstream status(task + "/status");
+        for (std::string line; std::getline(status, line);)
+            if (line.find("ctxt_switches:") != std::string::npos) total += std::stoull(line.substr(line.find(':') + 1));
+    }
+    closedir(dir);
+    return total;
+}
 
 }  // namespace
 
@@ -145,4 +171,45 @@ TEST(Ping, AnswersWithTheServersEpochAndFailsAtOnceOnARefusedConnection) {
         EXPECT_TRUE(e.code() == TH_ERR_TIMEOUT || e.code() == TH_ERR_UNAVAILABLE) << e.what();
     }
     hold = false;
+}
+
+// The event stream's receiving end delivers what the server publishes, waits
+// for the next event without waking (NNG 1.5's timer thread spins up to a
+// millisecond on every timeout that fires: a receive that woke every 100 ms
+// cost an idle client ~1% of a core), and stops promptly while waiting.
+TEST(Subscriber, DeliversEventsWaitsWithoutTimersAndStopsWhileWaiting) {
+    nng_socket pub = NNG_SOCKET_INITIALIZER;
+    ASSERT_EQ(nng_pub0_open(&pub), 0);
+    nng_listener listener;
+    ASSERT_EQ(nng_listen(pub, "tcp://127.0.0.1:0", &listener, 0), 0);
+    int port = 0;
+    ASSERT_EQ(nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port), 0);
+    const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+
+    std::atomic<int> got{0};
+    std::vector<std::unique_ptr<Subscriber>> subs;
+    for (int i = 0; i < 2; ++i)
+        subs.push_back(std::make_unique<Subscriber>(url, [&](const uint8_t *data, size_t size) {
+            if (std::string(reinterpret_cast<const char *>(data), size) == "event") ++got;
+        }));
+    // PUB/SUB drops what is sent before a subscriber is connected: send until
+    // both have one.
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (got < 2 && std::chrono::steady_clock::now() < until) {
+        nng_send(pub, const_cast<char *>("event"), 5, NNG_FLAG_NONBLOCK);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_GE(got.load(), 2);
+
+    // Idle for a second: two receives with a 100 ms timeout woke the timer
+    // thread at least 20 times.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    uint64_t before = switches_of_threads_named("nng:aio:expire");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    EXPECT_LT(switches_of_threads_named("nng:aio:expire") - before, 5u);
+
+    auto stopped = std::async(std::launch::async, [&] { subs.clear(); });
+    EXPECT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    stopped.wait();
+    nng_close(pub);
 }
