@@ -137,6 +137,7 @@ UcxWorker::~UcxWorker() {
         // destruction below takes the endpoint with it after this bound.
         auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
         std::lock_guard lk(mu_);
+        if (kFlushBeforeClose) flush_endpoints(std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
         for (auto &[id, p] : peers_) {
             std::lock_guard plk(p->mu_);
             for (void *req : p->drop_endpoints(/*close=*/true)) {
@@ -169,6 +170,40 @@ UcxWorker::~UcxWorker() {
     // A set-aside worker is never touched again: destroying it would progress
     // the very requests whose answer aborts. Its context stays with it.
     if (set_aside_.empty()) ucp_cleanup(context_);
+}
+
+// UCX before 1.14 aborts on an assertion (ucp_request.c, "got REP message";
+// fixed by UCX's pull request 8175) when an endpoint fails while its reply to
+// a peer's connection request is still queued: a peer that connects to this
+// worker and goes away before the reply is sent takes this process down.
+// Leaving politely keeps this worker from doing that to others: an endpoint
+// still connecting is flushed, which completes once it is connected, before
+// it is force-closed. An idle endpoint flushes at once.
+const bool UcxWorker::kFlushBeforeClose = [] {
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    return UCP_VERSION(major, minor) < UCP_VERSION(1, 14);
+}();
+
+void UcxWorker::flush_endpoints(std::chrono::steady_clock::time_point until) {
+    std::vector<void *> flushing;
+    for (auto &[id, p] : peers_) {
+        std::lock_guard plk(p->mu_);
+        for (ucp_ep_h ep : p->eps_) {
+            if (ep == nullptr) continue;
+            ucp_request_param_t prm{};
+            void *req = ucp_ep_flush_nbx(ep, &prm);
+            if (UCS_PTR_IS_PTR(req)) flushing.push_back(req);
+        }
+    }
+    for (auto &e : copiers_) ucp_worker_signal(e->worker);
+    auto pending = [&] {
+        return std::any_of(flushing.begin(), flushing.end(),
+                           [](void *r) { return ucp_request_check_status(r) == UCS_INPROGRESS; });
+    };
+    while (pending() && std::chrono::steady_clock::now() < until) ucp_worker_progress(main_.worker);
+    // One still in progress completes, or fails, with the forced close.
+    for (void *req : flushing) ucp_request_free(req);
 }
 
 void UcxWorker::progress_loop(Engine &e) {

@@ -156,6 +156,10 @@ class UcxWorker {
 
     // worker.cpp
     static ucp_context_h create_context(const UcxOptions &options);
+    // Whether endpoints are flushed before they are force-closed at the
+    // worker's end (UCX < 1.14), and that flush, bounded. Caller holds mu_.
+    static const bool kFlushBeforeClose;
+    void flush_endpoints(std::chrono::steady_clock::time_point until);
     void progress_loop(Engine &e);
     std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker(bool main);
     // Makes the copy workers once; false if UCX refused one (then there
