@@ -170,7 +170,6 @@ TEST_F(Errors, RegistrationIsReusedAcrossVersions) {
     EXPECT_EQ(dst.data, src.data);
 }
 
-// Nothing listens on port 1: the message says the connection is refused.
 // A client connects ahead to the workers the server suggests as it registers;
 // one that leaves at once leaves their endpoints to it half connected. UCX
 // before 1.14 aborts the process of a worker whose reply to such a connection
@@ -184,6 +183,7 @@ TEST_F(Errors, ClientsThatLeaveRightAfterRegisteringLeaveTheOthersServing) {
     EXPECT_EQ(dst.data, src.data);
 }
 
+// Nothing listens on port 1: the message says the connection is refused.
 TEST(ServerErrors, UnreachableServerFailsWithinTheDeadline) {
     th_client_config cc;
     th_client_config_init(&cc, sizeof cc);
