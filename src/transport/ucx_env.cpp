@@ -5,15 +5,26 @@
 
 namespace th {
 
-bool ucx_one_sided_reads() {
-#if UCP_API_VERSION >= UCP_VERSION(1, 19)
+namespace {
+
+// The UCX loaded, as UCP_VERSION(major, minor).
+unsigned loaded_version() {
     unsigned major = 0, minor = 0, release = 0;
     ucp_get_version(&major, &minor, &release);
-    return UCP_VERSION(major, minor) >= UCP_VERSION(1, 19);
+    return UCP_VERSION(major, minor);
+}
+
+}  // namespace
+
+bool ucx_one_sided_reads() {
+#if UCP_API_VERSION >= UCP_VERSION(1, 19)
+    return loaded_version() >= UCP_VERSION(1, 19);
 #else
     return false;
 #endif
 }
+
+bool ucx_aborts_on_a_failed_wireup_reply() { return loaded_version() < UCP_VERSION(1, 14); }
 
 bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     struct Setting {

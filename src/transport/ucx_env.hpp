@@ -31,4 +31,11 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused);
 // this build can ask an endpoint which transports it uses.
 bool ucx_one_sided_reads();
 
+// The UCX in use aborts on an assertion (ucp_request.c, "got REP message";
+// relaxed in 1.14 by UCX's pull request 8175) when an endpoint fails while
+// its reply to a peer's connection request is still queued: a peer that
+// connects to a worker and goes away before the reply is sent takes that
+// worker's process down (UcxWorker::flush_endpoints).
+bool ucx_aborts_on_a_failed_wireup_reply();
+
 }  // namespace th

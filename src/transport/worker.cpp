@@ -137,7 +137,7 @@ UcxWorker::~UcxWorker() {
         // destruction below takes the endpoint with it after this bound.
         auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
         std::lock_guard lk(mu_);
-        if (kFlushBeforeClose) flush_endpoints(std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
+        if (ucx_aborts_on_a_failed_wireup_reply()) flush_endpoints(std::chrono::steady_clock::now() + std::chrono::milliseconds(500));
         for (auto &[id, p] : peers_) {
             std::lock_guard plk(p->mu_);
             for (void *req : p->drop_endpoints(/*close=*/true)) {
@@ -172,19 +172,10 @@ UcxWorker::~UcxWorker() {
     if (set_aside_.empty()) ucp_cleanup(context_);
 }
 
-// UCX before 1.14 aborts on an assertion (ucp_request.c, "got REP message";
-// fixed by UCX's pull request 8175) when an endpoint fails while its reply to
-// a peer's connection request is still queued: a peer that connects to this
-// worker and goes away before the reply is sent takes this process down.
-// Leaving politely keeps this worker from doing that to others: an endpoint
-// still connecting is flushed, which completes once it is connected, before
-// it is force-closed. An idle endpoint flushes at once.
-const bool UcxWorker::kFlushBeforeClose = [] {
-    unsigned major = 0, minor = 0, release = 0;
-    ucp_get_version(&major, &minor, &release);
-    return UCP_VERSION(major, minor) < UCP_VERSION(1, 14);
-}();
-
+// Where UCX aborts on a failed connection whose wireup reply is still queued
+// (ucx_env.hpp), a worker that goes leaves politely so as not to do that to
+// others: an endpoint still connecting is flushed, which completes once it
+// is connected, before it is force-closed. An idle endpoint flushes at once.
 void UcxWorker::flush_endpoints(std::chrono::steady_clock::time_point until) {
     std::vector<void *> flushing;
     for (auto &[id, p] : peers_) {

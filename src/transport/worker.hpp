@@ -156,9 +156,9 @@ class UcxWorker {
 
     // worker.cpp
     static ucp_context_h create_context(const UcxOptions &options);
-    // Whether endpoints are flushed before they are force-closed at the
-    // worker's end (UCX < 1.14), and that flush, bounded. Caller holds mu_.
-    static const bool kFlushBeforeClose;
+    // Flushes every endpoint, until all are done or `until`: at the
+    // worker's end, before they are force-closed, on a UCX that aborts
+    // otherwise (ucx_env.hpp). Caller holds mu_.
     void flush_endpoints(std::chrono::steady_clock::time_point until);
     void progress_loop(Engine &e);
     std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker(bool main);
