@@ -174,25 +174,32 @@ UcxWorker::~UcxWorker() {
 
 // Where UCX aborts on a failed connection whose wireup reply is still queued
 // (ucx_env.hpp), a worker that goes leaves politely so as not to do that to
-// others: an endpoint still connecting is flushed, which completes once it
-// is connected, before it is force-closed. An idle endpoint flushes at once.
+// others: it flushes every endpoint it has, the ones UCX made for peers that
+// connected to it included (a worker flush), which completes once they are
+// connected, and goes on progressing for at least kSettle, so that the
+// wireup messages of the last connections made with it are answered. An
+// idle worker flushes at once. (Before the event receive lost its timeout,
+// a client's destruction waited up to 100 ms for it with this worker still
+// progressing, and that hid the assertion.)
 void UcxWorker::flush_endpoints(std::chrono::steady_clock::time_point until) {
+    constexpr auto kSettle = std::chrono::milliseconds(100);
+    auto settled = std::chrono::steady_clock::now() + kSettle;
     std::vector<void *> flushing;
-    for (auto &[id, p] : peers_) {
-        std::lock_guard plk(p->mu_);
-        for (ucp_ep_h ep : p->eps_) {
-            if (ep == nullptr) continue;
-            ucp_request_param_t prm{};
-            void *req = ucp_ep_flush_nbx(ep, &prm);
-            if (UCS_PTR_IS_PTR(req)) flushing.push_back(req);
-        }
+    std::vector<ucp_worker_h> workers{main_.worker.load()};
+    for (auto &e : copiers_) workers.push_back(e->worker);
+    for (ucp_worker_h w : workers) {
+        ucp_request_param_t prm{};
+        void *req = ucp_worker_flush_nbx(w, &prm);
+        if (UCS_PTR_IS_PTR(req)) flushing.push_back(req);
     }
     for (auto &e : copiers_) ucp_worker_signal(e->worker);
     auto pending = [&] {
         return std::any_of(flushing.begin(), flushing.end(),
                            [](void *r) { return ucp_request_check_status(r) == UCS_INPROGRESS; });
     };
-    while (pending() && std::chrono::steady_clock::now() < until) ucp_worker_progress(main_.worker);
+    for (auto now = std::chrono::steady_clock::now(); now < until && (pending() || now < settled);
+         now = std::chrono::steady_clock::now())
+        ucp_worker_progress(main_.worker);
     // One still in progress completes, or fails, with the forced close.
     for (void *req : flushing) ucp_request_free(req);
 }

@@ -156,9 +156,9 @@ class UcxWorker {
 
     // worker.cpp
     static ucp_context_h create_context(const UcxOptions &options);
-    // Flushes every endpoint, until all are done or `until`: at the
-    // worker's end, before they are force-closed, on a UCX that aborts
-    // otherwise (ucx_env.hpp). Caller holds mu_.
+    // Flushes every endpoint and progresses a little longer, until `until`
+    // at most: at the worker's end, before its endpoints are force-closed,
+    // on a UCX that aborts otherwise (ucx_env.hpp). Caller holds mu_.
     void flush_endpoints(std::chrono::steady_clock::time_point until);
     void progress_loop(Engine &e);
     std::pair<ucp_worker_h, std::vector<uint8_t>> create_worker(bool main);
