@@ -167,6 +167,9 @@ UcxWorker::~UcxWorker() {
     for (auto &e : copiers_) ucp_worker_destroy(e->worker);
     registry_.clear();
     ucp_worker_destroy(main_.worker);
+    // A read still waiting for its answer (a greeting to a peer that never
+    // answered, say) gets its error now, rather than never, and is freed.
+    fail_reads([](const PendingRead &) { return true; }, UCS_ERR_CANCELED);
     // A set-aside worker is never touched again: destroying it would progress
     // the very requests whose answer aborts. Its context stays with it.
     if (set_aside_.empty()) ucp_cleanup(context_);
