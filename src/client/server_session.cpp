@@ -394,7 +394,12 @@ void ServerSession::hello(const Deadline &deadline) {
         events = reachable_events_url(rpc->url(), events);
         if (!events_ || events_->url() != events) {
             events_.reset();
-            events_ = std::make_unique<Subscriber>(events, [this](const uint8_t *d, size_t n) { on_event(d, n); });
+            try {
+                events_ = std::make_unique<Subscriber>(events, [this](const uint8_t *d, size_t n) { on_event(d, n); });
+            } catch (const Error &e) {
+                // Events are hints: waiting for a version still asks at least once a second.
+                TH_LOG(Warn, e.what(), "; going on without server events");
+            }
         }
     }
 }
