@@ -360,6 +360,17 @@ void Run::finish() {
             violation(c->name() + " ended with " + *how + (how->rfind("signal", 0) == 0 ? " (crash)" : ""),
                       c.get());
     }
+    // A close that waited out its bound (control/close.hpp) is a hang the
+    // library survived, not a pass: NNG 1.5.2 loses its reaper that way.
+    for (auto &c : children_) {
+        std::ifstream log(c->log());
+        for (std::string line; std::getline(log, line);)
+            if (line.find(" did not end within ") != std::string::npos) {
+                result.hung++;
+                violation(c->name() + " waited out a close's bound: '" + line + "'", c.get());
+                break;
+            }
+    }
 }
 
 std::string Run::capture_stacks(const Child &c) {
