@@ -23,6 +23,12 @@ constexpr std::chrono::milliseconds kCloseLimit{2000};
 // whatever close needs must then stay valid until it ends (capture it).
 bool close_within(std::function<void()> close, std::chrono::milliseconds limit, const char *what);
 
+// Whether an NNG of this version (nng_version()'s form, "1.5.2") loses its
+// reaper thread for good when a pipe closes while a message is arriving on
+// it: before 1.6.0. A close past its bound there most likely means that, and
+// close_socket then says what it costs, once per process.
+bool nng_loses_its_reaper(const char *version);
+
 // nng_close(s), bounded by kCloseLimit. The socket's callbacks may touch
 // only what keep_alive holds (kept until the close ends), or nothing of its
 // owner.

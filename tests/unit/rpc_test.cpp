@@ -141,6 +141,18 @@ TEST(Close, AHungCloseReleasesItsCallerAtTheBound) {
     EXPECT_TRUE(close_within([] {}, std::chrono::milliseconds(2000), "a test socket"));
 }
 
+// Which NNG versions lose their reaper on a close during a message (before
+// 1.6.0), read as numbers: "1.10.0" is after "1.6.0".
+TEST(Close, KnowsWhichNngLosesItsReaper) {
+    EXPECT_TRUE(nng_loses_its_reaper("1.5.2"));
+    EXPECT_TRUE(nng_loses_its_reaper("1.3.0"));
+    EXPECT_FALSE(nng_loses_its_reaper("1.6.0"));
+    EXPECT_FALSE(nng_loses_its_reaper("1.10.1"));
+    EXPECT_FALSE(nng_loses_its_reaper("2.0.0-dev"));
+    EXPECT_FALSE(nng_loses_its_reaper("garbage"));
+    EXPECT_FALSE(nng_loses_its_reaper(nullptr));
+}
+
 // ping_server (control/ping.hpp): the epoch a server answers with; a port
 // nobody listens on fails at once instead of at the deadline (a failover
 // asks the server it left before taking over, and a killed server must not
