@@ -11,7 +11,7 @@
 // after which no socket in the process closes and no dialer reconnects
 // (fixed in NNG 1.6.0). Events arrive unasked, at any moment, so every
 // client's end risked it; a stream that this class reads itself has no
-// such state to leave behind (docs/reliability.md, "Closing NNG sockets").
+// such state to leave behind (docs/design.md, "Events").
 #pragma once
 
 #include <condition_variable>
@@ -20,7 +20,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include <nng/nng.h>
 
