@@ -238,7 +238,6 @@ TEST(Subscriber, DeliversEventsWaitsWithoutTimersAndStopsWhileWaiting) {
     nng_close(pub);
 }
 
-
 namespace {
 
 // A PUB socket listening on `where` (a tcp URL with port 0, or an ipc URL),
