@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import socket
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -254,6 +256,28 @@ def test_wait_for_version(pub: tensorhub.Client, reader: tensorhub.Client) -> No
     with pytest.raises(tensorhub.Timeout, match="newer than 2 was committed within 2.5 s"):
         reader.wait_for_version("m", newer_than=2, timeout=2.5)
     assert time.monotonic() - t0 >= 2.5
+
+
+@pytest.mark.parametrize("scheme", ["ipc", "ws"])
+def test_wait_for_version_on_other_transports(scheme: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # Clients read the server's events over TCP or IPC; a server on another
+    # transport (ws://) leaves them without events, with a warning, and
+    # waiting still finds the commit by asking.
+    if scheme == "ipc":
+        listen = f"ipc://{tmp_path}/th"
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            listen = f"ws://127.0.0.1:{s.getsockname()[1]}/th"
+    with tensorhub.Server(listen=listen, lease_ms=2000) as server:
+        with connect(server, "pub") as pub, connect(server, "reader") as reader:
+            pub.publish("m", 1, weights(21))
+            timer = threading.Timer(0.2, lambda: pub.publish("m", 2, weights(22)))
+            timer.start()
+            assert reader.wait_for_version("m", newer_than=1, timeout=5) == 2
+            timer.join()
+    warned = "going on without server events" in capfd.readouterr().err
+    assert warned == (scheme == "ws")
 
 
 def test_begin_mutation_spills_the_last_copy(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
