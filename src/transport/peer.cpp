@@ -47,6 +47,25 @@ const char *read_path_name(ReadPath p) { return p == ReadPath::OneSided ? "one-s
 
 Peer::~Peer() = default;
 
+std::shared_ptr<Peer> Peer::create(UcxWorker *w, uint64_t worker_id, const std::vector<uint8_t> &address) {
+    auto p = std::make_shared<Peer>();
+    p->worker_ = w;
+    p->worker_id_ = worker_id;
+    p->address_ = address;
+    return p;
+}
+
+ucp_ep_params_t Peer::endpoint_params() {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t *>(address_.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Peer::on_error;
+    ep.err_handler.arg = this;
+    return ep;
+}
+
 std::vector<void *> Peer::drop_endpoints(bool close) {
     std::vector<void *> closing;
     for (size_t slot = 0; slot < eps_.size(); ++slot) {
@@ -140,17 +159,8 @@ std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddre
                 out[i].peer = it->second;
                 continue;
             }
-            auto p = std::make_shared<Peer>();
-            p->worker_ = this;
-            p->worker_id_ = worker_id;
-            p->address_ = address;
-            ucp_ep_params_t ep{};
-            ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                            UCP_EP_PARAM_FIELD_ERR_HANDLER;
-            ep.address = reinterpret_cast<const ucp_address_t *>(address.data());
-            ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-            ep.err_handler.cb = &Peer::on_error;
-            ep.err_handler.arg = p.get();
+            PeerRef p = Peer::create(this, worker_id, address);
+            ucp_ep_params_t ep = p->endpoint_params();
             ucs_status_t st = UCS_OK;
             for (ucp_ep_h &e : p->eps_) {
                 st = ucp_ep_create(main_.worker, &ep, &e);

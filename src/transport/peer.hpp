@@ -56,6 +56,10 @@ class Peer {
 
   private:
     friend class UcxWorker;
+    // A peer of worker w with no endpoint yet, and the parameters of an
+    // endpoint to its address that reports errors to it.
+    static std::shared_ptr<Peer> create(UcxWorker *w, uint64_t worker_id, const std::vector<uint8_t> &address);
+    ucp_ep_params_t endpoint_params();
     static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);
     // Force-closes the endpoints (after destroying the rkeys unpacked for
     // them); returns the close requests still in progress. With close false

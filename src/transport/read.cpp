@@ -14,6 +14,7 @@
 namespace th {
 
 const char *const kReadRefused = "the holder no longer serves that memory";
+const char *const kReadNotYet = "the holder did not get the bytes in time";
 
 namespace {
 
@@ -23,6 +24,7 @@ const char *describe(ucs_status_t st) {
     if (st == kDroppedByPause) return "dropped: this process was paused";
     if (st == UCS_ERR_CANCELED) return "the endpoint was closed";
     if (st == UCS_ERR_INVALID_ADDR) return kReadRefused;
+    if (st == kNotYet) return kReadNotYet;
     return ucs_status_string(st);
 }
 
@@ -87,9 +89,10 @@ void UcxWorker::fail_reads(const Peer *peer, ucs_status_t status) {
 }
 
 void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
-                     uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
+                     uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb, std::optional<WaitFor> wait) {
+    if (peer->path() == ReadPath::OneSided) wait.reset();
     if (peer->path() == ReadPath::OneSided || n <= kMaxRead)
-        return read_piece(peer, lane, local, n, local_region, remote, rkey, std::move(cb));
+        return read_piece(peer, lane, local, n, local_region, remote, rkey, std::move(cb), wait);
     // Longer than one request may ask for: several requests; cb runs once,
     // when the last is in, with the first failure if any.
     struct Parts {
@@ -106,12 +109,13 @@ void UcxWorker::read(const PeerRef &peer, Lane lane, void *local, uint64_t n, co
                        const char *none = nullptr;
                        if (error != nullptr) parts->error.compare_exchange_strong(none, error);
                        if (parts->left.fetch_sub(1) == 1) parts->cb(parts->error.load());
-                   });
+                   }, wait);
     }
 }
 
 void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
-                           uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb) {
+                           uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb,
+                           std::optional<WaitFor> wait) {
     if (peer->failed()) {
         cb(describe(UCS_ERR_CONNECTION_RESET));
         return;
@@ -143,7 +147,7 @@ void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t
     {
         std::lock_guard lk(engine->outbox_mu);
         was_empty = engine->outbox.empty();
-        engine->outbox.push_back(Outgoing{peer, slot, id, ReadRequestHeader{id, remote, n}, rkey, local, local_region});
+        engine->outbox.push_back(Outgoing{peer, slot, id, ReadRequestHeader{id, remote, n}, wait, rkey, local, local_region});
     }
     // The engine's thread posts it; one wake-up per batch it has not seen.
     if (was_empty) ucp_worker_signal(engine->worker);
@@ -210,15 +214,26 @@ void UcxWorker::post_get(Outgoing &o, ucp_ep_h ep, ucp_rkey_h rkey) {
     complete(o.id, UCS_PTR_STATUS(req));
 }
 
-// The holder answers on the endpoint the request came on (REPLY).
+// The holder answers on the endpoint the request came on (REPLY), or, for a
+// waiting read it cannot answer at once, on one of its own to this worker's
+// address (sent along).
 void UcxWorker::post_request(Outgoing &o, ucp_ep_h ep) {
     struct Op {
         UcxWorker *owner;
         uint64_t id;
-        ReadRequestHeader header;
-        std::vector<uint8_t> rkey;
+        WaitingReadHeader header;
+        std::vector<uint8_t> payload;
     };
-    auto *op = new Op{this, o.id, o.header, std::move(o.rkey)};
+    auto *op = new Op{this, o.id, WaitingReadHeader{o.header, 0, 0, 0, 0, 0}, std::move(o.rkey)};
+    unsigned am_id = kReadRequest;
+    size_t header_bytes = sizeof(ReadRequestHeader);
+    if (o.wait) {
+        am_id = kWaitingRead;
+        header_bytes = sizeof(WaitingReadHeader);
+        op->header = WaitingReadHeader{o.header, o.wait->level_at, o.wait->gen_at, o.wait->generation, o.wait->need,
+                                       static_cast<uint32_t>(op->payload.size())};
+        op->payload.insert(op->payload.end(), own_address().begin(), own_address().end());
+    }
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
@@ -229,8 +244,10 @@ void UcxWorker::post_request(Outgoing &o, ucp_ep_h ep) {
         if (st != UCS_OK) op->owner->complete(op->id, st);  // not sent: nobody will answer it
         delete op;
     };
+    // The header's leading bytes are a plain request's (WaitingReadHeader
+    // starts with one).
     ucs_status_ptr_t req =
-        ucp_am_send_nbx(ep, kReadRequest, &op->header, sizeof op->header, op->rkey.data(), op->rkey.size(), &prm);
+        ucp_am_send_nbx(ep, am_id, &op->header, header_bytes, op->payload.data(), op->payload.size(), &prm);
     if (UCS_PTR_IS_PTR(req)) return;  // sent (or failed) later: prm.cb.send
     ucs_status_t st = UCS_PTR_STATUS(req);
     delete op;

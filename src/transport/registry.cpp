@@ -116,6 +116,13 @@ RegionRef Registry::served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t r
     return nullptr;
 }
 
+bool Registry::exposed(uint64_t p, uint64_t n) const {
+    std::lock_guard lk(mu_);
+    for (const Entry &e : entries_)
+        if (e.exposed && e.region->contains(p, n)) return true;
+    return false;
+}
+
 size_t Registry::size() const {
     std::lock_guard lk(mu_);
     return entries_.size();

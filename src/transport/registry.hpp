@@ -54,6 +54,8 @@ class Registry {
     // what a holder may serve. Withdrawn registrations are never found. The
     // caller answers from it and decrements its `answering` when done.
     RegionRef served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
+    // Whether [p, p + n) lies in an exposed region in use.
+    bool exposed(uint64_t p, uint64_t n) const;
     size_t size() const;
     void clear();
 

@@ -1,6 +1,7 @@
 // The holder's side of the active-message read path: answering read
-// requests from the registered memory of replicas it holds. One-sided reads
-// never reach this process's CPU.
+// requests from the registered memory of replicas it holds, and waiting
+// reads once it holds their bytes. One-sided reads never reach this
+// process's CPU.
 #include <algorithm>
 #include <cstring>
 
@@ -49,19 +50,191 @@ bool send_answer(ucp_ep_h reply_ep, const ReadReplyHeader &header, RegionRef reg
 
 }  // namespace
 
+namespace {
+
+// Whether a request arrived whole, as a request of ours, with somebody to
+// answer; warns about one that did not (and releases a rendezvous).
+bool well_formed(ucp_worker_h worker, size_t header_length, size_t expected, void *data, size_t length,
+                 size_t max_payload, const ucp_am_recv_param_t *param) {
+    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    if (header_length == expected && !rndv && length <= max_payload &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0)
+        return true;
+    if (rndv) ucp_am_data_release(worker, data);
+    TH_LOG(Warn, "dropped a malformed read request (", header_length, "-byte header, ", length, "-byte payload)");
+    return false;
+}
+
+enum class Held { Yes, NotYet, Changed };
+
+// What a waiting read's words say now. They lie in memory this process
+// exposes (checked when it arrived), which stays mapped while the process
+// lives: control pages are never freed before the worker.
+Held held(const WaitingReadHeader &w) {
+    uint64_t gen = __atomic_load_n(reinterpret_cast<const uint64_t *>(w.gen_at), __ATOMIC_ACQUIRE);
+    if (gen != w.generation) return Held::Changed;
+    uint32_t level = __atomic_load_n(reinterpret_cast<const uint32_t *>(w.level_at), __ATOMIC_ACQUIRE);
+    return level >= w.need ? Held::Yes : Held::NotYet;
+}
+
+}  // namespace
+
 ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                         const ucp_am_recv_param_t *param) {
     auto *self = static_cast<UcxWorker *>(arg);
+    if (!well_formed(self->main_.worker.load(), header_length, sizeof(ReadRequestHeader), data, length, kMaxRkey, param))
+        return UCS_OK;
     ReadRequestHeader h{};
-    bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (header_length != sizeof h || rndv || length > kMaxRkey ||
-        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
-        // Not a request of ours, or nobody to answer.
-        if (rndv) ucp_am_data_release(self->main_.worker.load(), data);
-        TH_LOG(Warn, "dropped a malformed read request (", header_length, "-byte header, ", length, "-byte payload)");
+    std::memcpy(&h, header, sizeof h);
+    // Answered here, inside the handler: the reply endpoint is only known to
+    // be valid until the handler returns.
+    self->answer(param->reply_ep, h, static_cast<const uint8_t *>(data), length);
+    return UCS_OK;
+}
+
+// A waiting read is answered at once when its bytes are here or its replica
+// changed; else it is parked, and answered on an endpoint of this process's
+// own to the reader (answer_parked): the one it came on may be gone by then.
+ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                        const ucp_am_recv_param_t *param) {
+    auto *self = static_cast<UcxWorker *>(arg);
+    if (!well_formed(self->main_.worker.load(), header_length, sizeof(WaitingReadHeader), data, length,
+                     kMaxRkey + kMaxAddress, param))
+        return UCS_OK;
+    WaitingReadHeader w{};
+    std::memcpy(&w, header, sizeof w);
+    auto *payload = static_cast<const uint8_t *>(data);
+    auto refuse = [&](ucs_status_t st) {
+        ReadReplyHeader reply{w.read.id, st, 0};
+        self->answers_sent_++;
+        send_answer(param->reply_ep, reply, nullptr, nullptr, 0);
+    };
+    if (w.rkey_bytes > length || w.rkey_bytes > kMaxRkey || w.level_at % 4 != 0 || w.gen_at % 8 != 0 ||
+        !self->registry_.exposed(w.level_at, 4) || !self->registry_.exposed(w.gen_at, 8)) {
+        TH_LOG(Warn, "refused a waiting read whose fill level is not in memory this process serves");
+        refuse(UCS_ERR_INVALID_ADDR);
         return UCS_OK;
     }
-    std::memcpy(&h, header, sizeof h);
+    switch (held(w)) {
+    case Held::Yes:
+        self->answer(param->reply_ep, w.read, payload, w.rkey_bytes);
+        return UCS_OK;
+    case Held::Changed:
+        refuse(UCS_ERR_INVALID_ADDR);  // the replica it waits for is gone: kReadRefused
+        return UCS_OK;
+    case Held::NotYet:
+        break;
+    }
+    if (self->parked_.size() >= kMaxParked || length == w.rkey_bytes) {
+        refuse(kNotYet);
+        return UCS_OK;
+    }
+    trace::event("park", w.read.remote, w.need);
+    self->parked_.push_back(Parked{w, std::vector<uint8_t>(payload, payload + w.rkey_bytes),
+                                   std::vector<uint8_t>(payload + w.rkey_bytes, payload + length),
+                                   std::chrono::steady_clock::now() + kMaxWait});
+    self->parked_count_ = self->parked_.size();
+    return UCS_OK;
+}
+
+void UcxWorker::answer_parked() {
+    auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < parked_.size();) {
+        Parked &p = parked_[i];
+        // The endpoint to the reader is made as soon as a read waits, so
+        // that it is greeted by the time the answer is due.
+        bool failed = false;
+        PeerRef to = answer_peer(p.reader, &failed);
+        Held h = held(p.h);
+        bool due = h != Held::NotYet || now >= p.until;
+        if (!failed && (!due || (!to && now < p.until + kMaxWait))) {
+            ++i;  // not due yet, or its endpoint is still being greeted
+            continue;
+        }
+        if (to) {
+            std::lock_guard plk(to->mu_);
+            ucp_ep_h ep = to->lane(Lane::Data);
+            if (ep != nullptr && !to->failed()) {
+                if (h == Held::Yes) {
+                    waits_answered_++;
+                    answer(ep, p.h.read, p.rkey.data(), p.rkey.size());
+                } else {
+                    ReadReplyHeader reply{p.h.read.id, h == Held::Changed ? UCS_ERR_INVALID_ADDR : kNotYet, 0};
+                    answers_sent_++;
+                    send_answer(ep, reply, nullptr, nullptr, 0);
+                }
+            }
+        }
+        // Without an endpoint to the reader the read is left to its deadline.
+        // The others keep their order: chunks are answered as they were asked.
+        parked_.erase(parked_.begin() + static_cast<ptrdiff_t>(i));
+    }
+    parked_count_ = parked_.size();
+    // Answer endpoints nobody used for a while, and failed ones, go.
+    if (now - last_sweep_ < std::chrono::seconds(1)) return;
+    last_sweep_ = now;
+    for (auto it = answer_peers_.begin(); it != answer_peers_.end();) {
+        AnswerPeer &a = it->second;
+        if (!a.peer->failed() && a.greeted->load() >= 0 && now - a.used < kAnswerPeerIdle) {
+            ++it;
+            continue;
+        }
+        std::lock_guard plk(a.peer->mu_);
+        for (void *req : a.peer->drop_endpoints(/*close=*/true)) answer_closes_.push_back(req);
+        it = answer_peers_.erase(it);
+    }
+    std::erase_if(answer_closes_, [](void *req) {
+        if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+        ucp_request_free(req);
+        return true;
+    });
+}
+
+PeerRef UcxWorker::answer_peer(const std::vector<uint8_t> &address, bool *failed) {
+    auto now = std::chrono::steady_clock::now();
+    std::string key(address.begin(), address.end());
+    auto it = answer_peers_.find(key);
+    if (it != answer_peers_.end()) {
+        AnswerPeer &a = it->second;
+        int g = a.greeted->load();
+        *failed = g < 0 || a.peer->failed();
+        if (*failed || g != 0) return nullptr;
+        a.used = now;
+        return a.peer;
+    }
+    if (answer_peers_.size() >= kMaxAnswerPeers) {
+        *failed = true;
+        return nullptr;
+    }
+    PeerRef p = Peer::create(this, 0, address);  // known by its address only
+    ucp_ep_params_t ep = p->endpoint_params();
+    // One endpoint: answers need no control lane.
+    if (ucs_status_t st = ucp_ep_create(main_.worker, &ep, &p->lane(Lane::Data)); st != UCS_OK) {
+        TH_LOG(Warn, "cannot connect back to a reader to answer its waiting reads: ", ucs_status_string(st));
+        p->lane(Lane::Data) = nullptr;
+        *failed = true;
+        return nullptr;
+    }
+    auto greeted = std::make_shared<std::atomic<int>>(1);
+    answer_peers_.emplace(std::move(key), AnswerPeer{p, greeted, now});
+    read(p, Lane::Data, nullptr, 0, nullptr, 0, {}, [greeted](const char *error) { greeted->store(error ? -1 : 0); });
+    *failed = false;
+    return nullptr;
+}
+
+void UcxWorker::drop_answer_peers(bool close) {
+    parked_.clear();
+    parked_count_ = 0;
+    // Close requests of a set-aside worker are never touched again.
+    if (!close) answer_closes_.clear();
+    for (auto &[address, a] : answer_peers_) {
+        std::lock_guard plk(a.peer->mu_);
+        for (void *req : a.peer->drop_endpoints(close)) answer_closes_.push_back(req);
+    }
+    answer_peers_.clear();
+}
+
+void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len) {
     trace::event("serve", h.remote, h.length);
     ReadReplyHeader reply{h.id, UCS_OK, 0};
     RegionRef region;
@@ -70,35 +243,32 @@ ucs_status_t UcxWorker::on_read_request(void *arg, const void *header, size_t he
     } else if (h.length > kMaxRead) {
         reply.status = UCS_ERR_INVALID_PARAM;
     } else {
-        region = self->registry_.served(h.remote, h.length, static_cast<const uint8_t *>(data), length);
+        region = registry_.served(h.remote, h.length, rkey, rkey_len);
         if (!region) reply.status = UCS_ERR_INVALID_ADDR;
     }
     if (reply.status != UCS_OK)
         TH_LOG(Warn, "refused to serve a read of ", h.length, " bytes at 0x", std::hex, h.remote, std::dec, ": ",
                reply.status == UCS_ERR_INVALID_ADDR ? "no replica of this process with that key holds it"
                                                    : "longer than any read");
-    // Answered here, inside the handler: the reply endpoint is only known to
-    // be valid until the handler returns.
     if (!region) {
-        self->answers_sent_++;
-        send_answer(param->reply_ep, reply, nullptr, nullptr, 0);
-        return UCS_OK;
+        answers_sent_++;
+        send_answer(ep, reply, nullptr, nullptr, 0);
+        return;
     }
     // served() counted the first answer; each further one is counted once it
     // holds the region (so that withdraw_unused never sees fewer holders
-    // than answers), and the last takes this handler's reference: none is
-    // left here once the reader may have its bytes.
+    // than answers), and the last takes this call's reference: none is left
+    // here once the reader may have its bytes.
     uint64_t piece = h.length > kAnsweredWhole ? kMaxAnswer : h.length;
     for (uint64_t off = 0; off < h.length; off += piece) {
         reply.offset = static_cast<uint32_t>(off);
-        RegionRef held = off + piece >= h.length ? std::move(region) : region;
-        if (off > 0) held->answering++;
-        self->answers_sent_++;  // before it may arrive
-        if (!send_answer(param->reply_ep, reply, std::move(held), reinterpret_cast<const void *>(h.remote + off),
+        RegionRef held_region = off + piece >= h.length ? std::move(region) : region;
+        if (off > 0) held_region->answering++;
+        answers_sent_++;  // before it may arrive
+        if (!send_answer(ep, reply, std::move(held_region), reinterpret_cast<const void *>(h.remote + off),
                          std::min(piece, h.length - off)))
             break;  // the endpoint failed: the reader sees it, or its deadline passes
     }
-    return UCS_OK;
 }
 
 }  // namespace th

@@ -114,7 +114,8 @@ std::pair<ucp_worker_h, std::vector<uint8_t>> UcxWorker::create_worker(bool main
     }
     std::vector<uint8_t> packed(reinterpret_cast<uint8_t *>(addr), reinterpret_cast<uint8_t *>(addr) + len);
     ucp_worker_release_address(w, addr);
-    for (auto [id, cb] : {std::pair{kReadRequest, &UcxWorker::on_read_request}, std::pair{kReadReply, &UcxWorker::on_read_reply}}) {
+    for (auto [id, cb] : {std::pair{kReadRequest, &UcxWorker::on_read_request}, std::pair{kReadReply, &UcxWorker::on_read_reply},
+                          std::pair{kWaitingRead, &UcxWorker::on_waiting_read}}) {
         ucp_am_handler_param_t hp{};
         hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -247,6 +248,7 @@ void UcxWorker::progress_loop(Engine &e) {
         // in flight: 8 us from a completion to the next read's post, where
         // sleeping on the event fd and waking cost ~0.1 ms a read).
         if (send_outbox(e) > 0) last_busy = std::chrono::steady_clock::now();
+        if (main && (!parked_.empty() || !answer_peers_.empty() || !answer_closes_.empty())) answer_parked();
         ucp_worker_h w = e.worker.load(std::memory_order_relaxed);
         if (ucp_worker_progress(w) != 0) {
             while (ucp_worker_progress(w) != 0) {
@@ -272,6 +274,19 @@ void UcxWorker::progress_loop(Engine &e) {
         last_busy = std::chrono::steady_clock::now();
         spin = last_busy - slept_from < kSpin;
     }
+    if (!main) return;
+    // The endpoints this thread made to answer waiting reads are closed by
+    // it, like the others (~UcxWorker), within a bound.
+    drop_answer_peers(/*close=*/true);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    ucp_worker_h w = e.worker.load();
+    auto closing = [this] {
+        return std::any_of(answer_closes_.begin(), answer_closes_.end(),
+                           [](void *r) { return ucp_request_check_status(r) == UCS_INPROGRESS; });
+    };
+    while (closing() && std::chrono::steady_clock::now() < until) ucp_worker_progress(w);
+    for (void *req : answer_closes_) ucp_request_free(req);
+    answer_closes_.clear();
 }
 
 void UcxWorker::restart_after_pause(uint64_t paused_ms) {
@@ -313,6 +328,8 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
         // The main worker's endpoints belong to the set-aside worker.
         for (void *req : p->drop_endpoints(/*close=*/false)) ucp_request_free(req);
     }
+    // So do the endpoints to readers, whose waiting reads were given up.
+    drop_answer_peers(/*close=*/false);
     restarts_++;
     TH_LOG(Warn, "this process was paused for ", paused_ms, " ms: its peers have given up on it, so its ", dropped.size(),
            " UCX endpoint(s) and ", orphans, " read(s) in flight were dropped and a new UCX worker took over");

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -36,6 +37,8 @@
 
 namespace th {
 
+struct ReadRequestHeader;
+
 // Called once per read, on the progress thread: nullptr when the bytes are in
 // place, else a static text saying why not.
 using ReadCallback = std::function<void(const char *error)>;
@@ -43,6 +46,9 @@ using ReadCallback = std::function<void(const char *error)>;
 // that memory any more (it was released): the replica changed, the worker is
 // fine. Compared by address.
 extern const char *const kReadRefused;
+// The error of a waiting read (WaitFor) whose bytes the holder did not get in
+// time: nothing failed, the read may be asked for again. Compared by address.
+extern const char *const kReadNotYet;
 
 // What the progress thread does after this process was paused (SIGSTOP, a
 // debugger, a frozen VM) for longer than pause_ms: peers have given up on it
@@ -54,6 +60,21 @@ extern const char *const kReadRefused;
 struct PauseRecovery {
     uint32_t pause_ms = 0;  // 0: never
     std::function<void(uint64_t paused_ms)> on_restart;
+};
+
+// A read of bytes the holder may not hold yet (a replica still filling):
+// asked for ahead, it is answered as soon as the 32-bit fill level at
+// level_at (in memory the holder exposes: the replica's control block)
+// reaches need, and refused (kReadRefused) once the 64-bit word at gen_at is
+// no longer generation (the replica changed). Neither the poll that would
+// notice the bytes nor the request that would follow it then delays them.
+// Active-message path only; a one-sided read ignores it. When the holder does
+// not get the bytes in time, the read fails with kReadNotYet.
+struct WaitFor {
+    uint64_t level_at = 0;
+    uint64_t gen_at = 0;
+    uint64_t generation = 0;
+    uint32_t need = 0;
 };
 
 struct UcxOptions {
@@ -126,7 +147,14 @@ class UcxWorker {
     // one lane of peer; cb runs once on completion. On the active-message
     // path the holder refuses a range outside a region it serves.
     void read(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region, uint64_t remote,
-              const std::vector<uint8_t> &rkey, ReadCallback cb);
+              const std::vector<uint8_t> &rkey, ReadCallback cb, std::optional<WaitFor> wait = std::nullopt);
+    // Memory this process serves changed (a replica filled further): reads
+    // waiting for it are looked at again.
+    void served_memory_advanced() {
+        if (parked_count_.load(std::memory_order_relaxed) > 0) wake();
+    }
+    // Waiting reads this process answered once it held their bytes.
+    uint64_t waiting_reads_answered() const { return waits_answered_.load(); }
     // Wakes the progress thread so posted operations move on.
     void wake();
     // The copy workers made so far (0 until a peer is read one-sided).
@@ -180,7 +208,7 @@ class UcxWorker {
     PendingRead *take_pending(uint64_t id);
     uint64_t add_pending(PendingRead *g);
     void read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t n, const MemRegion *local_region,
-                    uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb);
+                    uint64_t remote, const std::vector<uint8_t> &rkey, ReadCallback cb, std::optional<WaitFor> wait);
     size_t send_outbox(Engine &e);  // e's thread; how many reads it posted
     void send(Outgoing &o, bool cancel);
     void post_get(Outgoing &o, ucp_ep_h ep, ucp_rkey_h rkey);
@@ -193,6 +221,31 @@ class UcxWorker {
     // serve.cpp
     static ucs_status_t on_read_request(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                         const ucp_am_recv_param_t *param);
+    static ucs_status_t on_waiting_read(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                        const ucp_am_recv_param_t *param);
+    // Answers a read request on ep: the bytes, or why not.
+    void answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len);
+    // Progress thread: answers the parked reads whose bytes are here now or
+    // whose time is up, and closes the answer endpoints nobody uses.
+    void answer_parked();
+    // Progress thread: the endpoint to the reader at address, made and
+    // greeted on first use; nullptr while it is not greeted yet or when it
+    // cannot be had.
+    PeerRef answer_peer(const std::vector<uint8_t> &address, bool *failed);
+    // Progress thread: drops the parked reads and the answer endpoints
+    // (closing them, or only forgetting those of a set-aside worker).
+    void drop_answer_peers(bool close);
+    struct Parked;
+    struct AnswerPeer;
+    std::vector<Parked> parked_;  // progress thread only, as are these two
+    std::unordered_map<std::string, AnswerPeer> answer_peers_;  // by the reader's packed address
+    std::vector<void *> answer_closes_;  // close requests of answer endpoints, freed once done
+    std::chrono::steady_clock::time_point last_sweep_{};
+    std::atomic<size_t> parked_count_{0};
+    std::atomic<uint64_t> waits_answered_{0};
+    // This worker's packed address, for the waiting reads it asks for
+    // (progress thread, which alone replaces it).
+    const std::vector<uint8_t> &own_address() const { return address_; }
 
     PauseRecovery pause_;
     UcxOptions options_;

@@ -46,9 +46,9 @@ class Completion {
         };
     }
     // "" on success, the error text otherwise.
-    std::optional<std::string> wait() {
+    std::optional<std::string> wait(std::chrono::milliseconds limit = std::chrono::seconds(20)) {
         std::unique_lock lk(mu_);
-        cv_.wait_for(lk, std::chrono::seconds(20), [&] { return error_.has_value(); });
+        cv_.wait_for(lk, limit, [&] { return error_.has_value(); });
         return error_;
     }
 
@@ -342,6 +342,106 @@ TEST(Transport, PeersOfAPlanAreConnectedTogether) {
     EXPECT_EQ(again[0].peer, got[0].peer);
     EXPECT_EQ(again[1].peer, got[2].peer);
     EXPECT_EQ(a.answers_sent() - a0, 2u) << "no second greeting";
+}
+
+// Waiting reads (WaitFor) on the active-message path: a holder with a
+// replica's bytes and the control block that says how far they are filled.
+struct WaitingPair {
+    static constexpr size_t kBytes = 1 << 20;
+    WaitingPair() : p("tcp"), src(kBytes), ctrl(4096), dst(kBytes) {
+        for (size_t i = 0; i < kBytes; ++i) src.data[i] = static_cast<uint8_t>(i * 29 + 3);
+        data = p.holder.register_memory(src.data, kBytes, TH_MEM_HOST, /*expose=*/true);
+        block = p.holder.register_memory(ctrl.data, 4096, TH_MEM_HOST, /*expose=*/true);
+        generation().store(2);
+        level().store(0);
+    }
+    std::atomic<uint64_t> &generation() { return *reinterpret_cast<std::atomic<uint64_t> *>(ctrl.data); }
+    std::atomic<uint32_t> &level() { return *reinterpret_cast<std::atomic<uint32_t> *>(ctrl.data + 8); }
+    WaitFor wait_for(uint32_t need) const {
+        auto at = reinterpret_cast<uint64_t>(ctrl.data);
+        return WaitFor{at + 8, at, 2, need};
+    }
+    // Asks for the n bytes at `at`, answered once the level reaches need.
+    void ask(Completion &done, size_t at, size_t n, uint32_t need) {
+        p.reader.read(p.peer, Lane::Data, dst.data + at, n, nullptr, data->base + at, data->rkey, done.callback(),
+                      wait_for(need));
+    }
+    void fill(uint32_t to) {
+        level().store(to);
+        p.holder.served_memory_advanced();
+    }
+    Pair p;
+    Mapping src, ctrl, dst;
+    RegionRef data, block;
+};
+
+TEST(WaitingReads, AreAnsweredOnceTheHolderHoldsTheBytes) {
+    WaitingPair w;
+    ASSERT_EQ(w.p.peer->path(), ReadPath::ActiveMessage);
+    Completion first, second, held;
+    w.ask(first, 0, 64 << 10, 1);
+    w.ask(second, 64 << 10, 300 << 10, 2);  // answered in pieces
+    EXPECT_FALSE(first.wait(std::chrono::milliseconds(200)).has_value()) << "answered before the bytes were held";
+    w.fill(1);
+    EXPECT_EQ(first.wait(), std::optional<std::string>(""));
+    EXPECT_FALSE(second.wait(std::chrono::milliseconds(200)).has_value()) << "answered before its level";
+    w.fill(2);
+    EXPECT_EQ(second.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(w.p.holder.waiting_reads_answered(), 2u);
+    // One whose bytes are there already is answered at once.
+    w.ask(held, 400 << 10, 4096, 2);
+    EXPECT_EQ(held.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(w.src.data, w.dst.data, (364 << 10)), 0);
+    EXPECT_EQ(std::memcmp(w.src.data + (400 << 10), w.dst.data + (400 << 10), 4096), 0);
+}
+
+// A replica that changes while a read waits for it (released, or its owner
+// modifies it) is refused, as a read of a released replica is; so is a
+// waiting read whose level is not in memory the holder serves.
+TEST(WaitingReads, AreRefusedWhenTheReplicaChangesOrTheLevelIsNotServed) {
+    WaitingPair w;
+    Completion waiting, bad_level;
+    w.ask(waiting, 0, 4096, 5);
+    EXPECT_FALSE(waiting.wait(std::chrono::milliseconds(100)).has_value());
+    w.generation().store(3);  // odd: being modified
+    w.p.holder.served_memory_advanced();
+    EXPECT_EQ(waiting.wait(), std::optional<std::string>(kReadRefused));
+    uint64_t nowhere = reinterpret_cast<uint64_t>(w.dst.data);
+    w.p.reader.read(w.p.peer, Lane::Data, w.dst.data, 4096, nullptr, w.data->base, w.data->rkey, bad_level.callback(),
+                    WaitFor{nowhere + 8, nowhere, 0, 1});
+    EXPECT_EQ(bad_level.wait(), std::optional<std::string>(kReadRefused));
+    EXPECT_EQ(w.p.holder.waiting_reads_answered(), 0u);
+}
+
+// A read whose bytes do not come within the holder's bound is answered
+// "not yet": the reader asks again later instead of waiting without end.
+TEST(WaitingReads, ComeBackUnansweredWhenTheBytesDoNotArrive) {
+    WaitingPair w;
+    Completion waiting;
+    auto asked = std::chrono::steady_clock::now();
+    w.ask(waiting, 0, 4096, 1);
+    EXPECT_EQ(waiting.wait(), std::optional<std::string>(kReadNotYet));
+    EXPECT_GE(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(900));
+}
+
+// A reader that goes away while its reads wait leaves the holder serving:
+// its endpoint back to that reader fails, and the next reader is answered.
+TEST(WaitingReads, AReaderThatGoesAwayLeavesTheHolderServing) {
+    WaitingPair w;
+    {
+        Completion never;  // outlives the worker, which completes it as it goes
+        UcxWorker gone({}, {"tcp"});
+        PeerRef to_holder = gone.peer(2, w.p.holder.address());
+        gone.read(to_holder, Lane::Data, w.dst.data, 4096, nullptr, w.data->base, w.data->rkey, never.callback(),
+                  w.wait_for(1));
+        EXPECT_FALSE(never.wait(std::chrono::milliseconds(100)).has_value());
+    }
+    w.fill(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    Completion next;
+    w.ask(next, 0, 8192, 1);
+    EXPECT_EQ(next.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(w.src.data, w.dst.data, 8192), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, Lanes, ::testing::Values("tcp", "sm"),
