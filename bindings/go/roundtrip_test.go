@@ -188,7 +188,9 @@ func TestStatsSayWhatASyncDid(t *testing.T) {
 	if fstats.Version != 3 || fstats.Bytes != 2*size || fstats.Sources != 1 || fstats.FailedSources != 0 ||
 		fstats.BytesFromPublisher != 2*size || fstats.BytesFromReplicas != 0 || fstats.Seconds <= 0 || fstats.GBps <= 0 ||
 		// One holder, one read path: all of it one-sided or none of it.
-		(fstats.BytesOneSided != 0 && fstats.BytesOneSided != fstats.Bytes) || pstats.BytesOneSided != 0 {
+		(fstats.BytesOneSided != 0 && fstats.BytesOneSided != fstats.Bytes) || pstats.BytesOneSided != 0 ||
+		// Read from a complete replica: nothing waited for.
+		fstats.BytesWaited != 0 || pstats.BytesWaited != 0 {
 		t.Fatalf("fetch stats %+v", fstats)
 	}
 }

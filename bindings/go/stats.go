@@ -27,6 +27,10 @@ type SyncStats struct {
 	// BytesOneSided is how many of Bytes were read with one-sided GETs (RDMA,
 	// shared memory, cuda_ipc): no CPU of the holder touched them.
 	BytesOneSided uint64
+	// BytesWaited is how many of Bytes were asked for from a reader still
+	// receiving them and sent by it the moment it had them (waiting reads: a
+	// chain of readers over tcp).
+	BytesWaited uint64
 }
 
 // cStats is a th_sync_stats the library fills. It lives in C memory: a config
@@ -68,5 +72,6 @@ func (s cStats) copyTo(out *SyncStats) {
 		BytesFromReplicas:  uint64(s.p.bytes_from_replicas),
 		ChecksumMismatches: uint32(s.p.checksum_mismatches),
 		BytesOneSided:      uint64(s.p.bytes_one_sided),
+		BytesWaited:        uint64(s.p.bytes_waited),
 	}
 }

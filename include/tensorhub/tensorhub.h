@@ -363,6 +363,11 @@ typedef struct th_sync_stats {
                                       The rest the holder's progress thread sent
                                       (tcp, or a UCX before 1.19; see README,
                                       "Transports"). 0 for publish */
+    uint64_t bytes_waited;         /* of bytes, asked for from a reader's replica
+                                      before it held them and sent by its holder
+                                      the moment it did (waiting reads: the
+                                      active-message path, a chain of readers
+                                      fetching together). 0 for publish */
 } th_sync_stats;
 
 /* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */

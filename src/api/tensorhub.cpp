@@ -84,6 +84,7 @@ void write_stats(th_sync_stats *out, const th::SyncStats &st) {
     full.bytes_from_replicas = st.bytes_from_replicas;
     full.checksum_mismatches = st.checksum_mismatches;
     full.bytes_one_sided = st.bytes_one_sided;
+    full.bytes_waited = st.bytes_waited;
     std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
 }
 

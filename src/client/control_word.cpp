@@ -54,14 +54,14 @@ namespace th {
 FillLevel FillLevel::decode(const uint8_t *block, uint32_t bytes, uint32_t num_chunks) {
     FillLevel f;
     uint64_t leading = 0;
-    std::memcpy(&leading, block + 8, 8);
+    std::memcpy(&leading, block + kLeadingAt, 8);
     f.leading = static_cast<uint32_t>(std::min<uint64_t>(leading, num_chunks));
     if (bytes < kControlBlockBytes) return f;
     uint32_t k = 0;
-    std::memcpy(&k, block + 16, 4);
+    std::memcpy(&k, block + kStripesAt, 4);
     if (k < 2 || k > kMaxStripes || k > num_chunks) return f;
     f.stripes = k;
-    std::memcpy(f.done, block + 20, sizeof f.done);
+    std::memcpy(f.done, block + kStripeDoneAt, sizeof f.done);
     for (uint32_t i = 0; i < k; ++i)
         f.done[i] = std::min(f.done[i], stripe_begin(num_chunks, k, i + 1) - stripe_begin(num_chunks, k, i));
     return f;

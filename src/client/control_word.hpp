@@ -29,6 +29,12 @@ struct alignas(64) ControlWord {
     std::atomic<uint32_t> stripe_done[kMaxStripes];  // chunks held from each stripe's start
 };
 static_assert(sizeof(ControlWord) == 64);
+// Where a reader finds the fields in a block it read, or names them to the
+// holder in a waiting read (WaitFor): the low half of chunks_done (chunks are
+// counted in 32 bits), the stripe count, stripe i's level at 4 * i past that.
+constexpr uint32_t kLeadingAt = 8;
+constexpr uint32_t kStripesAt = 16;
+constexpr uint32_t kStripeDoneAt = 20;
 // What a reader reads of a source's block: the word alone, or all of it.
 constexpr uint32_t kControlWordBytes = 16;
 constexpr uint32_t kControlBlockBytes = sizeof(ControlWord);

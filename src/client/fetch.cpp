@@ -65,6 +65,7 @@ void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_sh
     end_chunk_ = target_.end_chunk();
     // Chunks a ranged fetch does not touch start out as done: never planned or read.
     state_.assign(end_chunk_ - first_chunk_, Confirmed);
+    waited_.assign(state_.size(), false);
     for (uint32_t c = first_chunk_; c < end_chunk_; ++c)
         if (target_.needed(c)) state_[c - first_chunk_] = Missing;
     needed_ = target_.needed_count();
@@ -261,6 +262,8 @@ void Fetch::apply_plan(PlanCall &c) {
             s->report = true;
             s->why = peer.error;
         }
+        s->waits_ok = !s->complete && s->desc.answers_waiting_reads && s->peer &&
+                      s->peer->path() == ReadPath::ActiveMessage;
         trace::event("plan", s->worker, first, s->end, s->complete);
         TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,
                ") from worker ", s->worker, s->complete ? "" : " (filling)");
@@ -288,7 +291,7 @@ void Fetch::take_plans() {
     }
 }
 
-void Fetch::issue_chunks(FetchSource &s, uint32_t first, uint32_t count) {
+void Fetch::issue_chunks(FetchSource &s, uint32_t first, uint32_t count, bool wait) {
     if (faults().chunk_delay_us)
         std::this_thread::sleep_for(std::chrono::microseconds(uint64_t{faults().chunk_delay_us} * count));
     // Consecutive chunks of one tensor are one piece: contiguous here and at
@@ -307,7 +310,7 @@ void Fetch::issue_chunks(FetchSource &s, uint32_t first, uint32_t count) {
     }
     inflight_++;
     trace::event("read_ask", s.worker, first, count);
-    s.read_chunks(ucx_, mailbox_, first, count, ps);
+    s.read_chunks(ucx_, mailbox_, first, count, ps, wait);
 }
 
 // The fetch's reads in flight are shared among its sources, one read per
@@ -318,7 +321,7 @@ void Fetch::issue_chunks(FetchSource &s, uint32_t first, uint32_t count) {
 void Fetch::issue() {
     for (bool more = true; more;) {
         more = false;
-        for (auto &s : sources_) more |= issue_read(*s);
+        for (auto &s : sources_) more |= issue_read(*s) || issue_waiting_read(*s);
     }
     for (auto &s : sources_) issue_control(*s);
 }
@@ -350,6 +353,25 @@ bool Fetch::issue_read(FetchSource &s) {
     return false;
 }
 
+// A source still filling is read ahead of what it holds: a waiting read of
+// the next chunk, which its holder answers the moment it holds the chunk, so
+// that neither the poll that would notice the chunk nor the request that
+// would follow it delay the chunk on the holder's link. Each hop of a chain
+// of relays paid both (perf/cluster/NOTES.md, "Waiting reads").
+bool Fetch::issue_waiting_read(FetchSource &s) {
+    if (!s.waits_ok || s.failed || !s.gen_known || s.waiting >= kWaitingReads || s.next < s.avail ||
+        inflight_ >= reads_in_flight_limit(cfg_.max_inflight, striped_ ? stripes_ : 1))
+        return false;
+    uint32_t limit = s.end;
+    if (striped_)
+        limit = std::min(limit, stripe_pace_limit(s, sources_, target_.layout().num_chunks(), stripes_,
+                                                  2 * cfg_.max_inflight));
+    while (s.next < limit && state_[s.next - first_chunk_] != Missing) s.next++;
+    if (s.next >= limit) return false;
+    issue_chunks(s, s.next++, 1, /*wait=*/true);
+    return !s.failed;
+}
+
 void Fetch::issue_control(FetchSource &s) {
     if (s.failed) return;
     if (!s.gen_known) {
@@ -363,7 +385,8 @@ void Fetch::issue_control(FetchSource &s) {
     // so every batch it waits for adds to the delay of each hop of a chain.
     bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
                                               s.unconfirmed.size() >= std::max<uint32_t>(1, cfg_.max_inflight / 2));
-    bool follow = s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
+    // A source with waiting reads answers them when it can: no need to poll.
+    bool follow = s.waiting == 0 && s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
     if (confirm || follow) s.read_control_word(ucx_, mailbox_, event_seq_);
 }
 
@@ -376,8 +399,15 @@ void Fetch::handle(const ReadEvent &e) {
     if (e.kind == ReadEvent::Chunk) {
         s.chunk_inflight--;
         inflight_--;
+        if (e.waited) s.waiting--;
         if (e.error != nullptr || s.failed) {
             for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) state_[c - first_chunk_] = Missing;
+            if (e.error == kReadNotYet && !s.failed) {
+                // Not a failure: the source is slow. It is polled from now on.
+                s.waits_ok = false;
+                s.next = std::min(s.next, e.chunk);
+                return;
+            }
             if (!s.failed) {
                 fail_source(s, str("read failed: ", e.error));
                 // Released under us (the seqlock would have said so next):
@@ -387,10 +417,11 @@ void Fetch::handle(const ReadEvent &e) {
             return;
         }
         trace::event("read_done", s.worker, e.chunk, static_cast<uint64_t>(e.latency.count()), e.count);
-        s.on_read(e.latency, e.count);
+        if (!e.waited) s.on_read(e.latency, e.count);
         ++event_seq_;
         for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) {
             state_[c - first_chunk_] = Got;
+            waited_[c - first_chunk_] = e.waited;
             s.unconfirmed.push_back({c, event_seq_});
         }
         hash_landed(s, e.chunk, e.count);
@@ -447,6 +478,7 @@ void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {
     bytes_from_[{s.worker, s.replica}] += n;
     bytes_done_ += n;
     if (s.peer && s.peer->path() == ReadPath::OneSided) bytes_one_sided_ += n;
+    if (waited_[c - first_chunk_]) bytes_waited_ += n;
 }
 
 // Only a chunk held whole can be checked: a partial or ranged fetch may hold
@@ -565,6 +597,7 @@ void Fetch::advance_served_prefix() {
     while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
     if (served_prefix_ != before) {
         serving_->filled(served_prefix_);
+        ucx_.served_memory_advanced();
         trace::event("fill", served_prefix_);
     }
     uint32_t n = end_chunk_;  // a fetch that serves reads the whole shard
@@ -591,7 +624,7 @@ FetchResult Fetch::run() {
             auto wait = std::chrono::microseconds(20000);
             issue();
             for (auto &s : sources_)
-                if (!s->failed && s->starving()) wait = std::min(wait, s->follow_poll);
+                if (!s->failed && s->starving() && s->waiting == 0) wait = std::min(wait, s->follow_poll);
             if (replan_due_)
                 wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(replan_at_ - Clock::now()),
                                   std::chrono::microseconds(0), wait);
@@ -612,8 +645,10 @@ FetchResult Fetch::run() {
                     }
                     continue;
                 }
-                bool busy = s.chunk_inflight > 0 || s.ctrl_inflight;
-                bool starving = s.starving();
+                // Waiting reads wait for the source to fill: as long as a
+                // poll of it would.
+                bool busy = s.chunk_inflight > s.waiting || s.ctrl_inflight;
+                bool starving = s.starving() || s.waiting > 0;
                 auto limit = starving && !busy ? 2 * chunk_timeout : chunk_timeout;
                 if ((busy || starving) && now - s.last_progress > limit) {
                     fail_source(s, str("no progress for ", std::chrono::duration_cast<std::chrono::milliseconds>(limit).count(),
@@ -669,6 +704,7 @@ SyncStats Fetch::stats() const {
     st.chunks = needed_;
     st.checksum_mismatches = mismatches_;
     st.bytes_one_sided = bytes_one_sided_;
+    st.bytes_waited = bytes_waited_;
     std::vector<uint64_t> workers;
     for (const auto &[src, n] : bytes_from_) {
         if (n == 0) continue;

@@ -36,6 +36,10 @@ namespace th {
 // relay yet before asking again: readers that become ready together plan
 // within this, and a reader alone loses nothing (one stripe fills its link).
 constexpr std::chrono::milliseconds kStripeWait{2};
+// Waiting reads a fetch keeps in flight per filling source: the chunk the
+// source receives next and the one after, so that its link has the next
+// answer as soon as it holds the chunk.
+constexpr uint32_t kWaitingReads = 2;
 
 struct FetchResult {
     uint64_t version = 0;
@@ -93,9 +97,11 @@ class Fetch {
     void issue();
     // One read of s, if it has chunks to ask for and a place in flight.
     bool issue_read(FetchSource &s);
+    // A waiting read of s's next chunk (docs/design.md, "Waiting reads").
+    bool issue_waiting_read(FetchSource &s);
     void issue_control(FetchSource &s);
     // One read of chunks [first, first + count) of s.
-    void issue_chunks(FetchSource &s, uint32_t first, uint32_t count);
+    void issue_chunks(FetchSource &s, uint32_t first, uint32_t count, bool wait = false);
     void handle(const ReadEvent &e);
     // Confirms what s read before its control word was: at once, or once
     // its hash is checked where the verify policy checks the chunk.
@@ -161,6 +167,8 @@ class Fetch {
     std::map<uint64_t, bool> publisher_;  // source replica -> is a publisher's
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
     uint64_t bytes_one_sided_ = 0;        // of those, read one-sided (ReadPath::OneSided)
+    uint64_t bytes_waited_ = 0;           // of those, read with waiting reads
+    std::vector<bool> waited_;            // per chunk: its last read was a waiting read
     uint32_t plans_ = 0, failed_sources_ = 0;
     std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none
     VerifyPolicy verify_{TH_DEFAULT_VERIFY};

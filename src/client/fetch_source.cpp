@@ -65,7 +65,7 @@ void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbo
 }
 
 void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t first, uint32_t count,
-                              const std::vector<Piece> &pieces) {
+                              const std::vector<Piece> &pieces, bool wait) {
     struct Op {
         std::shared_ptr<Mailbox> box;
         FetchSource *source;
@@ -73,6 +73,7 @@ void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &bo
         std::atomic<size_t> left;
         std::atomic<const char *> error{nullptr};
         Clock::time_point asked = Clock::now();
+        bool waited = false;
     };
     auto op = std::make_shared<Op>();
     op->box = box;
@@ -80,7 +81,13 @@ void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &bo
     op->chunk = first;
     op->count = count;
     op->left = pieces.size();
+    op->waited = wait;
     chunk_inflight++;
+    std::optional<WaitFor> cond;
+    if (wait) {
+        waiting++;
+        cond = wait_for(first);
+    }
     for (const Piece &p : pieces) {
         const PlaceDesc &place = desc.places[p.tensor];
         uint64_t remote = desc.regions[place.region].address + place.offset + p.offset;
@@ -90,10 +97,21 @@ void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &bo
                      if (--op->left == 0) {
                          ReadEvent e{ReadEvent::Chunk, op->source, op->chunk, op->error.load(), op->count};
                          e.latency = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - op->asked);
+                         e.waited = op->waited;
                          op->box->post(e);
                      }
-                 });
+                 }, cond);
     }
+}
+
+WaitFor FetchSource::wait_for(uint32_t c) const {
+    const RegionDesc &reg = desc.regions[desc.ctrl_region];
+    uint64_t at = reg.address + desc.ctrl_offset;
+    if (level_stripes >= 2) {
+        uint32_t i = stripe_of(num_chunks, level_stripes, c);
+        return WaitFor{at + kStripeDoneAt + 4 * i, at, gen, c - stripe_begin(num_chunks, level_stripes, i) + 1};
+    }
+    return WaitFor{at + kLeadingAt, at, gen, c + 1};
 }
 
 std::string FetchSource::check_generation(uint64_t generation) {
@@ -125,6 +143,7 @@ void FetchSource::on_read(std::chrono::microseconds latency, uint32_t count) {
 }
 
 void FetchSource::saw_fill_level(const FillLevel &level) {
+    level_stripes = level.stripes;
     uint32_t held = level.held_until(next, end, num_chunks);
     if (held > avail) {
         avail = held;

@@ -66,6 +66,7 @@ struct ReadEvent {
     uint64_t generation = 0;  // Ctrl events: the control word's generation,
     FillLevel level{};        // and how much of the shard the source holds
     std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
+    bool waited = false;  // a waiting read (FetchSource::waiting)
 };
 
 // Where completions land. Shared with in-flight operations, so that one
@@ -113,6 +114,13 @@ struct FetchSource {
     std::chrono::microseconds follow_poll = kFollowPollMin;
     std::vector<std::pair<uint32_t, uint64_t>> unconfirmed;  // (chunk, completion seq)
     uint32_t chunk_inflight = 0;  // reads of chunks
+    // Of those, waiting reads: asked for before the source held the chunk
+    // (it answers once it does). Only of a filling source whose holder
+    // answers them, on the active-message path; off for good once one came
+    // back unanswered (kReadNotYet).
+    uint32_t waiting = 0;
+    bool waits_ok = false;
+    uint32_t level_stripes = 0;  // the stripe count its control block showed last
     ReadWindow window{1};  // how many of chunk_inflight it may have
     // The quickest read of this source per chunk, on a one-sided lane (max
     // elsewhere): how many chunks a read covers (chunks_per_read).
@@ -134,9 +142,13 @@ struct FetchSource {
     // the answer confirms only chunk reads that had completed before it.
     void read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint64_t seq);
     // Reads the pieces of chunks [first, first + count); one event once all
-    // of them completed.
+    // of them completed. wait: a waiting read of one chunk (wait_for).
     void read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint32_t first, uint32_t count,
-                     const std::vector<Piece> &pieces);
+                     const std::vector<Piece> &pieces, bool wait = false);
+    // What the holder waits for before answering a read of chunk c: its
+    // stripe's level in the source's control block where the block has
+    // per-stripe levels, else its leading run.
+    WaitFor wait_for(uint32_t c) const;
     // A read of `count` chunks took `latency`.
     void on_read(std::chrono::microseconds latency, uint32_t count);
     // The seqlock check on a generation its control word returned: "" when

@@ -28,6 +28,7 @@ Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shar
     desc_.ctrl_offset = ctrl_.offset;
     desc_.ctrl_generation = ctrl_.word->generation.load();
     desc_.ctrl_bytes = kControlBlockBytes;
+    desc_.answers_waiting_reads = true;
     for (const RegionRef &reg : regions_)
         desc_.regions.push_back({reg->base, reg->length, reg->rkey, static_cast<uint8_t>(reg->kind)});
 }

@@ -36,7 +36,13 @@ void ServingReplica::stripe_filled(uint32_t stripe, uint32_t chunks) {
 void ServingReplica::complete(uint32_t num_chunks) {
     replica_->mark_complete();
     replica_->mark_committed();  // only a committed version is read
-    replica_->control_word()->chunks_done.store(num_chunks, std::memory_order_release);
+    ControlWord *w = replica_->control_word();
+    // Every stripe full too: a waiting read may watch its stripe's level.
+    uint32_t k = w->stripes.load();
+    for (uint32_t i = 0; i < k && i < kMaxStripes; ++i)
+        w->stripe_done[i].store(stripe_begin(num_chunks, k, i + 1) - stripe_begin(num_chunks, k, i),
+                                std::memory_order_release);
+    w->chunks_done.store(num_chunks, std::memory_order_release);
 }
 
 void ServingReplica::abandon() {

@@ -19,6 +19,7 @@ struct SyncStats {
     uint64_t bytes_from_replicas = 0;
     uint32_t checksum_mismatches = 0;  // chunks read again: they did not match the version's checksum
     uint64_t bytes_one_sided = 0;      // of bytes, read with one-sided GETs (not through the holder's CPU)
+    uint64_t bytes_waited = 0;         // of bytes, read with waiting reads (FetchSource::waiting)
     // False for a publish: its bytes are declared, not moved.
     bool moved = true;
 

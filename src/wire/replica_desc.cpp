@@ -13,7 +13,7 @@ flatbuffers::Offset<wire::ReplicaDesc> put_desc(Builder &b, const th::ReplicaDes
     std::vector<flatbuffers::Offset<TensorPlace>> places;
     for (const auto &p : d.places) places.push_back(CreateTensorPlace(b, p.region, p.offset));
     return CreateReplicaDesc(b, b.CreateVector(regions), b.CreateVector(places), d.ctrl_region, d.ctrl_offset,
-                             d.ctrl_generation, d.ctrl_bytes);
+                             d.ctrl_generation, d.ctrl_bytes, d.answers_waiting_reads);
 }
 
 th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
@@ -34,6 +34,7 @@ th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
     out.ctrl_bytes = d->ctrl_bytes() == 0 ? 16 : d->ctrl_bytes();
     if (out.ctrl_bytes != 16 && out.ctrl_bytes != 64)
         fail(TH_ERR_PROTOCOL, "control word of ", out.ctrl_bytes, " bytes (16 or 64 expected)");
+    out.answers_waiting_reads = d->answers_waiting_reads();
     return out;
 }
 

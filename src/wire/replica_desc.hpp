@@ -30,6 +30,7 @@ struct ReplicaDesc {
     uint64_t ctrl_offset = 0;
     uint64_t ctrl_generation = 0;  // see schemas/tensorhub.fbs
     uint32_t ctrl_bytes = 16;      // 16: the word alone; 64: with per-stripe fill levels
+    bool answers_waiting_reads = false;  // see schemas/tensorhub.fbs
 };
 
 namespace wire {

@@ -8,7 +8,7 @@
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
 //                  [--verify off|sample|all]
-//                  fetch prints "ok worker=W version=V bytes=B one_sided=O"
+//                  fetch prints "ok worker=W version=V bytes=B one_sided=O waited=A"
 //                  (O: of the B bytes fetched, those read one-sided);
 //                  publish and fetch hold what they have until SIGTERM;
 //                  SIGUSR1 flips a byte of the first shard held (a stray write)
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
         }
         // A rollout group resolves once; every shard is fetched at that version.
         check(th_resolve(c, model.c_str(), version, &version), "resolve");
-        uint64_t fetched = 0, one_sided = 0;
+        uint64_t fetched = 0, one_sided = 0, waited = 0;
         for (uint32_t s : which) {
             shards.emplace_back(shard_bytes, tensors);
             Shard &sh = shards.back();
@@ -230,6 +230,7 @@ int main(int argc, char **argv) {
             if (got != version) die("fetched another version");
             fetched += stats.bytes;
             one_sided += stats.bytes_one_sided;
+            waited += stats.bytes_waited;
             size_t byte = 0;
             if (int t = sh.first_wrong(got, s, &byte); t >= 0) {
                 std::printf("corrupt shard=%u tensor=%d byte=%zu\n", s, t, byte);
@@ -238,8 +239,9 @@ int main(int argc, char **argv) {
             }
             if (r) held.push_back(r);
         }
-        std::printf("ok worker=%llu version=%llu bytes=%llu one_sided=%llu\n", (unsigned long long)th_client_worker_id(c),
-                    (unsigned long long)version, (unsigned long long)fetched, (unsigned long long)one_sided);
+        std::printf("ok worker=%llu version=%llu bytes=%llu one_sided=%llu waited=%llu\n",
+                    (unsigned long long)th_client_worker_id(c), (unsigned long long)version,
+                    (unsigned long long)fetched, (unsigned long long)one_sided, (unsigned long long)waited);
     } else if (role == "wait") {
         uint64_t got = 0;
         check(th_wait_for_version(c, model.c_str(), args.get_u64("newer-than", 0),

@@ -177,6 +177,7 @@ class SyncStats(Structure):
         ("bytes_from_replicas", c_uint64),
         ("checksum_mismatches", c_uint32),
         ("bytes_one_sided", c_uint64),
+        ("bytes_waited", c_uint64),
     ]
 
 

@@ -25,6 +25,10 @@ pub struct SyncStats {
     /// Of `bytes`, how many were read with one-sided GETs (RDMA, shared
     /// memory, cuda_ipc): no CPU of the holder touched them. 0 for a publish.
     pub bytes_one_sided: u64,
+    /// Of `bytes`, how many were asked for from a reader still receiving
+    /// them and sent by it the moment it had them (waiting reads: a chain of
+    /// readers over tcp). 0 for a publish.
+    pub bytes_waited: u64,
 }
 
 /// A `th_sync_stats` ready to be filled by the library.
@@ -52,6 +56,7 @@ impl From<&sys::th_sync_stats> for SyncStats {
             bytes_from_replicas: s.bytes_from_replicas,
             checksum_mismatches: s.checksum_mismatches,
             bytes_one_sided: s.bytes_one_sided,
+            bytes_waited: s.bytes_waited,
         }
     }
 }
