@@ -1,14 +1,17 @@
 #include "client/control_word.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace th {
 
-ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : slots_(slots) {
+ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), slots_(slots) {
     words_ = static_cast<ControlWord *>(std::aligned_alloc(4096, slots * sizeof(ControlWord)));
     if (words_ == nullptr) throw std::bad_alloc();
     for (size_t i = 0; i < slots; ++i) {
@@ -21,8 +24,23 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : slots_(slots) {
     region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
 }
 
+// The page outlives no answer sent from it: its registration is withdrawn
+// first, so that no read request and no waiting read (which reads the words
+// on the progress thread) finds it, and answers already being sent from it
+// are let finish. The client's UCX worker still runs: readers of its replicas
+// may still be asking.
 ControlPage::~ControlPage() {
+    ucx_.withdraw(region_);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (region_->answering.load() > 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    bool answering = region_->answering.load() > 0;
     region_.reset();
+    if (answering) {
+        // Left allocated rather than freed under an answer UCX still sends.
+        TH_LOG(Warn, "answers from the control page were still being sent after 2 s; its memory is left allocated");
+        return;
+    }
     std::free(words_);
 }
 

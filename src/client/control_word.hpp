@@ -70,6 +70,7 @@ class ControlPage {
     const RegionRef &region() const { return region_; }
 
   private:
+    UcxWorker &ucx_;
     ControlWord *words_ = nullptr;
     size_t slots_;
     RegionRef region_;

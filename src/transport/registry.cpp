@@ -116,11 +116,27 @@ RegionRef Registry::served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t r
     return nullptr;
 }
 
-bool Registry::exposed(uint64_t p, uint64_t n) const {
+bool Registry::read_word(uint64_t p, uint32_t bytes, uint64_t *out) const {
+    if ((bytes != 4 && bytes != 8) || p % bytes != 0) return false;
     std::lock_guard lk(mu_);
     for (const Entry &e : entries_)
-        if (e.exposed && e.region->contains(p, n)) return true;
+        if (e.exposed && e.region->kind == TH_MEM_HOST && e.region->contains(p, bytes)) {
+            *out = bytes == 8 ? __atomic_load_n(reinterpret_cast<const uint64_t *>(p), __ATOMIC_ACQUIRE)
+                              : __atomic_load_n(reinterpret_cast<const uint32_t *>(p), __ATOMIC_ACQUIRE);
+            return true;
+        }
     return false;
+}
+
+void Registry::withdraw(const MemRegion *region) {
+    RegionRef gone;  // unmapped after mu_ is released
+    std::lock_guard lk(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->region.get() == region) {
+            gone = std::move(it->region);
+            entries_.erase(it);
+            return;
+        }
 }
 
 size_t Registry::size() const {

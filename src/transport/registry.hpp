@@ -54,8 +54,14 @@ class Registry {
     // what a holder may serve. Withdrawn registrations are never found. The
     // caller answers from it and decrements its `answering` when done.
     RegionRef served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
-    // Whether [p, p + n) lies in an exposed region in use.
-    bool exposed(uint64_t p, uint64_t n) const;
+    // Reads the aligned 4- or 8-byte word at p, if it lies in exposed host
+    // memory in use, under the lock that withdraw() takes: memory withdrawn
+    // before it is freed is never read.
+    bool read_word(uint64_t p, uint32_t bytes, uint64_t *out) const;
+    // Withdraws region now, used or not: served() and read_word() no
+    // longer find it. Answers being sent from it go on
+    // (its `answering`); the caller waits for them before freeing it.
+    void withdraw(const MemRegion *region);
     size_t size() const;
     void clear();
 

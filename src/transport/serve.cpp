@@ -65,15 +65,15 @@ bool well_formed(ucp_worker_h worker, size_t header_length, size_t expected, voi
     return false;
 }
 
-enum class Held { Yes, NotYet, Changed };
+enum class Held { Yes, NotYet, Changed, Nowhere };
 
-// What a waiting read's words say now. They lie in memory this process
-// exposes (checked when it arrived), which stays mapped while the process
-// lives: control pages are never freed before the worker.
-Held held(const WaitingReadHeader &w) {
-    uint64_t gen = __atomic_load_n(reinterpret_cast<const uint64_t *>(w.gen_at), __ATOMIC_ACQUIRE);
+// What a waiting read's words say now: read only while they lie in memory
+// this process exposes (a control page withdraws its registration before it
+// is freed), else Nowhere.
+Held held(const Registry &registry, const WaitingReadHeader &w) {
+    uint64_t gen = 0, level = 0;
+    if (!registry.read_word(w.gen_at, 8, &gen) || !registry.read_word(w.level_at, 4, &level)) return Held::Nowhere;
     if (gen != w.generation) return Held::Changed;
-    uint32_t level = __atomic_load_n(reinterpret_cast<const uint32_t *>(w.level_at), __ATOMIC_ACQUIRE);
     return level >= w.need ? Held::Yes : Held::NotYet;
 }
 
@@ -109,16 +109,14 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
         self->answers_sent_++;
         send_answer(param->reply_ep, reply, nullptr, nullptr, 0);
     };
-    if (w.rkey_bytes > length || w.rkey_bytes > kMaxRkey || w.level_at % 4 != 0 || w.gen_at % 8 != 0 ||
-        !self->registry_.exposed(w.level_at, 4) || !self->registry_.exposed(w.gen_at, 8)) {
-        TH_LOG(Warn, "refused a waiting read whose fill level is not in memory this process serves");
-        refuse(UCS_ERR_INVALID_ADDR);
-        return UCS_OK;
-    }
-    switch (held(w)) {
+    Held now = w.rkey_bytes <= length && w.rkey_bytes <= kMaxRkey ? held(self->registry_, w) : Held::Nowhere;
+    switch (now) {
     case Held::Yes:
         self->answer(param->reply_ep, w.read, payload, w.rkey_bytes);
         return UCS_OK;
+    case Held::Nowhere:
+        TH_LOG(Warn, "refused a waiting read whose fill level is not in memory this process serves");
+        [[fallthrough]];
     case Held::Changed:
         refuse(UCS_ERR_INVALID_ADDR);  // the replica it waits for is gone: kReadRefused
         return UCS_OK;
@@ -145,7 +143,7 @@ void UcxWorker::answer_parked() {
         // that it is greeted by the time the answer is due.
         bool failed = false;
         PeerRef to = answer_peer(p.reader, &failed);
-        Held h = held(p.h);
+        Held h = held(registry_, p.h);
         bool due = h != Held::NotYet || now >= p.until;
         if (!failed && (!due || (!to && now < p.until + kMaxWait))) {
             ++i;  // not due yet, or its endpoint is still being greeted
@@ -159,7 +157,7 @@ void UcxWorker::answer_parked() {
                     waits_answered_++;
                     answer(ep, p.h.read, p.rkey.data(), p.rkey.size());
                 } else {
-                    ReadReplyHeader reply{p.h.read.id, h == Held::Changed ? UCS_ERR_INVALID_ADDR : kNotYet, 0};
+                    ReadReplyHeader reply{p.h.read.id, h == Held::NotYet ? kNotYet : UCS_ERR_INVALID_ADDR, 0};
                     answers_sent_++;
                     send_answer(ep, reply, nullptr, nullptr, 0);
                 }

@@ -114,6 +114,8 @@ class UcxWorker {
         return registry_.register_memory(ptr, n, kind, expose);
     }
     size_t withdraw_unused() { return registry_.withdraw_unused(); }
+    // Withdraws one exposed registration now (Registry::withdraw).
+    void withdraw(const RegionRef &region) { registry_.withdraw(region.get()); }
     void forget_memory(const void *base) { registry_.forget(base); }
     size_t registrations() const { return registry_.size(); }
 
