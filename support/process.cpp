@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -125,10 +126,22 @@ Process::~Process() {
     if (from_child_ >= 0) close(from_child_);
 }
 
+// UCX logs to stdout unless told otherwise ("[1795861217.178209] [host:2920
+// :0] sock.c:325 UCX ERROR connect(...) failed"); Debian's UCX 1.13 does so
+// when a peer's old address refuses a connection. Such a line is not the
+// program's: it is skipped (and shown on stderr).
+static bool ucx_log_line(const std::string &l) {
+    return l.size() > 2 && l[0] == '[' && l.find("] [") != std::string::npos && l.find(" UCX ") != std::string::npos;
+}
+
 std::string Process::line(int timeout_ms) {
-    std::string l;
-    auto got = output_.read(Clock::now() + std::chrono::milliseconds(timeout_ms), l);
-    return got == LineReader::Line ? l : "";
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        std::string l;
+        if (output_.read(deadline, l) != LineReader::Line) return "";
+        if (!ucx_log_line(l)) return l;
+        std::fprintf(stderr, "%s\n", l.c_str());
+    }
 }
 
 std::optional<int> Process::reap(std::chrono::milliseconds timeout) {
