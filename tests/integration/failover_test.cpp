@@ -509,7 +509,10 @@ TEST(Failover, AnAnswerOlderThanItsHelloDoesNotSendAWorkerBackToTheDeadServer) {
     ASSERT_GT(primary.epoch(), standby.epoch());
     const std::string both = primary.url + "," + standby.url;
     LoggedTrainer pub(both, "hl", "6000", "6000");
-    ASSERT_TRUE(eventually(primary.url, [](const nlohmann::json &s) { return !version_status(s, "hl", 3).is_null(); }));
+    // Once (CI, 2 cores, 2 tests at once) version 3 was not there within
+    // 10 s; the trainer's log says what it was doing.
+    ASSERT_TRUE(eventually(primary.url, [](const nlohmann::json &s) { return !version_status(s, "hl", 3).is_null(); }))
+        << "the trainer's log:\n" << pub.log() << "\nthe primary's status:\n" << server_status(primary.url).dump(1);
     kill(primary.proc.pid(), SIGKILL);
     // The loop publishes through the failover for 6 s; a publish that fails
     // ends it with "error ...".
