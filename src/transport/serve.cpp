@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
 #include "transport/reads.hpp"
@@ -123,22 +124,31 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
     case Held::NotYet:
         break;
     }
-    if (self->parked_.size() >= kMaxParked || length == w.rkey_bytes) {
-        refuse(kNotYet);
-        return UCS_OK;
+    {
+        // Handlers may also run on a thread that progresses the worker while
+        // it goes (~UcxWorker): the list has a lock, never held into UCX.
+        std::lock_guard lk(self->parked_mu_);
+        if (self->parked_.size() < kMaxParked && length > w.rkey_bytes) {
+            trace::event("park", w.read.remote, w.need);
+            self->parked_.push_back(Parked{w, std::vector<uint8_t>(payload, payload + w.rkey_bytes),
+                                           std::vector<uint8_t>(payload + w.rkey_bytes, payload + length),
+                                           std::chrono::steady_clock::now() + kMaxWait});
+            self->parked_count_ = self->parked_.size();
+            return UCS_OK;
+        }
     }
-    trace::event("park", w.read.remote, w.need);
-    self->parked_.push_back(Parked{w, std::vector<uint8_t>(payload, payload + w.rkey_bytes),
-                                   std::vector<uint8_t>(payload + w.rkey_bytes, payload + length),
-                                   std::chrono::steady_clock::now() + kMaxWait});
-    self->parked_count_ = self->parked_.size();
+    refuse(kNotYet);
     return UCS_OK;
 }
 
 void UcxWorker::answer_parked() {
     auto now = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < parked_.size();) {
-        Parked &p = parked_[i];
+    std::vector<Parked> parked, keep;
+    {
+        std::lock_guard lk(parked_mu_);
+        parked.swap(parked_);
+    }
+    for (Parked &p : parked) {
         // The endpoint to the reader is made as soon as a read waits, so
         // that it is greeted by the time the answer is due.
         bool failed = false;
@@ -146,7 +156,7 @@ void UcxWorker::answer_parked() {
         Held h = held(registry_, p.h);
         bool due = h != Held::NotYet || now >= p.until;
         if (!failed && (!due || (!to && now < p.until + kMaxWait))) {
-            ++i;  // not due yet, or its endpoint is still being greeted
+            keep.push_back(std::move(p));  // not due yet, or its endpoint is still being greeted
             continue;
         }
         if (to) {
@@ -164,10 +174,15 @@ void UcxWorker::answer_parked() {
             }
         }
         // Without an endpoint to the reader the read is left to its deadline.
-        // The others keep their order: chunks are answered as they were asked.
-        parked_.erase(parked_.begin() + static_cast<ptrdiff_t>(i));
     }
-    parked_count_ = parked_.size();
+    {
+        // Those parked meanwhile come after: chunks are answered in the order
+        // they were asked for.
+        std::lock_guard lk(parked_mu_);
+        keep.insert(keep.end(), std::make_move_iterator(parked_.begin()), std::make_move_iterator(parked_.end()));
+        parked_.swap(keep);
+        parked_count_ = parked_.size();
+    }
     // Answer endpoints nobody used for a while, and failed ones, go.
     if (now - last_sweep_ < std::chrono::seconds(1)) return;
     last_sweep_ = now;
@@ -221,8 +236,11 @@ PeerRef UcxWorker::answer_peer(const std::vector<uint8_t> &address, bool *failed
 }
 
 void UcxWorker::drop_answer_peers(bool close) {
-    parked_.clear();
-    parked_count_ = 0;
+    {
+        std::lock_guard lk(parked_mu_);
+        parked_.clear();
+        parked_count_ = 0;
+    }
     // Close requests of a set-aside worker are never touched again.
     if (!close) answer_closes_.clear();
     for (auto &[address, a] : answer_peers_) {
@@ -244,10 +262,22 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
         region = registry_.served(h.remote, h.length, rkey, rkey_len);
         if (!region) reply.status = UCS_ERR_INVALID_ADDR;
     }
-    if (reply.status != UCS_OK)
-        TH_LOG(Warn, "refused to serve a read of ", h.length, " bytes at 0x", std::hex, h.remote, std::dec, ": ",
-               reply.status == UCS_ERR_INVALID_ADDR ? "no replica of this process with that key holds it"
-                                                   : "longer than any read");
+    if (reply.status != UCS_OK) {
+        // Every reader still reading a replica just released asks for it
+        // until it learns: one warning a second, with how many more there were.
+        auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+        auto last = refusal_logged_.load(std::memory_order_relaxed);
+        if (now - last >= std::chrono::steady_clock::duration(std::chrono::seconds(1)).count() &&
+            refusal_logged_.compare_exchange_strong(last, now)) {
+            uint64_t more = refusals_unlogged_.exchange(0);
+            TH_LOG(Warn, "refused to serve a read of ", h.length, " bytes at 0x", std::hex, h.remote, std::dec, ": ",
+                   reply.status == UCS_ERR_INVALID_ADDR ? "no replica of this process with that key holds it"
+                                                       : "longer than any read",
+                   more > 0 ? str(" (and ", more, " more since the last such warning)") : std::string());
+        } else {
+            refusals_unlogged_++;
+        }
+    }
     if (!region) {
         answers_sent_++;
         send_answer(ep, reply, nullptr, nullptr, 0);

@@ -248,7 +248,8 @@ void UcxWorker::progress_loop(Engine &e) {
         // in flight: 8 us from a completion to the next read's post, where
         // sleeping on the event fd and waking cost ~0.1 ms a read).
         if (send_outbox(e) > 0) last_busy = std::chrono::steady_clock::now();
-        if (main && (!parked_.empty() || !answer_peers_.empty() || !answer_closes_.empty())) answer_parked();
+        if (main && (parked_count_.load(std::memory_order_relaxed) > 0 || !answer_peers_.empty() || !answer_closes_.empty()))
+            answer_parked();
         ucp_worker_h w = e.worker.load(std::memory_order_relaxed);
         if (ucp_worker_progress(w) != 0) {
             while (ucp_worker_progress(w) != 0) {

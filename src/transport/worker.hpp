@@ -239,10 +239,15 @@ class UcxWorker {
     void drop_answer_peers(bool close);
     struct Parked;
     struct AnswerPeer;
-    std::vector<Parked> parked_;  // progress thread only, as are these two
+    std::mutex parked_mu_;  // guards parked_; never held into UCX
+    std::vector<Parked> parked_;
+    // The progress thread's only:
     std::unordered_map<std::string, AnswerPeer> answer_peers_;  // by the reader's packed address
     std::vector<void *> answer_closes_;  // close requests of answer endpoints, freed once done
     std::chrono::steady_clock::time_point last_sweep_{};
+    // Refused reads are logged at most once a second (answer()).
+    std::atomic<std::chrono::steady_clock::rep> refusal_logged_{0};
+    std::atomic<uint64_t> refusals_unlogged_{0};
     std::atomic<size_t> parked_count_{0};
     std::atomic<uint64_t> waits_answered_{0};
     // This worker's packed address, for the waiting reads it asks for
