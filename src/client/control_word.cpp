@@ -1,11 +1,11 @@
 #include "client/control_word.hpp"
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <thread>
 
+#include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -31,9 +31,8 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), slots_(slots
 // may still be asking.
 ControlPage::~ControlPage() {
     ucx_.withdraw(region_);
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (region_->answering.load() > 0 && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Deadline until(2000);
+    while (region_->answering.load() > 0 && !until.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     bool answering = region_->answering.load() > 0;
     region_.reset();
     if (answering) {

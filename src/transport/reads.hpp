@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "transport/worker.hpp"
@@ -69,6 +70,8 @@ constexpr ucs_status_t kDroppedByPause = UCS_ERR_TIMED_OUT;
 // the reader asks again later, as it would have without waiting.
 constexpr ucs_status_t kNotYet = UCS_ERR_NO_PROGRESS;
 constexpr auto kMaxWait = std::chrono::milliseconds(1000);
+// How often the holder looks at its parked reads when nothing told it to.
+constexpr auto kParkedLook = std::chrono::milliseconds(10);
 constexpr size_t kMaxParked = 4096;
 // Endpoints a holder keeps to readers it answers (answer_peer): at most this
 // many, each closed once unused for kAnswerPeerIdle.
@@ -103,7 +106,7 @@ struct UcxWorker::Outgoing {
 struct UcxWorker::Parked {
     WaitingReadHeader h;
     std::vector<uint8_t> rkey;
-    std::vector<uint8_t> reader;  // its packed worker address
+    std::string reader;  // its packed worker address (answer_peers_'s key)
     std::chrono::steady_clock::time_point until;
 };
 

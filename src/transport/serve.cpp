@@ -105,11 +105,6 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
     WaitingReadHeader w{};
     std::memcpy(&w, header, sizeof w);
     auto *payload = static_cast<const uint8_t *>(data);
-    auto refuse = [&](ucs_status_t st) {
-        ReadReplyHeader reply{w.read.id, st, 0};
-        self->answers_sent_++;
-        send_answer(param->reply_ep, reply, nullptr, nullptr, 0);
-    };
     Held now = w.rkey_bytes <= length && w.rkey_bytes <= kMaxRkey ? held(self->registry_, w) : Held::Nowhere;
     switch (now) {
     case Held::Yes:
@@ -119,7 +114,7 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
         TH_LOG(Warn, "refused a waiting read whose fill level is not in memory this process serves");
         [[fallthrough]];
     case Held::Changed:
-        refuse(UCS_ERR_INVALID_ADDR);  // the replica it waits for is gone: kReadRefused
+        self->answer_status(param->reply_ep, w.read.id, UCS_ERR_INVALID_ADDR);  // gone: kReadRefused
         return UCS_OK;
     case Held::NotYet:
         break;
@@ -131,14 +126,22 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
         if (self->parked_.size() < kMaxParked && length > w.rkey_bytes) {
             trace::event("park", w.read.remote, w.need);
             self->parked_.push_back(Parked{w, std::vector<uint8_t>(payload, payload + w.rkey_bytes),
-                                           std::vector<uint8_t>(payload + w.rkey_bytes, payload + length),
+                                           std::string(payload + w.rkey_bytes, payload + length),
                                            std::chrono::steady_clock::now() + kMaxWait});
             self->parked_count_ = self->parked_.size();
+            self->parked_changed_ = true;  // its answer endpoint is made at once
             return UCS_OK;
         }
     }
-    refuse(kNotYet);
+    self->answer_status(param->reply_ep, w.read.id, kNotYet);
     return UCS_OK;
+}
+
+void UcxWorker::look_at_parked(std::chrono::steady_clock::time_point now) {
+    if (parked_count_.load(std::memory_order_relaxed) == 0 && answer_peers_.empty() && answer_closes_.empty()) return;
+    if (!parked_changed_.exchange(false) && now < next_look_) return;
+    next_look_ = now + kParkedLook;
+    answer_parked();
 }
 
 void UcxWorker::answer_parked() {
@@ -167,9 +170,7 @@ void UcxWorker::answer_parked() {
                     waits_answered_++;
                     answer(ep, p.h.read, p.rkey.data(), p.rkey.size());
                 } else {
-                    ReadReplyHeader reply{p.h.read.id, h == Held::NotYet ? kNotYet : UCS_ERR_INVALID_ADDR, 0};
-                    answers_sent_++;
-                    send_answer(ep, reply, nullptr, nullptr, 0);
+                    answer_status(ep, p.h.read.id, h == Held::NotYet ? kNotYet : UCS_ERR_INVALID_ADDR);
                 }
             }
         }
@@ -203,10 +204,9 @@ void UcxWorker::answer_parked() {
     });
 }
 
-PeerRef UcxWorker::answer_peer(const std::vector<uint8_t> &address, bool *failed) {
+PeerRef UcxWorker::answer_peer(const std::string &address, bool *failed) {
     auto now = std::chrono::steady_clock::now();
-    std::string key(address.begin(), address.end());
-    auto it = answer_peers_.find(key);
+    auto it = answer_peers_.find(address);
     if (it != answer_peers_.end()) {
         AnswerPeer &a = it->second;
         int g = a.greeted->load();
@@ -219,7 +219,7 @@ PeerRef UcxWorker::answer_peer(const std::vector<uint8_t> &address, bool *failed
         *failed = true;
         return nullptr;
     }
-    PeerRef p = Peer::create(this, 0, address);  // known by its address only
+    PeerRef p = Peer::create(this, 0, std::vector<uint8_t>(address.begin(), address.end()));  // known by its address only
     ucp_ep_params_t ep = p->endpoint_params();
     // One endpoint: answers need no control lane.
     if (ucs_status_t st = ucp_ep_create(main_.worker, &ep, &p->lane(Lane::Data)); st != UCS_OK) {
@@ -229,8 +229,11 @@ PeerRef UcxWorker::answer_peer(const std::vector<uint8_t> &address, bool *failed
         return nullptr;
     }
     auto greeted = std::make_shared<std::atomic<int>>(1);
-    answer_peers_.emplace(std::move(key), AnswerPeer{p, greeted, now});
-    read(p, Lane::Data, nullptr, 0, nullptr, 0, {}, [greeted](const char *error) { greeted->store(error ? -1 : 0); });
+    answer_peers_.emplace(address, AnswerPeer{p, greeted, now});
+    read(p, Lane::Data, nullptr, 0, nullptr, 0, {}, [this, greeted](const char *error) {
+        greeted->store(error ? -1 : 0);
+        parked_changed_ = true;  // its reads may be answered now
+    });
     *failed = false;
     return nullptr;
 }
@@ -248,6 +251,11 @@ void UcxWorker::drop_answer_peers(bool close) {
         for (void *req : a.peer->drop_endpoints(close)) answer_closes_.push_back(req);
     }
     answer_peers_.clear();
+}
+
+void UcxWorker::answer_status(ucp_ep_h ep, uint64_t id, ucs_status_t status) {
+    answers_sent_++;
+    send_answer(ep, ReadReplyHeader{id, status, 0}, nullptr, nullptr, 0);
 }
 
 void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len) {
@@ -279,8 +287,7 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
         }
     }
     if (!region) {
-        answers_sent_++;
-        send_answer(ep, reply, nullptr, nullptr, 0);
+        answer_status(ep, h.id, static_cast<ucs_status_t>(reply.status));
         return;
     }
     // served() counted the first answer; each further one is counted once it

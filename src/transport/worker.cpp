@@ -18,6 +18,11 @@ void check(ucs_status_t st, const char *what) {
     if (st != UCS_OK) fail(TH_ERR_TRANSPORT, what, ": ", ucs_status_string(st));
 }
 
+bool any_in_progress(const std::vector<void *> &requests) {
+    return std::any_of(requests.begin(), requests.end(),
+                       [](void *r) { return ucp_request_check_status(r) == UCS_INPROGRESS; });
+}
+
 }  // namespace
 
 ucp_context_h UcxWorker::create_context(const UcxOptions &options) {
@@ -197,11 +202,7 @@ void UcxWorker::flush_endpoints(std::chrono::steady_clock::time_point until) {
         if (UCS_PTR_IS_PTR(req)) flushing.push_back(req);
     }
     for (auto &e : copiers_) ucp_worker_signal(e->worker);
-    auto pending = [&] {
-        return std::any_of(flushing.begin(), flushing.end(),
-                           [](void *r) { return ucp_request_check_status(r) == UCS_INPROGRESS; });
-    };
-    for (auto now = std::chrono::steady_clock::now(); now < until && (pending() || now < settled);
+    for (auto now = std::chrono::steady_clock::now(); now < until && (any_in_progress(flushing) || now < settled);
          now = std::chrono::steady_clock::now())
         ucp_worker_progress(main_.worker);
     // One still in progress completes, or fails, with the forced close.
@@ -248,8 +249,7 @@ void UcxWorker::progress_loop(Engine &e) {
         // in flight: 8 us from a completion to the next read's post, where
         // sleeping on the event fd and waking cost ~0.1 ms a read).
         if (send_outbox(e) > 0) last_busy = std::chrono::steady_clock::now();
-        if (main && (parked_count_.load(std::memory_order_relaxed) > 0 || !answer_peers_.empty() || !answer_closes_.empty()))
-            answer_parked();
+        if (main) look_at_parked(now);
         ucp_worker_h w = e.worker.load(std::memory_order_relaxed);
         if (ucp_worker_progress(w) != 0) {
             while (ucp_worker_progress(w) != 0) {
@@ -281,11 +281,7 @@ void UcxWorker::progress_loop(Engine &e) {
     drop_answer_peers(/*close=*/true);
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
     ucp_worker_h w = e.worker.load();
-    auto closing = [this] {
-        return std::any_of(answer_closes_.begin(), answer_closes_.end(),
-                           [](void *r) { return ucp_request_check_status(r) == UCS_INPROGRESS; });
-    };
-    while (closing() && std::chrono::steady_clock::now() < until) ucp_worker_progress(w);
+    while (any_in_progress(answer_closes_) && std::chrono::steady_clock::now() < until) ucp_worker_progress(w);
     for (void *req : answer_closes_) ucp_request_free(req);
     answer_closes_.clear();
 }

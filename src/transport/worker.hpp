@@ -153,7 +153,9 @@ class UcxWorker {
     // Memory this process serves changed (a replica filled further): reads
     // waiting for it are looked at again.
     void served_memory_advanced() {
-        if (parked_count_.load(std::memory_order_relaxed) > 0) wake();
+        if (parked_count_.load(std::memory_order_relaxed) == 0) return;
+        parked_changed_ = true;
+        wake();
     }
     // Waiting reads this process answered once it held their bytes.
     uint64_t waiting_reads_answered() const { return waits_answered_.load(); }
@@ -227,13 +229,20 @@ class UcxWorker {
                                         const ucp_am_recv_param_t *param);
     // Answers a read request on ep: the bytes, or why not.
     void answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len);
-    // Progress thread: answers the parked reads whose bytes are here now or
-    // whose time is up, and closes the answer endpoints nobody uses.
+    // Answers read `id` on ep with a status and no bytes.
+    void answer_status(ucp_ep_h ep, uint64_t id, ucs_status_t status);
+    // Progress thread, each turn of its loop: looks at the parked reads when
+    // something they wait for may have changed (parked_changed_: a read was
+    // parked, the holder filled further, an answer endpoint was greeted), and
+    // every kParkedLook anyway (a replica released, a read's time up).
+    void look_at_parked(std::chrono::steady_clock::time_point now);
+    // Answers the parked reads whose bytes are here now or whose time is up,
+    // and closes the answer endpoints nobody uses.
     void answer_parked();
     // Progress thread: the endpoint to the reader at address, made and
     // greeted on first use; nullptr while it is not greeted yet or when it
     // cannot be had.
-    PeerRef answer_peer(const std::vector<uint8_t> &address, bool *failed);
+    PeerRef answer_peer(const std::string &address, bool *failed);
     // Progress thread: drops the parked reads and the answer endpoints
     // (closing them, or only forgetting those of a set-aside worker).
     void drop_answer_peers(bool close);
@@ -244,7 +253,8 @@ class UcxWorker {
     // The progress thread's only:
     std::unordered_map<std::string, AnswerPeer> answer_peers_;  // by the reader's packed address
     std::vector<void *> answer_closes_;  // close requests of answer endpoints, freed once done
-    std::chrono::steady_clock::time_point last_sweep_{};
+    std::chrono::steady_clock::time_point last_sweep_{}, next_look_{};
+    std::atomic<bool> parked_changed_{false};
     // Refused reads are logged at most once a second (answer()).
     std::atomic<std::chrono::steady_clock::rep> refusal_logged_{0};
     std::atomic<uint64_t> refusals_unlogged_{0};
