@@ -3,11 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <thread>
 
-#include "common/deadline.hpp"
 #include "common/error.hpp"
-#include "common/log.hpp"
 
 namespace th {
 
@@ -30,17 +27,9 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), slots_(slots
 // are let finish. The client's UCX worker still runs: readers of its replicas
 // may still be asking.
 ControlPage::~ControlPage() {
-    ucx_.withdraw(region_);
-    Deadline until(2000);
-    while (region_->answering.load() > 0 && !until.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    bool answering = region_->answering.load() > 0;
+    bool finished = ucx_.withdraw(region_);
     region_.reset();
-    if (answering) {
-        // Left allocated rather than freed under an answer UCX still sends.
-        TH_LOG(Warn, "answers from the control page were still being sent after 2 s; its memory is left allocated");
-        return;
-    }
-    std::free(words_);
+    if (finished) std::free(words_);  // else left allocated rather than freed under an answer UCX still sends
 }
 
 ControlPage::Slot ControlPage::acquire() {

@@ -1,8 +1,12 @@
 #include "transport/registry.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
+#include "common/deadline.hpp"
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "transport/memory_kind.hpp"
 
 namespace th {
@@ -76,12 +80,35 @@ RegionRef Registry::register_memory(void *ptr, uint64_t n, th_mem_kind kind, boo
     return r;
 }
 
-size_t Registry::withdraw_unused() {
-    std::vector<RegionRef> withdrawn;  // unmapped after mu_ is released
+bool Registry::let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_ms, const char *what) {
+    auto answering = [](const RegionRef &r) { return r->answering.load() > 0; };
+    Deadline until(wait_ms);
+    while (std::any_of(regions.begin(), regions.end(), answering) && !until.expired())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<RegionRef> finished;  // unmapped as this returns, after mu_ is released
+    bool all = true;
+    {
+        std::lock_guard lk(mu_);
+        for (RegionRef &r : lingering_)  // earlier ones whose answers are done now
+            if (!answering(r)) finished.push_back(std::move(r));
+        std::erase(lingering_, nullptr);
+        for (RegionRef &r : regions) {
+            all = all && !answering(r);
+            (answering(r) ? lingering_ : finished).push_back(std::move(r));
+        }
+    }
+    if (!all)
+        TH_LOG(Warn, "answers from ", what, " were still being sent after ", wait_ms,
+               " ms (a reader that stopped taking them?): its memory is given up all the same");
+    return all;
+}
+
+size_t Registry::withdraw_unused(uint32_t wait_ms) {
+    std::vector<RegionRef> withdrawn;  // unmapped once their answers finished
     {
         std::lock_guard lk(mu_);
         for (auto it = entries_.begin(); it != entries_.end();) {
-            if (it->exposed && it->region.use_count() == 1 + it->region->answering.load()) {
+            if (it->exposed && it->region.use_count() == 1) {
                 withdrawn.push_back(std::move(it->region));
                 it = entries_.erase(it);
             } else {
@@ -89,29 +116,34 @@ size_t Registry::withdraw_unused() {
             }
         }
     }
-    return withdrawn.size();
+    size_t n = withdrawn.size();
+    if (n > 0) let_answers_finish(std::move(withdrawn), wait_ms, "a released replica's memory");
+    return n;
 }
 
 void Registry::forget(const void *base) {
     auto p = reinterpret_cast<uintptr_t>(base);
     std::vector<RegionRef> forgotten;
-    std::lock_guard lk(mu_);
-    for (auto it = entries_.begin(); it != entries_.end();) {
-        if (it->region->base == p && it->region.use_count() == 1) {
-            forgotten.push_back(std::move(it->region));
-            it = entries_.erase(it);
-        } else {
-            ++it;
+    {
+        std::lock_guard lk(mu_);
+        for (auto it = entries_.begin(); it != entries_.end();) {
+            if (it->region->base == p && it->region.use_count() == 1) {
+                forgotten.push_back(std::move(it->region));
+                it = entries_.erase(it);
+            } else {
+                ++it;
+            }
         }
     }
+    if (!forgotten.empty()) let_answers_finish(std::move(forgotten), kAnswersFinishMs, "memory about to be freed");
 }
 
-RegionRef Registry::served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const {
+MemRegion *Registry::served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const {
     std::lock_guard lk(mu_);
     for (const Entry &e : entries_)
         if (e.exposed && e.region->contains(p, n) && same_bytes(e.region->rkey, rkey, rkey_len)) {
-            e.region->answering++;  // under mu_, so withdraw_unused sees it
-            return e.region;
+            e.region->answering++;  // under mu_: whoever withdraws it next sees the answer
+            return e.region.get();
         }
     return nullptr;
 }
@@ -128,15 +160,18 @@ bool Registry::read_word(uint64_t p, uint32_t bytes, uint64_t *out) const {
     return false;
 }
 
-void Registry::withdraw(const MemRegion *region) {
-    RegionRef gone;  // unmapped after mu_ is released
-    std::lock_guard lk(mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it)
-        if (it->region.get() == region) {
-            gone = std::move(it->region);
-            entries_.erase(it);
-            return;
-        }
+bool Registry::withdraw(const MemRegion *region, uint32_t wait_ms) {
+    std::vector<RegionRef> gone;
+    {
+        std::lock_guard lk(mu_);
+        for (auto it = entries_.begin(); it != entries_.end(); ++it)
+            if (it->region.get() == region) {
+                gone.push_back(std::move(it->region));
+                entries_.erase(it);
+                break;
+            }
+    }
+    return gone.empty() || let_answers_finish(std::move(gone), wait_ms, "a withdrawn region");
 }
 
 size_t Registry::size() const {

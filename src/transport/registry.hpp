@@ -27,13 +27,16 @@ struct MemRegion {
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;
     ucp_context_h context = nullptr;
-    // Answers being sent from it (active-message path): they hold it alive
-    // until UCX is done, but are not users that keep it served.
+    // Answers being sent from it (active-message path). They hold no
+    // reference: whoever withdraws it waits for them before unmapping it.
     std::atomic<int> answering{0};
     ~MemRegion();
     bool contains(uintptr_t p, uint64_t n) const { return p >= base && n <= length && p - base <= length - n; }
 };
 using RegionRef = std::shared_ptr<MemRegion>;
+
+// How long withdrawing memory waits for answers still being sent from it.
+constexpr uint32_t kAnswersFinishMs = 2000;
 
 class Registry {
   public:
@@ -43,25 +46,33 @@ class Registry {
     // one covers it. With expose, the region is marked as handed out: it is
     // withdrawn once unused (see withdraw_unused).
     RegionRef register_memory(void *ptr, uint64_t n, th_mem_kind kind, bool expose);
-    // Unmaps every exposed registration that no replica uses any more: their
-    // rkeys stop working (on transports that check them) before the caller
-    // may free or reuse the memory. Returns how many were withdrawn.
-    size_t withdraw_unused();
+    // Withdraws every exposed registration that no replica uses any more:
+    // their rkeys stop working (on transports that check them) before the
+    // caller may free or reuse the memory. Returns how many were withdrawn.
+    //
+    // Withdrawing memory (this, forget and withdraw) lets the answers still
+    // being sent from it finish first, up to wait_ms: then the caller may
+    // free it. Past that a warning says so and the memory is given up all
+    // the same (an answer UCX still sends may then carry what the memory
+    // holds next: its reader discards it, the replica's generation changed
+    // first); the registration lingers until its answers are done.
+    size_t withdraw_unused(uint32_t wait_ms = kAnswersFinishMs);
     // Drops the unused registrations starting at base: call before freeing
     // memory the library allocated.
     void forget(const void *base);
     // The region in use with this packed rkey that holds [p, p + n), if any:
-    // what a holder may serve. Withdrawn registrations are never found. The
-    // caller answers from it and decrements its `answering` when done.
-    RegionRef served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
+    // what a holder may serve, with its `answering` counted up for the
+    // caller's answer. Withdrawn registrations are never found. The region
+    // stays registered until the caller counts its answer down.
+    MemRegion *served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
     // Reads the aligned 4- or 8-byte word at p, if it lies in exposed host
     // memory in use, under the lock that withdraw() takes: memory withdrawn
     // before it is freed is never read.
     bool read_word(uint64_t p, uint32_t bytes, uint64_t *out) const;
     // Withdraws region now, used or not: served() and read_word() no
-    // longer find it. Answers being sent from it go on
-    // (its `answering`); the caller waits for them before freeing it.
-    void withdraw(const MemRegion *region);
+    // longer find it. False if answers from it were still being sent after
+    // wait_ms (see withdraw_unused): then it is not to be freed.
+    bool withdraw(const MemRegion *region, uint32_t wait_ms = kAnswersFinishMs);
     size_t size() const;
     void clear();
 
@@ -74,6 +85,11 @@ class Registry {
     std::mutex map_mu_;    // one registration at a time; held across ucp_mem_map
     mutable std::mutex mu_;  // guards entries_; never held across a call into UCX
     std::vector<Entry> entries_;
+    std::vector<RegionRef> lingering_;  // withdrawn, answers still being sent; guarded by mu_
+
+    // Lets the answers from regions finish (see withdraw_unused); false if
+    // some did not. Called without mu_.
+    bool let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_ms, const char *what);
 };
 
 }  // namespace th

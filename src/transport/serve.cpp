@@ -14,19 +14,21 @@ namespace th {
 
 namespace {
 
-// An answer being sent: what must live until UCX is done.
+// An answer being sent: what must live until UCX is done. Its region's
+// `answering` counted it: the region stays registered until it is done.
 struct Answer {
     ReadReplyHeader header;
-    RegionRef region;
+    MemRegion *region;
     ~Answer() {
         if (region) region->answering--;
     }
 };
 
 // Sends one answer on the reply endpoint: n bytes at bytes (from region's
-// registered memory), or only the header. False if UCX refused it at once.
-bool send_answer(ucp_ep_h reply_ep, const ReadReplyHeader &header, RegionRef region, const void *bytes, size_t n) {
-    auto *a = new Answer{header, std::move(region)};
+// registered memory, its `answering` counted for this answer), or only the
+// header. False if UCX refused it at once.
+bool send_answer(ucp_ep_h reply_ep, const ReadReplyHeader &header, MemRegion *region, const void *bytes, size_t n) {
+    auto *a = new Answer{header, region};
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     prm.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -261,7 +263,7 @@ void UcxWorker::answer_status(ucp_ep_h ep, uint64_t id, ucs_status_t status) {
 void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len) {
     trace::event("serve", h.remote, h.length);
     ReadReplyHeader reply{h.id, UCS_OK, 0};
-    RegionRef region;
+    MemRegion *region = nullptr;
     if (h.length == 0) {
         // A ping: answered with no bytes.
     } else if (h.length > kMaxRead) {
@@ -290,19 +292,21 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
         answer_status(ep, h.id, static_cast<ucs_status_t>(reply.status));
         return;
     }
-    // served() counted the first answer; each further one is counted once it
-    // holds the region (so that withdraw_unused never sees fewer holders
-    // than answers), and the last takes this call's reference: none is left
-    // here once the reader may have its bytes.
+    // served() counted the first answer; the others are counted before any
+    // is sent (one that completes at once must not leave the region with no
+    // answer counted while more are to come), and those never sent are
+    // counted down again.
     uint64_t piece = h.length > kAnsweredWhole ? kMaxAnswer : h.length;
-    for (uint64_t off = 0; off < h.length; off += piece) {
+    int pieces = static_cast<int>((h.length + piece - 1) / piece);
+    region->answering += pieces - 1;
+    for (uint64_t off = 0; off < h.length; off += piece, --pieces) {
         reply.offset = static_cast<uint32_t>(off);
-        RegionRef held_region = off + piece >= h.length ? std::move(region) : region;
-        if (off > 0) held_region->answering++;
         answers_sent_++;  // before it may arrive
-        if (!send_answer(ep, reply, std::move(held_region), reinterpret_cast<const void *>(h.remote + off),
-                         std::min(piece, h.length - off)))
+        if (!send_answer(ep, reply, region, reinterpret_cast<const void *>(h.remote + off),
+                         std::min(piece, h.length - off))) {
+            region->answering -= pieces - 1;  // this one was counted down with its Answer
             break;  // the endpoint failed: the reader sees it, or its deadline passes
+        }
     }
 }
 

@@ -115,7 +115,7 @@ class UcxWorker {
     }
     size_t withdraw_unused() { return registry_.withdraw_unused(); }
     // Withdraws one exposed registration now (Registry::withdraw).
-    void withdraw(const RegionRef &region) { registry_.withdraw(region.get()); }
+    bool withdraw(const RegionRef &region) { return registry_.withdraw(region.get()); }
     void forget_memory(const void *base) { registry_.forget(base); }
     size_t registrations() const { return registry_.size(); }
 

@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/deadline.hpp"
 #include "transport/memory_kind.hpp"
 #include "transport/ucx_env.hpp"
 #include "transport/worker.hpp"
@@ -166,6 +167,37 @@ TEST_P(Lanes, AReleasedRegionCannotBeRead) {
         EXPECT_NE(*error, "") << "freed memory was read";
         EXPECT_EQ(dst[0], 0);
     }
+}
+
+// On the active-message path the holder's answers are sent from the
+// replica's own memory. Releasing it while a long read is being answered
+// waits for those answers: the caller may then change or free the memory,
+// and the reader got only what was there before.
+TEST(Transport, ReleasingARegionWaitsForTheAnswersBeingSentFromIt) {
+    Pair p("tcp");
+    ASSERT_EQ(p.peer->path(), ReadPath::ActiveMessage) << p.peer->transports();
+    constexpr size_t kBytes = 64 << 20;  // ~512 answers: tens of ms in flight over loopback
+    Mapping src(kBytes), dst(kBytes);
+    ASSERT_TRUE(src.data && dst.data);
+    std::memset(src.data, 0x5a, kBytes);
+    RegionRef exposed = p.holder.register_memory(src.data, kBytes, TH_MEM_HOST, /*expose=*/true);
+    RegionRef local = p.reader.register_memory(dst.data, kBytes, TH_MEM_HOST);
+    Completion done;
+    uint64_t answers = p.holder.answers_sent();
+    p.reader.read(p.peer, Lane::Data, dst.data, kBytes, local.get(), exposed->base, exposed->rkey, done.callback());
+    Deadline until(20000);
+    while (p.holder.answers_sent() == answers && !until.expired()) std::this_thread::yield();
+    ASSERT_GT(p.holder.answers_sent(), answers) << "the read was never answered";
+
+    exposed.reset();  // the last replica using it is released while its answers go out
+    EXPECT_EQ(p.holder.withdraw_unused(), 1u);
+    std::memset(src.data, 0xee, kBytes);  // what the caller may do once release returned
+    src.unmap();
+    auto error = done.wait();
+    ASSERT_TRUE(error.has_value()) << "no completion";
+    ASSERT_EQ(*error, "");
+    size_t changed = kBytes - std::count(dst.data, dst.data + kBytes, uint8_t{0x5a});
+    EXPECT_EQ(changed, 0u) << "bytes written or freed after the release were sent";
 }
 
 // A reader with copy threads posts a one-sided peer's reads that are in
