@@ -179,10 +179,18 @@ size_t Registry::size() const {
     return entries_.size();
 }
 
+void Registry::abandon_answers() {
+    std::lock_guard lk(mu_);
+    for (Entry &e : entries_) e.region->answering = 0;
+    for (RegionRef &r : lingering_) r->answering = 0;
+}
+
 void Registry::clear() {
     std::vector<Entry> all;
+    std::vector<RegionRef> lingering;
     std::lock_guard lk(mu_);
     all.swap(entries_);
+    lingering.swap(lingering_);
 }
 
 }  // namespace th

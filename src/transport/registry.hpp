@@ -73,7 +73,12 @@ class Registry {
     // longer find it. False if answers from it were still being sent after
     // wait_ms (see withdraw_unused): then it is not to be freed.
     bool withdraw(const MemRegion *region, uint32_t wait_ms = kAnswersFinishMs);
+    // A paused worker was set aside with answers still queued on it: it is
+    // never progressed again, so they never complete nor touch memory. They
+    // no longer hold anything back.
+    void abandon_answers();
     size_t size() const;
+    // Drops every registration: only once no worker may complete an answer.
     void clear();
 
   private:

@@ -171,8 +171,8 @@ UcxWorker::~UcxWorker() {
         e->outbox.clear();
     }
     for (auto &e : copiers_) ucp_worker_destroy(e->worker);
-    registry_.clear();
     ucp_worker_destroy(main_.worker);
+    registry_.clear();  // after the last answer completed: answers count on their region
     // A read still waiting for its answer (a greeting to a peer that never
     // answered, say) gets its error now, rather than never, and is freed.
     fail_reads([](const PendingRead &) { return true; }, UCS_ERR_CANCELED);
@@ -305,6 +305,7 @@ void UcxWorker::restart_after_pause(uint64_t paused_ms) {
         paused = main_.worker.exchange(fresh);
         address_ = std::move(address);
         set_aside_.push_back(paused);
+        registry_.abandon_answers();  // those queued on the paused worker: none runs before the fresh one
         for (auto &[id, p] : peers_) dropped.push_back(p);
         peers_.clear();
     }
