@@ -1,13 +1,14 @@
 #include "control/rpc.hpp"
 
 #include <nng/protocol/reqrep0/rep.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include <cstring>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "control/close.hpp"
+#include "control/requests.hpp"
+#include "control/sp_stream.hpp"
 #include "wire/auth.hpp"
 
 namespace th {
@@ -15,23 +16,6 @@ namespace th {
 std::string nng_error(int rv) { return nng_strerror(rv); }
 
 namespace {
-
-// Owns an nng_aio for the duration of one call.
-struct Aio {
-    nng_aio *aio = nullptr;
-    Aio() {
-        if (int rv = nng_aio_alloc(&aio, nullptr, nullptr); rv != 0) fail(TH_ERR_NO_MEMORY, "nng_aio_alloc: ", nng_error(rv));
-    }
-    ~Aio() { nng_aio_free(aio); }
-};
-
-struct Ctx {
-    nng_ctx ctx = NNG_CTX_INITIALIZER;
-    explicit Ctx(nng_socket s) {
-        if (int rv = nng_ctx_open(&ctx, s); rv != 0) fail(TH_ERR_CLOSED, "nng_ctx_open: ", nng_error(rv));
-    }
-    ~Ctx() { nng_ctx_close(ctx); }
-};
 
 // Host part of a tcp URL ("tcp://1.2.3.4:0" -> "tcp://1.2.3.4").
 std::string without_port(const std::string &url) {
@@ -63,28 +47,18 @@ void check_dial(const std::string &url, uint32_t timeout_ms) {
 }
 
 RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), token_(std::move(token)) {
-    if (int rv = nng_req0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_req0_open: ", nng_error(rv));
-    nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
-    nng_socket_set_ms(sock_, NNG_OPT_RECONNMINT, 20);
-    nng_socket_set_ms(sock_, NNG_OPT_RECONNMAXT, 500);
-    // A request is re-sent when its connection is re-established; a timer-based
-    // resend would duplicate slow requests, so it is left long.
-    nng_socket_set_ms(sock_, NNG_OPT_REQ_RESENDTIME, 60000);
-    nng_pipe_notify(sock_, NNG_PIPE_EV_ADD_POST, &RpcClient::on_pipe, pipes_.get());
-    nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &RpcClient::on_pipe, pipes_.get());
-    if (int rv = nng_dial(sock_, url.c_str(), nullptr, NNG_FLAG_NONBLOCK); rv != 0) {
-        nng_close(sock_);
-        fail(TH_ERR_INVALID_ARG, "cannot dial server URL '", url, "': ", nng_error(rv));
-    }
+    bool ipc = false;
+    requests_ = sp::stream_url(url, &ipc) ? stream_requests(url) : socket_requests(url);
 }
 
 // Callers hold the client through a shared_ptr while they call: no call is in
-// flight here. The close is bounded; its pipe callbacks count into pipes_,
-// which the closing thread keeps.
-RpcClient::~RpcClient() { close_socket(sock_, "the connection to the server", pipes_); }
+// flight here.
+RpcClient::~RpcClient() = default;
 
-// Called once the deadline passed with no server connected: NNG's socket
-// retries failed dials silently, so one more dial says why (a refused
+bool RpcClient::connected() const { return requests_->connected(); }
+
+// Called once the deadline passed with no server connected: the connection
+// is dialled again and again silently, so one more dial says why (a refused
 // connection: nothing listens at that address). Briefly: a refusal comes
 // back at once, and a failover waits for this.
 void RpcClient::fail_unreachable() const {
@@ -93,52 +67,29 @@ void RpcClient::fail_unreachable() const {
     fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url_, " (no connection in time)");
 }
 
-void RpcClient::on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes) {
-    auto *n = static_cast<std::atomic<int> *>(pipes);
-    if (ev == NNG_PIPE_EV_ADD_POST) ++*n;
-    else if (ev == NNG_PIPE_EV_REM_POST) --*n;
-}
-
 wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline) {
     if (abandoned_) fail(TH_ERR_CLOSED, "the connection to ", url_, " was given up");
-    Ctx ctx(sock_);
-    Aio aio;
-    nng_msg *msg = nullptr;
-    if (int rv = nng_msg_alloc(&msg, 0); rv != 0) fail(TH_ERR_NO_MEMORY, "nng_msg_alloc: ", nng_error(rv));
-    wire::Bytes sealed = wire::seal(request, token_);
-    nng_msg_append(msg, sealed.data(), sealed.size());
-    nng_aio_set_msg(aio.aio, msg);
-    nng_aio_set_timeout(aio.aio, deadline.remaining_ms());
-    nng_ctx_send(ctx.ctx, aio.aio);
-    nng_aio_wait(aio.aio);
-    if (int rv = nng_aio_result(aio.aio); rv != 0) {
-        nng_msg_free(nng_aio_get_msg(aio.aio));  // on a failed send we still own it
-        if (rv == NNG_ETIMEDOUT) fail_unreachable();  // a request is sent once a server is connected
-        fail(rv == NNG_ECLOSED ? TH_ERR_CLOSED : TH_ERR_UNAVAILABLE, "sending to server ", url_, ": ", nng_error(rv));
-    }
-    nng_aio_set_timeout(aio.aio, deadline.remaining_ms());
-    nng_ctx_recv(ctx.ctx, aio.aio);
-    nng_aio_wait(aio.aio);
-    if (int rv = nng_aio_result(aio.aio); rv != 0) {
-        if (rv == NNG_ETIMEDOUT) {
-            if (!connected()) fail_unreachable();
+    auto out = requests_->exchange(wire::seal(request, token_), deadline);
+    if (const auto *f = std::get_if<RequestFailure>(&out)) {
+        switch (f->kind) {
+        case RequestFailure::Unreachable:
+            fail_unreachable();
+        case RequestFailure::NoAnswer:
             fail(TH_ERR_TIMEOUT, "the tensorhub server at ", url_, " did not answer in time");
+        case RequestFailure::Closed:
+            fail(TH_ERR_CLOSED, "the connection to server ", url_, " was closed: ", f->text);
+        case RequestFailure::Broken:
+            break;
         }
-        fail(rv == NNG_ECLOSED ? TH_ERR_CLOSED : TH_ERR_UNAVAILABLE, "receiving from server ", url_, ": ",
-             nng_error(rv));
+        fail(TH_ERR_UNAVAILABLE, "talking to server ", url_, ": ", f->text);
     }
-    nng_msg *reply = nng_aio_get_msg(aio.aio);
-    auto *body = static_cast<const uint8_t *>(nng_msg_body(reply));
-    size_t len = nng_msg_len(reply);
+    wire::Bytes &reply = std::get<wire::Bytes>(out);
     try {
-        len = wire::open(body, len, token_);
+        reply.resize(wire::open(reply.data(), reply.size(), token_));
     } catch (const Error &e) {
-        nng_msg_free(reply);
         fail(TH_ERR_AUTH, "the reply of ", url_, " ", e.what());
     }
-    wire::Bytes out(body, body + len);
-    nng_msg_free(reply);
-    return out;
+    return std::move(reply);
 }
 
 // One request in flight on the server: a context and its aio, alternating

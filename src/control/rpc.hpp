@@ -1,6 +1,7 @@
-// Request/reply over NNG: the client side sends a request and waits for the
-// reply under a deadline; the server side answers many requests concurrently
-// through NNG contexts, calling one handler for each.
+// Request/reply over NNG's REQ/REP protocol: the client side sends a request
+// and waits for the reply under a deadline (over tcp:// and ipc:// on a byte
+// stream it reads itself, control/requests.hpp); the server side answers many
+// requests concurrently through NNG contexts, calling one handler for each.
 #pragma once
 
 #include <atomic>
@@ -22,6 +23,8 @@ namespace th {
 // transports a stream dialer does not know: they are left to the requests.
 void check_dial(const std::string &url, uint32_t timeout_ms);
 
+class Requests;
+
 class RpcClient {
   public:
     // Starts dialing url in the background (the server may come up later).
@@ -39,25 +42,20 @@ class RpcClient {
     wire::Bytes call(const wire::Bytes &request, const Deadline &deadline);
 
     const std::string &url() const { return url_; }
-    bool connected() const { return pipes_->load() > 0; }
+    bool connected() const;
 
     // The caller moved on to another server: later calls fail at once with
     // TH_ERR_CLOSED. Calls in flight end as they would have (reply or
-    // deadline): NNG 1.5 can crash when a socket is closed while another
-    // thread uses one of its contexts, and can hang closing it after one of
-    // its requests was cancelled.
+    // deadline): the connection closes with the client, once no call is in
+    // flight.
     void abandon() { abandoned_ = true; }
     bool abandoned() const { return abandoned_.load(); }
 
   private:
-    static void on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes);
     [[noreturn]] void fail_unreachable() const;
     std::string url_;
     std::string token_;
-    nng_socket sock_ = NNG_SOCKET_INITIALIZER;
-    // Connected pipes, counted by NNG's callbacks; its own allocation, which
-    // a close that outlives this client (control/close.hpp) keeps alive.
-    std::shared_ptr<std::atomic<int>> pipes_ = std::make_shared<std::atomic<int>>(0);
+    std::unique_ptr<Requests> requests_;
     std::atomic<bool> abandoned_{false};
 };
 

@@ -1,10 +1,14 @@
-// Request/reply over NNG (control/rpc.hpp): giving up a connection while other
-// threads are still calling on it; asking a server for its epoch (control/ping.hpp);
+// Request/reply over NNG (control/rpc.hpp): calls sharing a connection, sent
+// again to a server that comes back, clients ending while late replies arrive,
+// giving up a connection while other threads are still calling on it; asking
+// a server for its epoch (control/ping.hpp);
 // the event stream's receiving end (control/subscriber.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <dirent.h>
 #include <fstream>
 #include <future>
@@ -24,6 +28,7 @@
 #include "control/ping.hpp"
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
+#include "test_child.hpp"
 
 using namespace th;
 
@@ -119,6 +124,153 @@ TEST(Rpc, AbandonRacesWithCallsSafely) {
         client.reset();
         ASSERT_EQ(unexpected.load(), 0) << "round " << round;
     }
+}
+
+namespace {
+
+// Whether NNG in this process still closes a socket with a live connection
+// at once (a lost reaper makes every close wait out its bound): a server's
+// REP socket, after a call on it.
+bool nng_still_closes_sockets() {
+    auto server = std::make_unique<RpcServer>("tcp://127.0.0.1:0", echo);
+    {
+        RpcClient client(server->url());
+        if (client.call({1, 2, 3}, Deadline(5000)).size() != 3) return false;
+        auto t0 = std::chrono::steady_clock::now();
+        server.reset();
+        return std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1);
+    }
+}
+
+}  // namespace
+
+// Calls from many threads share the connection, each gets its own reply
+// (the server answers them out of order), over tcp and over ipc.
+TEST(Rpc, CallsInFlightTogetherGetTheirOwnReplies) {
+    char dir[] = "/tmp/th-rpc-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    for (std::string where : {std::string("tcp://127.0.0.1:0"), "ipc://" + std::string(dir) + "/rpc"}) {
+        RpcServer server(where, [](const uint8_t *data, size_t size) {
+            std::this_thread::sleep_for(std::chrono::microseconds(data[0] % 4 * 500));
+            return echo(data, size);
+        });
+        RpcClient client(server.url());
+        std::atomic<int> wrong{0}, failed{0};
+        std::vector<std::thread> callers;
+        for (int t = 0; t < 8; ++t)
+            callers.emplace_back([&, t] {
+                for (int i = 0; i < 50; ++i) {
+                    wire::Bytes request{uint8_t(i), uint8_t(t), 7, 7};
+                    try {
+                        if (client.call(request, Deadline(20000)) != request) wrong++;
+                    } catch (const Error &) {
+                        failed++;
+                    }
+                }
+            });
+        for (auto &c : callers) c.join();
+        EXPECT_EQ(wrong.load(), 0) << where;
+        EXPECT_EQ(failed.load(), 0) << where;
+    }
+    std::remove((std::string(dir) + "/rpc").c_str());
+    rmdir(dir);
+}
+
+// A call whose server goes before answering is sent again to the server
+// that comes back at the same address, within the call's deadline.
+TEST(Rpc, ACallIsSentAgainWhenItsServerComesBack) {
+    char dir[] = "/tmp/th-rpc-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    for (std::string where : {std::string("tcp://127.0.0.1:0"), "ipc://" + std::string(dir) + "/rpc"}) {
+        std::atomic<int> asked{0};
+        // The first server takes the request and goes without answering it.
+        auto first = std::make_unique<RpcServer>(where, [&](const uint8_t *data, size_t size) {
+            asked++;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            return echo(data, size);
+        });
+        std::string url = first->url();
+        RpcClient client(url);
+        wire::Bytes request{4, 5, 6}, reply;
+        std::thread caller([&] {
+            try {
+                reply = client.call(request, Deadline(20000));
+            } catch (const Error &e) {
+                ADD_FAILURE() << where << ": " << e.what();
+            }
+        });
+        for (int i = 0; i < 2000 && asked == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ASSERT_EQ(asked.load(), 1) << where;
+        first.reset();  // its handler's reply is dropped as it stops
+        RpcServer second(url, [](const uint8_t *data, size_t size) {
+            wire::Bytes out = echo(data, size);
+            out.push_back(2);
+            return out;
+        });
+        caller.join();
+        EXPECT_EQ(reply, (wire::Bytes{4, 5, 6, 2})) << where;
+    }
+    std::remove((std::string(dir) + "/rpc").c_str());
+    rmdir(dir);
+}
+
+// The server of the test below, in a process of its own: started by it, it
+// echoes each request after a fraction of a millisecond, says where it
+// listens and serves until told to end.
+TEST(RpcServerProcess, DISABLED_EchoesLateUntilTold) {
+    const char *dir = std::getenv("TH_TEST_RPC_SERVER");
+    if (dir == nullptr) GTEST_SKIP() << "started by Rpc.EndingWhileLateRepliesArriveLeavesNngAbleToClose";
+    RpcServer server("tcp://127.0.0.1:0", [](const uint8_t *data, size_t size) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200 + data[0] % 8 * 100));
+        return echo(data, size);
+    });
+    test::write_file(std::string(dir) + "/url", server.url());
+    while (!test::wait_for_file(std::string(dir) + "/done")) {
+    }
+}
+
+// NNG up to 1.5.2 loses its one reaper thread for good when a socket closes
+// while a message is arriving on it (control/sp_stream.hpp). Replies to
+// calls that gave up arrive at any moment, so a client that ended while one
+// was in flight risked it (with NNG's REQ socket this loses the reaper
+// within 20 clients). Clients now end while late replies arrive, and NNG
+// still closes sockets afterwards. The server runs in a process of its own:
+// its REP socket meets the same bug when a client's connection closes while
+// requests arrive, and that is not what this tests.
+TEST(Rpc, EndingWhileLateRepliesArriveLeavesNngAbleToClose) {
+    test::TestChild server("RpcServerProcess.*", "TH_TEST_RPC_SERVER");
+    ASSERT_TRUE(server.started());
+    test::wait_for_file(server.dir() + "/url");
+    std::string url;
+    std::ifstream(server.dir() + "/url") >> url;
+    ASSERT_FALSE(url.empty()) << "the server process did not start";
+
+    std::mt19937 rng(11);
+    for (int round = 0; round < 100; ++round) {
+        auto client = std::make_unique<RpcClient>(url);
+        auto connect_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!client->connected() && std::chrono::steady_clock::now() < connect_by)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ASSERT_TRUE(client->connected()) << "round " << round;
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> callers;
+        for (int i = 0; i < 4; ++i)
+            callers.emplace_back([&, i] {
+                for (uint8_t n = 0; !stop; ++n) {
+                    try {
+                        client->call({uint8_t(n + i), 1, 2, 3, 4, 5, 6, 7}, Deadline(1));  // gives up before its reply
+                    } catch (const Error &) {
+                    }
+                }
+            });
+        std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 3000));
+        stop = true;
+        for (auto &c : callers) c.join();
+        auto t0 = std::chrono::steady_clock::now();
+        client.reset();
+        ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << "round " << round;
+    }
+    EXPECT_TRUE(nng_still_closes_sockets());
 }
 
 // A close that never ends (NNG 1.5's can wait forever on its reaper) holds
@@ -335,10 +487,7 @@ TEST(Subscriber, EndingWhileEventsArriveLeavesNngAbleToClose) {
     }
     stop = true;
     storm.join();
-    // Closing needs the reaper: a REQ socket with a connected pipe.
-    RpcServer server("tcp://127.0.0.1:0", echo);
-    RpcClient client(server.url());
-    EXPECT_EQ(client.call({1, 2, 3}, Deadline(5000)).size(), 3u);
+    EXPECT_TRUE(nng_still_closes_sockets());
 }
 
 // What cannot be an event stream is refused or left: a URL scheme it cannot

@@ -2,9 +2,7 @@
 // at a time: which read path each lane takes, that the bytes arrive, and that
 // a released region cannot be read; with a CUDA device, the same between
 // device and host memory on the CUDA lanes.
-#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "common/deadline.hpp"
+#include "test_child.hpp"
 #include "transport/memory_kind.hpp"
 #include "transport/ucx_env.hpp"
 #include "transport/worker.hpp"
@@ -631,18 +630,8 @@ std::vector<uint8_t> unhex(const std::string &s) {
     return out;
 }
 
-bool wait_for_file(const std::string &path) {
-    for (int i = 0; i < 2000; ++i) {
-        if (access(path.c_str(), F_OK) == 0) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-}
-
-void write_file(const std::string &path, const std::string &text) {
-    { std::ofstream(path + ".tmp") << text; }
-    std::rename((path + ".tmp").c_str(), path.c_str());
-}
+using test::wait_for_file;
+using test::write_file;
 
 TEST(CudaIpcHolder, DISABLED_ServesTheReaderOfTheTestBetweenProcesses) {
     const char *dir = std::getenv("TH_TEST_CUDA_IPC_HOLDER");
@@ -668,31 +657,9 @@ TEST(CudaIpcHolder, DISABLED_ServesTheReaderOfTheTestBetweenProcesses) {
 TEST(Transport, ACudaIpcReaderNeverGetsWhatReplacedAReleasedRegion) {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device on this machine";
     if (!ucx_one_sided_reads()) GTEST_SKIP() << "this UCX (" << UcxWorker::describe_ucx() << ") has no one-sided reads";
-    char tmpl[] = "/tmp/th-cuda-ipc-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    std::string dir = tmpl;
-    std::string env_var = "TH_TEST_CUDA_IPC_HOLDER=" + dir;
-    std::vector<char *> env;
-    for (char **e = environ; *e != nullptr; ++e) env.push_back(*e);
-    env.push_back(env_var.data());
-    env.push_back(nullptr);
-    std::string exe = "/proc/self/exe", filter = "--gtest_filter=CudaIpcHolder.*", disabled = "--gtest_also_run_disabled_tests";
-    char *argv[] = {exe.data(), filter.data(), disabled.data(), nullptr};
-    pid_t child = -1;
-    ASSERT_EQ(posix_spawn(&child, exe.c_str(), nullptr, nullptr, argv, env.data()), 0);
-    struct Reap {
-        pid_t pid;
-        std::string dir;
-        ~Reap() {
-            write_file(dir + "/done", "");
-            int status = 0;
-            for (int i = 0; i < 500 && waitpid(pid, &status, WNOHANG) == 0; ++i)
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, WNOHANG);
-            std::system(("rm -rf " + dir).c_str());
-        }
-    } reap{child, dir};
+    test::TestChild holder("CudaIpcHolder.*", "TH_TEST_CUDA_IPC_HOLDER");
+    ASSERT_TRUE(holder.started());
+    const std::string &dir = holder.dir();
     ASSERT_TRUE(wait_for_file(dir + "/holder")) << "the holder process did not start serving";
     std::string address, base, rkey;
     std::ifstream(dir + "/holder") >> address >> base >> rkey;

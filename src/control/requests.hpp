@@ -1,0 +1,45 @@
+// How RpcClient's requests travel (control/rpc.hpp): over tcp:// and ipc://
+// a byte stream that speaks NNG's REQ protocol itself (control/sp_stream.hpp:
+// a client closes it while late replies may be arriving, which NNG 1.5's
+// sockets cannot survive); over other schemes (ws://, tls+tcp://) NNG's REQ
+// socket. Either way the server is an NNG REP socket and the messages on the
+// wire are the same.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "common/deadline.hpp"
+#include "wire/wire.hpp"
+
+namespace th {
+
+// Why a request got no reply.
+struct RequestFailure {
+    enum Kind {
+        Unreachable,  // not sent: no server connected by the deadline
+        NoAnswer,     // sent, not answered by the deadline
+        Closed,       // the transport was closed
+        Broken,       // anything else (text says what)
+    } kind;
+    std::string text;
+};
+
+class Requests {
+  public:
+    virtual ~Requests() = default;
+    // Whether a server is connected now.
+    virtual bool connected() const = 0;
+    // Sends one (sealed) request and waits for its reply until deadline.
+    // Thread-safe: many may be in flight at once. A request whose
+    // connection is lost before its reply is sent again on the next one.
+    virtual std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) = 0;
+};
+
+// Dials url in the background, again after every loss. Throws
+// TH_ERR_INVALID_ARG for a URL that cannot be dialled.
+std::unique_ptr<Requests> stream_requests(const std::string &url);  // tcp://, ipc:// (sp::stream_url)
+std::unique_ptr<Requests> socket_requests(const std::string &url);  // any scheme NNG dials
+
+}  // namespace th
