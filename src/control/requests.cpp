@@ -1,5 +1,6 @@
 #include "control/requests.hpp"
 
+#include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
 #include <algorithm>
