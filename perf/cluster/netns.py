@@ -119,6 +119,11 @@ class Network:
         _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
         _ip("-n", ns, "link", "set", "eth0", "up")
         _ip("-n", ns, "link", "set", "lo", "up")
+        # Every connection starts cold: the kernel would otherwise start a
+        # connection to a host with the window and threshold that the last
+        # one to it ended with, and a system would profit from, or pay for,
+        # the one run before it on the same pair of hosts.
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"], check=True)
         _shape("eth0", gbit, ns, self.queue_ms)  # what the host sends
         _shape(outside, gbit, queue_ms=self.queue_ms)  # what it receives
         host = Host(name, ns, ip, dc)
