@@ -103,16 +103,7 @@ StreamRequests::~StreamRequests() {
 }
 
 bool StreamRequests::serve(nng_stream *stream, nng_aio *aio) {
-    switch (sp::greet(stream, aio, sp::kReq, sp::kRep)) {
-    case sp::Greeting::Failed:
-        return false;
-    case sp::Greeting::NotThePeer:
-        if (!warned_) TH_LOG(Warn, "what listens at ", url_, " is not a tensorhub server (it did not greet as NNG REP)");
-        warned_ = true;
-        return false;
-    case sp::Greeting::Ok:
-        break;
-    }
+    if (!sp::greet(stream, aio, sp::kReq, sp::kRep, url_, "request socket", &warned_)) return false;
     uint64_t number = 0;
     {
         std::lock_guard lk(mu_);

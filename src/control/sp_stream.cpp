@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace th::sp {
 
@@ -48,13 +49,19 @@ bool stream_url(const std::string &url, bool *ipc) {
     return *ipc || has_scheme(url, "tcp://") || has_scheme(url, "tcp4://") || has_scheme(url, "tcp6://");
 }
 
-Greeting greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer) {
+bool greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer, const std::string &url, const char *what,
+           bool *warned) {
     uint8_t mine[8], theirs[8], expected[8];
     greeting(self, mine);
     greeting(peer, expected);
     if (!whole(stream, aio, nng_stream_send, mine, sizeof mine) || !whole(stream, aio, nng_stream_recv, theirs, sizeof theirs))
-        return Greeting::Failed;
-    return std::equal(theirs, theirs + 8, expected) ? Greeting::Ok : Greeting::NotThePeer;
+        return false;
+    if (std::equal(theirs, theirs + 8, expected)) return true;
+    if (!*warned)
+        TH_LOG(Warn, "what listens at ", url, " is not a tensorhub server's ", what, " (it did not greet as NNG ",
+               peer == kPub ? "PUB" : peer == kRep ? "REP" : "SP", ")");
+    *warned = true;
+    return false;
 }
 
 bool receive(nng_stream *stream, nng_aio *aio, bool ipc, uint64_t max, std::vector<uint8_t> &msg, bool *malformed) {

@@ -30,9 +30,10 @@ enum Protocol : uint16_t { kPub = 32, kSub = 33, kReq = 48, kRep = 49 };
 // length). Other schemes (ws://, tls+tcp://) are left to NNG's sockets.
 bool stream_url(const std::string &url, bool *ipc);
 
-enum class Greeting { Ok, Failed, NotThePeer };
-// Exchanges greetings as `self`; NotThePeer if the other end is not `peer`.
-Greeting greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer);
+// Exchanges greetings as `self`; true if the other end is `peer`. One that
+// is not is warned about once (*warned) as what listens at url for `what`.
+bool greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer, const std::string &url, const char *what,
+           bool *warned);
 
 // Receives one message into msg (a vector's storage is aligned enough for
 // FlatBuffers). False when the stream failed, or the message is longer than

@@ -26,16 +26,7 @@ Subscriber::Subscriber(const std::string &url, Handler handler) : url_(url), han
 Subscriber::~Subscriber() { dialer_.reset(); }  // before what serve() uses
 
 bool Subscriber::serve(nng_stream *stream, nng_aio *aio) {
-    switch (sp::greet(stream, aio, sp::kSub, sp::kPub)) {
-    case sp::Greeting::Failed:
-        return false;
-    case sp::Greeting::NotThePeer:
-        if (!warned_) TH_LOG(Warn, "the event stream at ", url_, " is not a tensorhub server's (it did not greet as NNG PUB)");
-        warned_ = true;
-        return false;
-    case sp::Greeting::Ok:
-        break;
-    }
+    if (!sp::greet(stream, aio, sp::kSub, sp::kPub, url_, "event stream", &warned_)) return false;
     // Between events the receive waits without a timeout: NNG 1.5's timer
     // thread spins up to a millisecond on every timeout that fires.
     nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
