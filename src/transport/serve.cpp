@@ -304,7 +304,9 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
         answers_sent_++;  // before it may arrive
         if (!send_answer(ep, reply, region, reinterpret_cast<const void *>(h.remote + off),
                          std::min(piece, h.length - off))) {
-            region->answering -= pieces - 1;  // this one was counted down with its Answer
+            // This one was counted down with its Answer; the region is not
+            // touched once no count of this call is left.
+            if (pieces > 1) region->answering -= pieces - 1;
             break;  // the endpoint failed: the reader sees it, or its deadline passes
         }
     }
