@@ -188,8 +188,12 @@ void StreamRequests::on_sent(void *arg) {
     auto *self = static_cast<StreamRequests *>(arg);
     std::lock_guard lk(self->send_mu_);
     self->sending_ = false;
-    // A failed send: the connection is broken, and its receive ends too.
-    if (nng_aio_result(self->send_aio_) != 0) return;
+    if (nng_aio_result(self->send_aio_) != 0) {
+        // The connection is of no use: its receive is made to end too, and
+        // the requests waiting go out on the next one.
+        if (self->sending_on_ != nullptr) nng_stream_close(self->sending_on_);
+        return;
+    }
     self->in_flight_sent_ += nng_aio_count(self->send_aio_);
     self->send_next(/*more=*/self->in_flight_sent_ < self->in_flight_.size());
 }
