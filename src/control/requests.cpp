@@ -22,8 +22,6 @@ namespace th {
 
 namespace {
 
-// How NNG's REQ socket backs off between connection attempts (as sp::Dialer).
-constexpr nng_duration kFirstRetryMs = 20, kLastRetryMs = 500;
 // A REQ message starts with its request id, big-endian, top bit set; a REP
 // reply starts with the same four bytes.
 constexpr uint32_t kIdBit = 0x80000000u;
@@ -256,8 +254,8 @@ class SocketRequests final : public Requests {
 SocketRequests::SocketRequests(const std::string &url) {
     if (int rv = nng_req0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_req0_open: ", nng_error(rv));
     nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
-    nng_socket_set_ms(sock_, NNG_OPT_RECONNMINT, kFirstRetryMs);
-    nng_socket_set_ms(sock_, NNG_OPT_RECONNMAXT, kLastRetryMs);
+    nng_socket_set_ms(sock_, NNG_OPT_RECONNMINT, static_cast<nng_duration>(sp::kFirstRetry.count()));
+    nng_socket_set_ms(sock_, NNG_OPT_RECONNMAXT, static_cast<nng_duration>(sp::kLastRetry.count()));
     // A request is re-sent when its connection is re-established; a timer-based
     // resend would duplicate slow requests, so it is left long.
     nng_socket_set_ms(sock_, NNG_OPT_REQ_RESENDTIME, 60000);
@@ -323,12 +321,10 @@ std::variant<wire::Bytes, RequestFailure> SocketRequests::exchange(const wire::B
 
 }  // namespace
 
-std::unique_ptr<Requests> stream_requests(const std::string &url) {
+std::unique_ptr<Requests> dial_requests(const std::string &url) {
     bool ipc = false;
-    if (!sp::stream_url(url, &ipc)) fail(TH_ERR_INVALID_ARG, "'", url, "' is not dialled as a stream");
-    return std::make_unique<StreamRequests>(url, ipc);
+    if (sp::stream_url(url, &ipc)) return std::make_unique<StreamRequests>(url, ipc);
+    return std::make_unique<SocketRequests>(url);
 }
-
-std::unique_ptr<Requests> socket_requests(const std::string &url) { return std::make_unique<SocketRequests>(url); }
 
 }  // namespace th

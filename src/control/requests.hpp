@@ -37,9 +37,9 @@ class Requests {
     virtual std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) = 0;
 };
 
-// Dials url in the background, again after every loss. Throws
+// Dials url in the background, again after every loss: as a stream where
+// sp::stream_url says so, else through NNG's REQ socket. Throws
 // TH_ERR_INVALID_ARG for a URL that cannot be dialled.
-std::unique_ptr<Requests> stream_requests(const std::string &url);  // tcp://, ipc:// (sp::stream_url)
-std::unique_ptr<Requests> socket_requests(const std::string &url);  // any scheme NNG dials
+std::unique_ptr<Requests> dial_requests(const std::string &url);
 
 }  // namespace th

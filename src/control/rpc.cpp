@@ -8,7 +8,6 @@
 #include "common/log.hpp"
 #include "control/close.hpp"
 #include "control/requests.hpp"
-#include "control/sp_stream.hpp"
 #include "wire/auth.hpp"
 
 namespace th {
@@ -46,10 +45,8 @@ void check_dial(const std::string &url, uint32_t timeout_ms) {
     if (rv != 0) fail(TH_ERR_UNAVAILABLE, "cannot reach the tensorhub server at ", url, ": ", nng_error(rv));
 }
 
-RpcClient::RpcClient(const std::string &url, std::string token) : url_(url), token_(std::move(token)) {
-    bool ipc = false;
-    requests_ = sp::stream_url(url, &ipc) ? stream_requests(url) : socket_requests(url);
-}
+RpcClient::RpcClient(const std::string &url, std::string token)
+    : url_(url), token_(std::move(token)), requests_(dial_requests(url)) {}
 
 // Callers hold the client through a shared_ptr while they call: no call is in
 // flight here.

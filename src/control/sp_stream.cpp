@@ -12,8 +12,6 @@ namespace th::sp {
 namespace {
 
 constexpr nng_duration kGreetingTimeoutMs = 5000;
-constexpr auto kFirstRetry = std::chrono::milliseconds(20);
-constexpr auto kLastRetry = std::chrono::milliseconds(500);
 
 bool has_scheme(const std::string &url, const char *scheme) { return url.rfind(scheme, 0) == 0; }
 

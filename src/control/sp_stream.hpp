@@ -10,6 +10,7 @@
 // requests) speak SP here; the server keeps NNG's sockets.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -43,8 +44,12 @@ bool receive(nng_stream *stream, nng_aio *aio, bool ipc, uint64_t max, std::vect
 // One message made of head and body, framed to be sent as it is.
 std::vector<uint8_t> frame(bool ipc, const std::vector<uint8_t> &head, const std::vector<uint8_t> &body);
 
+// Between connection attempts: kFirstRetry, doubling up to kLastRetry, as
+// NNG's dialers back off (NNG_OPT_RECONNMINT, NNG_OPT_RECONNMAXT).
+constexpr std::chrono::milliseconds kFirstRetry{20}, kLastRetry{500};
+
 // Dials url on a thread of its own, again after every loss, backing off as
-// NNG's dialers do (20 ms doubling to 500 ms), and hands each connection to
+// NNG's dialers do (kFirstRetry doubling to kLastRetry), and hands each connection to
 // serve, with the thread's one aio (its timeout set for a greeting). serve
 // returns when it is done with the connection: true if the peer was reached
 // (the back-off starts again). The connection is then closed and freed.
