@@ -103,19 +103,23 @@ bool Registry::let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_
     return all;
 }
 
-size_t Registry::withdraw_unused(uint32_t wait_ms) {
-    std::vector<RegionRef> withdrawn;  // unmapped once their answers finished
-    {
-        std::lock_guard lk(mu_);
-        for (auto it = entries_.begin(); it != entries_.end();) {
-            if (it->exposed && it->region.use_count() == 1) {
-                withdrawn.push_back(std::move(it->region));
-                it = entries_.erase(it);
-            } else {
-                ++it;
-            }
+template <class Pred>
+std::vector<RegionRef> Registry::take_if(Pred pred) {
+    std::vector<RegionRef> taken;
+    std::lock_guard lk(mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (pred(*it)) {
+            taken.push_back(std::move(it->region));
+            it = entries_.erase(it);
+        } else {
+            ++it;
         }
     }
+    return taken;
+}
+
+size_t Registry::withdraw_unused(uint32_t wait_ms) {
+    std::vector<RegionRef> withdrawn = take_if([](const Entry &e) { return e.exposed && e.region.use_count() == 1; });
     size_t n = withdrawn.size();
     if (n > 0) let_answers_finish(std::move(withdrawn), wait_ms, "a released replica's memory");
     return n;
@@ -123,18 +127,8 @@ size_t Registry::withdraw_unused(uint32_t wait_ms) {
 
 void Registry::forget(const void *base) {
     auto p = reinterpret_cast<uintptr_t>(base);
-    std::vector<RegionRef> forgotten;
-    {
-        std::lock_guard lk(mu_);
-        for (auto it = entries_.begin(); it != entries_.end();) {
-            if (it->region->base == p && it->region.use_count() == 1) {
-                forgotten.push_back(std::move(it->region));
-                it = entries_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    }
+    std::vector<RegionRef> forgotten =
+        take_if([p](const Entry &e) { return e.region->base == p && e.region.use_count() == 1; });
     if (!forgotten.empty()) let_answers_finish(std::move(forgotten), kAnswersFinishMs, "memory about to be freed");
 }
 
@@ -161,16 +155,7 @@ bool Registry::read_word(uint64_t p, uint32_t bytes, uint64_t *out) const {
 }
 
 bool Registry::withdraw(const MemRegion *region, uint32_t wait_ms) {
-    std::vector<RegionRef> gone;
-    {
-        std::lock_guard lk(mu_);
-        for (auto it = entries_.begin(); it != entries_.end(); ++it)
-            if (it->region.get() == region) {
-                gone.push_back(std::move(it->region));
-                entries_.erase(it);
-                break;
-            }
-    }
+    std::vector<RegionRef> gone = take_if([region](const Entry &e) { return e.region.get() == region; });
     return gone.empty() || let_answers_finish(std::move(gone), wait_ms, "a withdrawn region");
 }
 

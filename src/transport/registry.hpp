@@ -92,6 +92,10 @@ class Registry {
     std::vector<Entry> entries_;
     std::vector<RegionRef> lingering_;  // withdrawn, answers still being sent; guarded by mu_
 
+    // Takes the entries pred says out of the registry (under mu_); the
+    // caller lets their answers finish.
+    template <class Pred>
+    std::vector<RegionRef> take_if(Pred pred);
     // Lets the answers from regions finish (see withdraw_unused); false if
     // some did not. Called without mu_.
     bool let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_ms, const char *what);
