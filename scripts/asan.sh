@@ -24,6 +24,8 @@ if [ "$what" != run ]; then
 fi
 if [ "$what" != build ]; then
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    # NNG's own leaks that a test provokes on purpose (tests/lsan.supp says which).
+    export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
     (cd "$build" && ctest --output-on-failure --timeout 300 -j "${TH_TEST_JOBS:-2}" -L unit -E "^(exports|readme_snippets)$")
     timeout 300 "$build/tests/integration/th_integration_checks" --gtest_brief=1
 fi
