@@ -403,9 +403,7 @@ void Fetch::handle(const ReadEvent &e) {
         if (e.error != nullptr || s.failed) {
             for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) state_[c - first_chunk_] = Missing;
             if (e.error == kReadNotYet && !s.failed) {
-                // Not a failure: the source is slow. It is polled from now on.
-                s.waits_ok = false;
-                s.next = std::min(s.next, e.chunk);
+                s.not_yet(e.chunk);  // not a failure: the source is slow
                 return;
             }
             if (!s.failed) {

@@ -154,6 +154,15 @@ void FetchSource::saw_fill_level(const FillLevel &level) {
     }
 }
 
+// avail may be past c only because reads waited ahead of the source's level
+// (saw_fill_level never puts it below next), and every chunk below avail is
+// read as held, whatever the source's buffer holds: it comes down to c.
+void FetchSource::not_yet(uint32_t c) {
+    waits_ok = false;
+    next = std::min(next, c);
+    avail = std::min(avail, c);
+}
+
 uint32_t reads_in_flight_limit(uint32_t max_inflight, uint32_t stripes) {
     uint64_t n = uint64_t{max_inflight} * std::max<uint32_t>(stripes, 1);
     return static_cast<uint32_t>(std::min<uint64_t>(n, UINT32_MAX));

@@ -157,6 +157,9 @@ struct FetchSource {
     std::string check_generation(uint64_t generation);
     // Its control word said how far it holds the shard.
     void saw_fill_level(const FillLevel &level);
+    // A waiting read of chunk c came back unanswered (kReadNotYet): the
+    // source is polled from now on, from c, which it does not hold.
+    void not_yet(uint32_t c);
 };
 
 // A striped reader keeps its stripes level. Its sources share its link, and a

@@ -402,3 +402,30 @@ TEST_F(StripedPlans, ARelayThatFailsIsReplacedByNoneOfItsDescendants) {
         for (uint64_t s : src) ASSERT_NE(s, 2u) << "reader " << w;
     EXPECT_LE(max_depth(), 4u);  // no cycle, every chunk has a source
 }
+
+// A follower's waiting reads run ahead of its source's level, and a read of
+// the source's word then leaves avail at the follower's next chunk. When a
+// waiting read comes back unanswered (the source took too long), the chunk
+// it asked for is not held: only what the word says is read as held, not
+// whatever the source's buffer holds there.
+TEST(FetchSource, AWaitThatRunsOutLeavesItsChunkUnheld) {
+    FetchSource s;
+    s.num_chunks = s.end = 10;
+    s.gen_known = s.waits_ok = true;
+    FillLevel three;
+    three.leading = 3;
+    s.saw_fill_level(three);
+    EXPECT_EQ(s.avail, 3u);
+    s.next = 5;  // waiting reads of chunks 3 and 4 went out
+    s.saw_fill_level(three);
+    ASSERT_EQ(s.avail, 5u) << "the word is read past its level (the premise of this test)";
+    s.not_yet(3);
+    EXPECT_EQ(s.next, 3u);
+    EXPECT_LE(s.avail, 3u) << "chunk 3 would be read as held";
+    EXPECT_FALSE(s.waits_ok);
+    EXPECT_TRUE(s.starving());
+    FillLevel four;
+    four.leading = 4;
+    s.saw_fill_level(four);
+    EXPECT_EQ(s.avail, 4u);
+}
