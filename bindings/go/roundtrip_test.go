@@ -190,7 +190,9 @@ func TestStatsSayWhatASyncDid(t *testing.T) {
 		// One holder, one read path: all of it one-sided or none of it.
 		(fstats.BytesOneSided != 0 && fstats.BytesOneSided != fstats.Bytes) || pstats.BytesOneSided != 0 ||
 		// Read from a complete replica: nothing waited for.
-		fstats.BytesWaited != 0 || pstats.BytesWaited != 0 {
+		fstats.BytesWaited != 0 || pstats.BytesWaited != 0 ||
+		// Nothing changed under the reader: nothing had to be kept.
+		fstats.BytesKept != 0 || pstats.BytesKept != 0 {
 		t.Fatalf("fetch stats %+v", fstats)
 	}
 }

@@ -31,6 +31,10 @@ type SyncStats struct {
 	// receiving them and sent by it the moment it had them (waiting reads: a
 	// chain of readers over tcp).
 	BytesWaited uint64
+	// BytesKept is how many of Bytes came from a source whose replica then
+	// changed (a mutation or release) and were kept: its holder let them
+	// finish before the change (the active-message path). 0 for a publish.
+	BytesKept uint64
 }
 
 // cStats is a th_sync_stats the library fills. It lives in C memory: a config
@@ -73,5 +77,6 @@ func (s cStats) copyTo(out *SyncStats) {
 		ChecksumMismatches: uint32(s.p.checksum_mismatches),
 		BytesOneSided:      uint64(s.p.bytes_one_sided),
 		BytesWaited:        uint64(s.p.bytes_waited),
+		BytesKept:          uint64(s.p.bytes_kept),
 	}
 }

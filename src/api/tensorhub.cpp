@@ -85,6 +85,7 @@ void write_stats(th_sync_stats *out, const th::SyncStats &st) {
     full.checksum_mismatches = st.checksum_mismatches;
     full.bytes_one_sided = st.bytes_one_sided;
     full.bytes_waited = st.bytes_waited;
+    full.bytes_kept = st.bytes_kept;
     std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
 }
 

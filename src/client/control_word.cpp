@@ -16,6 +16,7 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), slots_(slots
         words_[i].generation.store(0);
         words_[i].chunks_done.store(0);
         words_[i].stripes.store(0);
+        words_[i].unsettled.store(0);
         free_.push_back(static_cast<uint32_t>(slots - 1 - i));
     }
     region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
@@ -32,6 +33,12 @@ ControlPage::~ControlPage() {
     if (finished) std::free(words_);  // else left allocated rather than freed under an answer UCX still sends
 }
 
+void ControlWord::mark_unsettled(uint64_t g) {
+    uint64_t now = unsettled.load();
+    while (now < g && !unsettled.compare_exchange_weak(now, g)) {
+    }
+}
+
 ControlPage::Slot ControlPage::acquire() {
     std::lock_guard lk(mu_);
     if (free_.empty()) fail(TH_ERR_NO_MEMORY, "too many replicas held by one client (", slots_, ")");
@@ -43,6 +50,7 @@ ControlPage::Slot ControlPage::acquire() {
     w->chunks_done.store(0);
     w->stripes.store(0);
     for (auto &d : w->stripe_done) d.store(0);
+    // unsettled stays: it names generations of earlier tenants.
     return {w, uint64_t(i) * sizeof(ControlWord)};
 }
 

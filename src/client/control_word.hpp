@@ -9,9 +9,21 @@
 // stripe's leading chunks it holds, so that readers of one stripe follow it
 // before the stripes ahead of it are done. Readers of older versions read the
 // first 16 bytes only, which keep their meaning.
+//
+// After the block, the slot's `unsettled` word serves guarded reads
+// (docs/design.md, "Guarded reads"): on the active-message path a reader may
+// name the generation it knows in each read; the holder answers only while
+// that generation holds, and before the bytes may change it lets the answers
+// already being sent finish. When some do not finish in time it raises
+// `unsettled` to that generation first. So a reader keeps what guarded reads
+// of generation g returned, even once g has ended, as long as a read of the
+// word made after they landed shows unsettled < g. The word only grows, and
+// a slot's generations only grow: a later tenant of the slot never makes an
+// earlier generation look settled.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,6 +31,7 @@
 
 #include "common/stripes.hpp"
 #include "transport/worker.hpp"
+#include "wire/replica_desc.hpp"
 
 namespace th {
 
@@ -27,17 +40,26 @@ struct alignas(64) ControlWord {
     std::atomic<uint64_t> chunks_done;
     std::atomic<uint32_t> stripes;  // 0: no per-stripe levels, read chunks_done
     std::atomic<uint32_t> stripe_done[kMaxStripes];  // chunks held from each stripe's start
+    // The slot's highest generation whose guarded answers were not all
+    // finished when it ended (0: none). Outlives tenants of the slot.
+    std::atomic<uint64_t> unsettled;
+
+    // Generation g ended with guarded answers still being sent.
+    void mark_unsettled(uint64_t g);
 };
-static_assert(sizeof(ControlWord) == 64);
+static_assert(sizeof(ControlWord) == 128);
 // Where a reader finds the fields in a block it read, or names them to the
 // holder in a waiting read (WaitFor): the low half of chunks_done (chunks are
 // counted in 32 bits), the stripe count, stripe i's level at 4 * i past that.
 constexpr uint32_t kLeadingAt = 8;
 constexpr uint32_t kStripesAt = 16;
 constexpr uint32_t kStripeDoneAt = 20;
-// What a reader reads of a source's block: the word alone, or all of it.
+// What a reader reads of a source's block: the word alone, or all of it, or
+// (guarded reads) all of it and the unsettled word.
 constexpr uint32_t kControlWordBytes = 16;
-constexpr uint32_t kControlBlockBytes = sizeof(ControlWord);
+constexpr uint32_t kControlBlockBytes = 64;
+constexpr uint32_t kUnsettledAt = 64;
+static_assert(offsetof(ControlWord, unsettled) == kUnsettledAt && kGuardedBlockBytes == kUnsettledAt + 8);
 
 // How far a source holds a shard's chunks, as its control block says.
 struct FillLevel {

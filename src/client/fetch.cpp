@@ -262,8 +262,9 @@ void Fetch::apply_plan(PlanCall &c) {
             s->report = true;
             s->why = peer.error;
         }
-        s->waits_ok = !s->complete && s->desc.answers_waiting_reads && s->peer &&
-                      s->peer->path() == ReadPath::ActiveMessage;
+        bool asked = s->peer && s->peer->path() == ReadPath::ActiveMessage;  // its holder answers
+        s->waits_ok = !s->complete && s->desc.answers_waiting_reads && asked;
+        s->guarded = s->desc.guards_reads && asked;
         trace::event("plan", s->worker, first, s->end, s->complete);
         TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,
                ") from worker ", s->worker, s->complete ? "" : " (filling)");
@@ -383,7 +384,7 @@ void Fetch::issue_control(FetchSource &s) {
     // is waiting, and poll a filling source for new chunks. A fetch that
     // serves confirms at once: its followers can only use confirmed chunks,
     // so every batch it waits for adds to the delay of each hop of a chain.
-    bool confirm = !s.unconfirmed.empty() && (serve_ || s.chunk_inflight == 0 ||
+    bool confirm = !s.unconfirmed.empty() && (serve_ || s.changed || s.chunk_inflight == 0 ||
                                               s.unconfirmed.size() >= std::max<uint32_t>(1, cfg_.max_inflight / 2));
     // A source with waiting reads answers them when it can: no need to poll.
     bool follow = s.waiting == 0 && s.next >= s.avail && s.next < s.end && Clock::now() - s.ctrl_at >= s.follow_poll;
@@ -402,6 +403,14 @@ void Fetch::handle(const ReadEvent &e) {
         if (e.waited) s.waiting--;
         if (e.error != nullptr || s.failed) {
             for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) state_[c - first_chunk_] = Missing;
+            // Asked for after its replica changed: read elsewhere.
+            if (s.changed && !s.failed && (e.error == kReadRefused || e.error == kReadNotYet)) return;
+            // A guarded read refused: its generation ended (or its memory
+            // went). What it sent before may still be kept: its word says.
+            if (s.guarded && e.error == kReadRefused && !s.failed) {
+                stop_reading(s, "the holder no longer serves that memory");
+                return;
+            }
             if (e.error == kReadNotYet && !s.failed) {
                 s.not_yet(e.chunk);  // not a failure: the source is slow
                 return;
@@ -433,6 +442,11 @@ void Fetch::handle(const ReadEvent &e) {
     }
     if (s.failed) return;
     std::string changed = s.check_generation(e.generation);
+    if (!changed.empty() && s.keeps_across_change(e.unsettled)) {
+        keep_what_was_sent(s, changed);
+        advance_served_prefix();
+        return;
+    }
     if (!changed.empty()) {
         fail_source(s, changed);
         s.report = false;
@@ -442,6 +456,30 @@ void Fetch::handle(const ReadEvent &e) {
     s.saw_fill_level(e.level);
     trace::event("ctrl_ans", s.worker, s.avail, s.next);
     advance_served_prefix();
+}
+
+// Its replica changed, but its holder let every guarded read it had taken up
+// finish before the bytes could change (Replica::end_generation): what landed
+// before this word was read is the version's bytes, and so is what lands
+// later while its word still says so. Nothing more is asked of it; the rest
+// of its chunks are planned elsewhere at once.
+void Fetch::keep_what_was_sent(FetchSource &s, const std::string &why) {
+    confirm(s);
+    stop_reading(s, why);
+}
+
+void Fetch::stop_reading(FetchSource &s, const std::string &why) {
+    if (s.changed) return;
+    s.changed = true;
+    s.why = why;
+    s.next = s.end;
+    s.waits_ok = false;
+    if (std::find(exclude_replicas_.begin(), exclude_replicas_.end(), s.replica) == exclude_replicas_.end())
+        exclude_replicas_.push_back(s.replica);
+    source_lost_ = true;
+    trace::event("source_changed", s.worker, s.chunk_inflight, s.unconfirmed.size());
+    TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": source worker ", s.worker, " changed (",
+           why, "): reading the rest elsewhere, keeping what it sent before where its word allows");
 }
 
 // The generation held from before these reads until after them: what they
@@ -477,6 +515,7 @@ void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {
     bytes_done_ += n;
     if (s.peer && s.peer->path() == ReadPath::OneSided) bytes_one_sided_ += n;
     if (waited_[c - first_chunk_]) bytes_waited_ += n;
+    if (s.changed) bytes_kept_ += n;
 }
 
 // Only a chunk held whole can be checked: a partial or ranged fetch may hold
@@ -570,6 +609,11 @@ void Fetch::fail_source(FetchSource &s, const std::string &why) {
 void Fetch::retire_failed_sources() {
     for (auto &sp : sources_) {
         FetchSource &s = *sp;
+        // A changed source is done once what it sent is confirmed.
+        if (s.changed && !s.failed && s.chunk_inflight == 0 && !s.ctrl_inflight && s.unconfirmed.empty()) {
+            s.failed = true;
+            s.report = false;
+        }
         if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight || hashing(s)) continue;
         s.retired = true;
         failed_sources_++;
@@ -577,7 +621,7 @@ void Fetch::retire_failed_sources() {
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
-            if (!s.paused_here) exclude_replicas_.push_back(s.replica);
+            if (!s.paused_here && !s.changed) exclude_replicas_.push_back(s.replica);  // changed: excluded then
             continue;
         }
         exclude_worker(s.worker);
@@ -703,6 +747,7 @@ SyncStats Fetch::stats() const {
     st.checksum_mismatches = mismatches_;
     st.bytes_one_sided = bytes_one_sided_;
     st.bytes_waited = bytes_waited_;
+    st.bytes_kept = bytes_kept_;
     std::vector<uint64_t> workers;
     for (const auto &[src, n] : bytes_from_) {
         if (n == 0) continue;

@@ -107,6 +107,11 @@ class Fetch {
     // its hash is checked where the verify policy checks the chunk.
     void confirm(FetchSource &s);
     void confirm_chunk(FetchSource &s, uint32_t c);
+    // s's replica changed after its holder settled what it sent: kept.
+    void keep_what_was_sent(FetchSource &s, const std::string &why);
+    // Nothing more is asked of s; its chunks not yet read are planned
+    // elsewhere, what it sent is confirmed by its word (or dropped).
+    void stop_reading(FetchSource &s, const std::string &why);
     // Asks for the hashes of the chunks of a read that just landed that the
     // verify policy checks.
     void hash_landed(FetchSource &s, uint32_t first, uint32_t count);
@@ -168,6 +173,7 @@ class Fetch {
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range
     uint64_t bytes_one_sided_ = 0;        // of those, read one-sided (ReadPath::OneSided)
     uint64_t bytes_waited_ = 0;           // of those, read with waiting reads
+    uint64_t bytes_kept_ = 0;             // of those, from sources that changed (keep_what_was_sent)
     std::vector<bool> waited_;            // per chunk: its last read was a waiting read
     uint32_t plans_ = 0, failed_sources_ = 0;
     std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none

@@ -43,14 +43,16 @@ void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbo
         std::shared_ptr<Mailbox> box;
         FetchSource *source;
         uint32_t bytes, num_chunks;
-        alignas(64) uint8_t block[kControlBlockBytes];
+        alignas(64) uint8_t block[kGuardedBlockBytes];
     };
     auto op = std::make_shared<Op>();
     op->box = box;
     op->source = this;
     op->num_chunks = num_chunks;
     // A filling source's per-stripe levels come with the word, where it has them.
-    op->bytes = !complete && desc.ctrl_bytes >= kControlBlockBytes ? kControlBlockBytes : kControlWordBytes;
+    // and with guarded reads, the unsettled generation.
+    op->bytes = guarded ? kGuardedBlockBytes
+                        : !complete && desc.ctrl_bytes >= kControlBlockBytes ? kControlBlockBytes : kControlWordBytes;
     const RegionDesc &reg = desc.regions[desc.ctrl_region];
     trace::event("ctrl_ask", worker, reg.address + desc.ctrl_offset);
     ucx.read(peer, Lane::Control, op->block, op->bytes, nullptr, reg.address + desc.ctrl_offset, reg.rkey,
@@ -59,6 +61,7 @@ void FetchSource::read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbo
                  if (error == nullptr) {
                      std::memcpy(&e.generation, op->block, 8);
                      e.level = FillLevel::decode(op->block, op->bytes, op->num_chunks);
+                     if (op->bytes >= kGuardedBlockBytes) std::memcpy(&e.unsettled, op->block + kUnsettledAt, 8);
                  }
                  op->box->post(e);
              });
@@ -87,6 +90,9 @@ void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &bo
     if (wait) {
         waiting++;
         cond = wait_for(first);
+    } else if (guarded) {
+        cond = wait_for(first);
+        cond->need = 0;  // held already: only the generation is checked
     }
     for (const Piece &p : pieces) {
         const PlaceDesc &place = desc.places[p.tensor];
@@ -104,14 +110,17 @@ void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &bo
     }
 }
 
+// The generation named is the replica's (its word must still show it, even
+// before this reader read the word once).
 WaitFor FetchSource::wait_for(uint32_t c) const {
     const RegionDesc &reg = desc.regions[desc.ctrl_region];
     uint64_t at = reg.address + desc.ctrl_offset;
+    uint64_t g = desc.ctrl_generation;
     if (level_stripes >= 2) {
         uint32_t i = stripe_of(num_chunks, level_stripes, c);
-        return WaitFor{at + kStripeDoneAt + 4 * i, at, gen, c - stripe_begin(num_chunks, level_stripes, i) + 1};
+        return WaitFor{at + kStripeDoneAt + 4 * i, at, g, c - stripe_begin(num_chunks, level_stripes, i) + 1};
     }
-    return WaitFor{at + kLeadingAt, at, gen, c + 1};
+    return WaitFor{at + kLeadingAt, at, g, c + 1};
 }
 
 std::string FetchSource::check_generation(uint64_t generation) {

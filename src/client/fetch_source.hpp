@@ -64,7 +64,8 @@ struct ReadEvent {
     const char *error;  // nullptr: the read completed
     uint32_t count = 1;  // and how many
     uint64_t generation = 0;  // Ctrl events: the control word's generation,
-    FillLevel level{};        // and how much of the shard the source holds
+    FillLevel level{};        // how much of the shard the source holds,
+    uint64_t unsettled = UINT64_MAX;  // and its unsettled word (max: not read)
     std::chrono::microseconds latency{0};  // from asking to completion, for Chunk events
     bool waited = false;  // a waiting read (FetchSource::waiting)
 };
@@ -125,6 +126,14 @@ struct FetchSource {
     // The quickest read of this source per chunk, on a one-sided lane (max
     // elsewhere): how many chunks a read covers (chunks_per_read).
     std::chrono::microseconds fastest = std::chrono::microseconds::max();
+    // Read with guarded reads (its holder guards them, on the active-message
+    // path): what they returned is kept across a change of its replica
+    // while its word says the generation settled (control_word.hpp).
+    bool guarded = false;
+    // Its replica changed, and what it sent is kept: nothing more is asked
+    // of it; reads in flight land or are refused, and once they are
+    // confirmed it is retired.
+    bool changed = false;
     bool failed = false;
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
@@ -155,6 +164,10 @@ struct FetchSource {
     // what was read since the previous check is the version's bytes, else why
     // not (the replica changed under us: the source must be dropped).
     std::string check_generation(uint64_t generation);
+    // After a change (check_generation said so): whether what its guarded
+    // reads returned is still the version's bytes, given its word's
+    // unsettled generation.
+    bool keeps_across_change(uint64_t unsettled) const { return guarded && unsettled < desc.ctrl_generation; }
     // Its control word said how far it holds the shard.
     void saw_fill_level(const FillLevel &level);
     // A waiting read of chunk c came back unanswered (kReadNotYet): the

@@ -73,8 +73,13 @@ std::unique_ptr<Replica> Holdings::prepare(const std::string &model, uint32_t sh
 }
 
 void Holdings::abandon(std::unique_ptr<Replica> replica) {
-    page_.release(replica->control_word());
+    let_go(*replica);
     replica.reset();
+}
+
+void Holdings::let_go(Replica &r) {
+    r.end_generation();  // readers still on it see the change; its answers finish first
+    page_.release(r.control_word());
 }
 
 void Holdings::remember(Replica *r) {
@@ -88,7 +93,7 @@ void Holdings::forget(Replica &r) {
         std::lock_guard lk(mu_);
         held_.erase(r.id());
     }
-    page_.release(r.control_word());  // readers still on it see the generation change
+    let_go(r);
 }
 
 void Holdings::declare(Replica &r, const Deadline &deadline, bool recover, bool again) {
@@ -298,7 +303,7 @@ void Holdings::begin_mutation(Replica &r) {
     }
     if (active > 0) TH_LOG(Info, "replica ", r.id(), ": ", active, " reads still in flight after ", cfg_.mutation_wait_ms,
                           " ms; they will re-read elsewhere");
-    r.control_word()->generation.fetch_add(1);  // odd: changing
+    r.end_generation();
     r.mark_mutating();
     trace::event("mutation_done", r.id());
 }
@@ -518,7 +523,7 @@ void Holdings::check_reported(uint64_t id, std::vector<uint32_t> chunks) {
                        " reported) no longer matches the checksum the version was published with; its buffers "
                        "changed without begin_mutation, or its memory is damaged. It is withdrawn: no reader is "
                        "routed to it again, and these bytes are not that version");
-                r.control_word()->generation.fetch_add(1);  // odd: readers still on it drop it
+                r.distrust_generation();  // readers still on it drop it, and what they got from it
                 r.mark_withdrawn();
                 if (auto o = owned_.find(id); o != owned_.end()) {
                     owned = std::move(o->second);
@@ -528,7 +533,7 @@ void Holdings::check_reported(uint64_t id, std::vector<uint32_t> chunks) {
             }
         }
     }
-    if (owned) page_.release(owned->control_word());
+    if (owned) let_go(*owned);
     owned.reset();  // an owned copy's memory goes back to the spill pool
     try {
         session_.call(

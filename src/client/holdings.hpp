@@ -71,6 +71,9 @@ class Holdings : public SessionListener {
     // No longer held: not declared again, and its control word tells readers
     // still on it that it is gone.
     void forget(Replica &r);
+    // Ends r's generation (Replica::end_generation) and gives its control
+    // word back: what every replica that stops being served goes through.
+    void let_go(Replica &r);
     // Asks the server to stop routing to r and applies the retention policy;
     // returns the number of reads still planned onto it.
     uint32_t prepare_to_give_up(Replica &r, const Deadline &deadline);

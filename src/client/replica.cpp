@@ -1,6 +1,7 @@
 #include "client/replica.hpp"
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace th {
 
@@ -29,6 +30,7 @@ Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shar
     desc_.ctrl_generation = ctrl_.word->generation.load();
     desc_.ctrl_bytes = kControlBlockBytes;
     desc_.answers_waiting_reads = true;
+    desc_.guards_reads = true;
     for (const RegionRef &reg : regions_)
         desc_.regions.push_back({reg->base, reg->length, reg->rkey, static_cast<uint8_t>(reg->kind)});
 }
@@ -39,6 +41,26 @@ Replica::~Replica() {
     if (holder_ == nullptr) return;  // detached at shutdown
     regions_.clear();
     ucx_->withdraw_unused();
+}
+
+void Replica::end_generation() {
+    uint64_t g = desc_.ctrl_generation;
+    uint64_t expected = g;
+    if (!ctrl_.word->generation.compare_exchange_strong(expected, g + 1)) return;
+    // Its buffers' registrations: the control page's answers (its last
+    // region, shared with every replica) are not its bytes.
+    if (regions_.empty()) return;  // detached: its context is gone, nothing is answered
+    std::vector<RegionRef> buffers(regions_.begin(), regions_.end() - 1);
+    if (Registry::answers_finished(buffers, kAnswersFinishMs)) return;
+    ctrl_.word->mark_unsettled(g);
+    TH_LOG(Warn, "replica ", id_, ": answers from its buffers were still being sent ", kAnswersFinishMs,
+           " ms after it changed (a reader that stopped taking them?): their readers drop them");
+}
+
+void Replica::distrust_generation() {
+    ctrl_.word->mark_unsettled(desc_.ctrl_generation);
+    uint64_t expected = desc_.ctrl_generation;
+    ctrl_.word->generation.compare_exchange_strong(expected, expected + 1);
 }
 
 std::vector<TensorSpec> Replica::specs() const {

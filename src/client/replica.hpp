@@ -82,6 +82,15 @@ class Replica {
     bool withdrawn() const { return withdrawn_.load(); }
     void mark_withdrawn() { withdrawn_ = true; }
 
+    // Ends the generation its readers know: its buffers may change once this
+    // returns. The generation turns odd, then the answers of guarded reads
+    // being sent from its buffers are let finish; those still being sent
+    // after kAnswersFinishMs make the generation unsettled, so that their
+    // readers drop them (control_word.hpp). Ended already: nothing to do.
+    void end_generation();
+    // Its bytes changed while its generation held (damaged memory, a write
+    // without begin_mutation): nothing any reader got from it is kept.
+    void distrust_generation();
     // Which version it holds; a fetch learns it from its first plan.
     void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes);
     void mark_complete() { complete_ = true; }

@@ -20,6 +20,7 @@ struct SyncStats {
     uint32_t checksum_mismatches = 0;  // chunks read again: they did not match the version's checksum
     uint64_t bytes_one_sided = 0;      // of bytes, read with one-sided GETs (not through the holder's CPU)
     uint64_t bytes_waited = 0;         // of bytes, read with waiting reads (FetchSource::waiting)
+    uint64_t bytes_kept = 0;           // of bytes, from sources that changed, kept (Fetch::keep_what_was_sent)
     // False for a publish: its bytes are declared, not moved.
     bool moved = true;
 

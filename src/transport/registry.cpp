@@ -80,21 +80,31 @@ RegionRef Registry::register_memory(void *ptr, uint64_t n, th_mem_kind kind, boo
     return r;
 }
 
-bool Registry::let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_ms, const char *what) {
-    auto answering = [](const RegionRef &r) { return r->answering.load() > 0; };
+namespace {
+
+bool being_answered(const RegionRef &r) { return r->answering.load() > 0; }
+
+}  // namespace
+
+bool Registry::answers_finished(const std::vector<RegionRef> &regions, uint32_t wait_ms) {
     Deadline until(wait_ms);
-    while (std::any_of(regions.begin(), regions.end(), answering) && !until.expired())
+    while (std::any_of(regions.begin(), regions.end(), being_answered) && !until.expired())
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::none_of(regions.begin(), regions.end(), being_answered);
+}
+
+bool Registry::let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_ms, const char *what) {
+    answers_finished(regions, wait_ms);
     std::vector<RegionRef> finished;  // unmapped as this returns, after mu_ is released
     bool all = true;
     {
         std::lock_guard lk(mu_);
         for (RegionRef &r : lingering_)  // earlier ones whose answers are done now
-            if (!answering(r)) finished.push_back(std::move(r));
+            if (!being_answered(r)) finished.push_back(std::move(r));
         std::erase(lingering_, nullptr);
         for (RegionRef &r : regions) {
-            all = all && !answering(r);
-            (answering(r) ? lingering_ : finished).push_back(std::move(r));
+            all = all && !being_answered(r);
+            (being_answered(r) ? lingering_ : finished).push_back(std::move(r));
         }
     }
     if (!all)
@@ -147,8 +157,8 @@ bool Registry::read_word(uint64_t p, uint32_t bytes, uint64_t *out) const {
     std::lock_guard lk(mu_);
     for (const Entry &e : entries_)
         if (e.exposed && e.region->kind == TH_MEM_HOST && e.region->contains(p, bytes)) {
-            *out = bytes == 8 ? __atomic_load_n(reinterpret_cast<const uint64_t *>(p), __ATOMIC_ACQUIRE)
-                              : __atomic_load_n(reinterpret_cast<const uint32_t *>(p), __ATOMIC_ACQUIRE);
+            *out = bytes == 8 ? __atomic_load_n(reinterpret_cast<const uint64_t *>(p), __ATOMIC_SEQ_CST)
+                              : __atomic_load_n(reinterpret_cast<const uint32_t *>(p), __ATOMIC_SEQ_CST);
             return true;
         }
     return false;

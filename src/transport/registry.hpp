@@ -67,12 +67,20 @@ class Registry {
     MemRegion *served(uint64_t p, uint64_t n, const uint8_t *rkey, size_t rkey_len) const;
     // Reads the aligned 4- or 8-byte word at p, if it lies in exposed host
     // memory in use, under the lock that withdraw() takes: memory withdrawn
-    // before it is freed is never read.
+    // before it is freed is never read. Sequentially consistent: a guard read
+    // after served() counted an answer, against a generation changed before
+    // its region's answers are counted (answers_finished), sees the change or
+    // is seen.
     bool read_word(uint64_t p, uint32_t bytes, uint64_t *out) const;
     // Withdraws region now, used or not: served() and read_word() no
     // longer find it. False if answers from it were still being sent after
     // wait_ms (see withdraw_unused): then it is not to be freed.
     bool withdraw(const MemRegion *region, uint32_t wait_ms = kAnswersFinishMs);
+    // Waits up to wait_ms for the answers being sent from regions to finish,
+    // leaving them registered: true once none is being sent. What ends a
+    // replica's generation waits so before its bytes may change (guarded
+    // reads, client/control_word.hpp).
+    static bool answers_finished(const std::vector<RegionRef> &regions, uint32_t wait_ms);
     // A paused worker was set aside with answers still queued on it: it is
     // never progressed again, so they never complete nor touch memory. They
     // no longer hold anything back.

@@ -110,7 +110,7 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
     Held now = w.rkey_bytes <= length && w.rkey_bytes <= kMaxRkey ? held(self->registry_, w) : Held::Nowhere;
     switch (now) {
     case Held::Yes:
-        self->answer(param->reply_ep, w.read, payload, w.rkey_bytes);
+        self->answer(param->reply_ep, w.read, payload, w.rkey_bytes, &w);
         return UCS_OK;
     case Held::Nowhere:
         TH_LOG(Warn, "refused a waiting read whose fill level is not in memory this process serves");
@@ -170,7 +170,7 @@ void UcxWorker::answer_parked() {
             if (ep != nullptr && !to->failed()) {
                 if (h == Held::Yes) {
                     waits_answered_++;
-                    answer(ep, p.h.read, p.rkey.data(), p.rkey.size());
+                    answer(ep, p.h.read, p.rkey.data(), p.rkey.size(), &p.h);
                 } else {
                     answer_status(ep, p.h.read.id, h == Held::NotYet ? kNotYet : UCS_ERR_INVALID_ADDR);
                 }
@@ -260,7 +260,8 @@ void UcxWorker::answer_status(ucp_ep_h ep, uint64_t id, ucs_status_t status) {
     send_answer(ep, ReadReplyHeader{id, status, 0}, nullptr, nullptr, 0);
 }
 
-void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len) {
+void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len,
+                       const WaitingReadHeader *guard) {
     trace::event("serve", h.remote, h.length);
     ReadReplyHeader reply{h.id, UCS_OK, 0};
     MemRegion *region = nullptr;
@@ -271,6 +272,17 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
     } else {
         region = registry_.served(h.remote, h.length, rkey, rkey_len);
         if (!region) reply.status = UCS_ERR_INVALID_ADDR;
+    }
+    // The generation is looked at once the answer is counted: whoever ends
+    // the generation and then waits for the region's answers either waits
+    // for this one or is seen here (Registry::read_word). A changed one is
+    // refused quietly, as a waiting read's is: its reader learns it from
+    // the word anyway.
+    uint64_t gen = 0;
+    if (region && guard && (!registry_.read_word(guard->gen_at, 8, &gen) || gen != guard->generation)) {
+        region->answering--;
+        answer_status(ep, h.id, UCS_ERR_INVALID_ADDR);
+        return;
     }
     if (reply.status != UCS_OK) {
         // Every reader still reading a replica just released asks for it

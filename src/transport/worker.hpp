@@ -38,6 +38,7 @@
 namespace th {
 
 struct ReadRequestHeader;
+struct WaitingReadHeader;
 
 // Called once per read, on the progress thread: nullptr when the bytes are in
 // place, else a static text saying why not.
@@ -69,7 +70,9 @@ struct PauseRecovery {
 // no longer generation (the replica changed). Neither the poll that would
 // notice the bytes nor the request that would follow it then delays them.
 // Active-message path only; a one-sided read ignores it. When the holder does
-// not get the bytes in time, the read fails with kReadNotYet.
+// not get the bytes in time, the read fails with kReadNotYet. With need 0 it
+// is a guarded read: answered at once, but only while the generation holds,
+// and never parked (client/control_word.hpp).
 struct WaitFor {
     uint64_t level_at = 0;
     uint64_t gen_at = 0;
@@ -228,7 +231,10 @@ class UcxWorker {
     static ucs_status_t on_waiting_read(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                         const ucp_am_recv_param_t *param);
     // Answers a read request on ep: the bytes, or why not.
-    void answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len);
+    // guard: a waiting read's words, answered only while its generation
+    // holds (a guarded read, client/control_word.hpp).
+    void answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *rkey, size_t rkey_len,
+                const WaitingReadHeader *guard = nullptr);
     // Answers read `id` on ep with a status and no bytes.
     void answer_status(ucp_ep_h ep, uint64_t id, ucs_status_t status);
     // Progress thread, each turn of its loop: looks at the parked reads when

@@ -13,7 +13,7 @@ flatbuffers::Offset<wire::ReplicaDesc> put_desc(Builder &b, const th::ReplicaDes
     std::vector<flatbuffers::Offset<TensorPlace>> places;
     for (const auto &p : d.places) places.push_back(CreateTensorPlace(b, p.region, p.offset));
     return CreateReplicaDesc(b, b.CreateVector(regions), b.CreateVector(places), d.ctrl_region, d.ctrl_offset,
-                             d.ctrl_generation, d.ctrl_bytes, d.answers_waiting_reads);
+                             d.ctrl_generation, d.ctrl_bytes, d.answers_waiting_reads, d.guards_reads);
 }
 
 th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
@@ -35,6 +35,7 @@ th::ReplicaDesc get_desc(const wire::ReplicaDesc *d) {
     if (out.ctrl_bytes != 16 && out.ctrl_bytes != 64)
         fail(TH_ERR_PROTOCOL, "control word of ", out.ctrl_bytes, " bytes (16 or 64 expected)");
     out.answers_waiting_reads = d->answers_waiting_reads();
+    out.guards_reads = d->guards_reads() && out.answers_waiting_reads && out.ctrl_bytes == 64;
     return out;
 }
 
@@ -50,7 +51,7 @@ void check_desc(const ReplicaDesc &d, const std::vector<TensorSpec> &tensors) {
             fail(TH_ERR_PROTOCOL, "tensor '", tensors[i].name, "' lies outside its memory region");
     }
     if (d.ctrl_region >= d.regions.size() || d.ctrl_offset > d.regions[d.ctrl_region].length ||
-        d.regions[d.ctrl_region].length - d.ctrl_offset < d.ctrl_bytes)
+        d.regions[d.ctrl_region].length - d.ctrl_offset < (d.guards_reads ? kGuardedBlockBytes : d.ctrl_bytes))
         fail(TH_ERR_PROTOCOL, "control word lies outside its memory region");
 }
 

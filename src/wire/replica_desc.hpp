@@ -23,6 +23,10 @@ struct PlaceDesc {
     uint64_t offset = 0;
 };
 
+// What a reader of a holder that guards reads reads of its control block: the
+// 64-byte block and the unsettled word after it (src/client/control_word.hpp).
+constexpr uint32_t kGuardedBlockBytes = 72;
+
 struct ReplicaDesc {
     std::vector<RegionDesc> regions;
     std::vector<PlaceDesc> places;  // one per tensor, in layout order
@@ -31,6 +35,7 @@ struct ReplicaDesc {
     uint64_t ctrl_generation = 0;  // see schemas/tensorhub.fbs
     uint32_t ctrl_bytes = 16;      // 16: the word alone; 64: with per-stripe fill levels
     bool answers_waiting_reads = false;  // see schemas/tensorhub.fbs
+    bool guards_reads = false;           // see schemas/tensorhub.fbs
 };
 
 namespace wire {

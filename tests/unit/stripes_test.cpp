@@ -403,6 +403,28 @@ TEST_F(StripedPlans, ARelayThatFailsIsReplacedByNoneOfItsDescendants) {
     EXPECT_LE(max_depth(), 4u);  // no cycle, every chunk has a source
 }
 
+// Guarded reads: a generation marked unsettled stays so, whatever the slot's
+// later tenants mark; a reader keeps what it got across a change only from a
+// guarding holder on the active-message path, and only while the word shows
+// no unsettled generation at or above the one it read.
+TEST(ControlWord, AReaderKeepsWhatGuardedReadsGotOnlyWhileTheirGenerationSettled) {
+    ControlWord w{};
+    w.unsettled.store(0);
+    w.mark_unsettled(6);
+    w.mark_unsettled(4);  // an earlier generation, marked late: no step back
+    EXPECT_EQ(w.unsettled.load(), 6u);
+
+    FetchSource s;
+    s.desc.ctrl_generation = 8;
+    EXPECT_FALSE(s.keeps_across_change(0)) << "not guarded: every change discards";
+    s.guarded = true;
+    EXPECT_TRUE(s.keeps_across_change(0));
+    EXPECT_TRUE(s.keeps_across_change(6)) << "an earlier generation was unsettled, not this one";
+    EXPECT_FALSE(s.keeps_across_change(8));
+    EXPECT_FALSE(s.keeps_across_change(10)) << "a later one: this one may have been too (the mark only grows)";
+    EXPECT_FALSE(s.keeps_across_change(UINT64_MAX)) << "the word was not read";
+}
+
 // A follower's waiting reads run ahead of its source's level, and a read of
 // the source's word then leaves avail at the follower's next chunk. When a
 // waiting read comes back unanswered (the source took too long), the chunk

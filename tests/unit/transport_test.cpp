@@ -444,6 +444,63 @@ TEST(WaitingReads, AreRefusedWhenTheReplicaChangesOrTheLevelIsNotServed) {
     EXPECT_EQ(w.p.holder.waiting_reads_answered(), 0u);
 }
 
+// Guarded reads (a waiting read that needs nothing, client/control_word.hpp):
+// answered at once while the generation they name holds, refused once it
+// changed, though the memory is still registered; plain reads are not
+// guarded.
+TEST(GuardedReads, AreAnsweredOnlyWhileTheirGenerationHolds) {
+    WaitingPair w;
+    Completion before, after, plain;
+    w.ask(before, 0, 4096, 0);
+    EXPECT_EQ(before.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(w.src.data, w.dst.data, 4096), 0);
+    w.generation().store(3);  // odd: being modified
+    w.ask(after, 4096, 4096, 0);
+    EXPECT_EQ(after.wait(), std::optional<std::string>(kReadRefused));
+    w.p.reader.read(w.p.peer, Lane::Data, w.dst.data, 4096, nullptr, w.data->base, w.data->rkey, plain.callback());
+    EXPECT_EQ(plain.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(w.p.holder.waiting_reads_answered(), 0u) << "a guarded read is never parked";
+}
+
+// What ends a generation (Replica::end_generation) turns the word first, then
+// waits for the answers its memory is being sent in: once that returns, the
+// bytes may change, and the guarded read taken up before still delivers the
+// bytes it was asked for whole. A guarded read asked for after the change is
+// refused.
+TEST(GuardedReads, EndingAGenerationLetsTheAnswersTakenUpFinishFirst) {
+    Pair p("tcp");
+    ASSERT_EQ(p.peer->path(), ReadPath::ActiveMessage) << p.peer->transports();
+    constexpr size_t kBytes = 64 << 20;  // ~512 answers: tens of ms in flight over loopback
+    Mapping src(kBytes), dst(kBytes), ctrl(4096);
+    ASSERT_TRUE(src.data && dst.data && ctrl.data);
+    std::memset(src.data, 0x5a, kBytes);
+    auto &generation = *reinterpret_cast<std::atomic<uint64_t> *>(ctrl.data);
+    generation.store(2);
+    RegionRef data = p.holder.register_memory(src.data, kBytes, TH_MEM_HOST, /*expose=*/true);
+    RegionRef block = p.holder.register_memory(ctrl.data, 4096, TH_MEM_HOST, /*expose=*/true);
+    RegionRef local = p.reader.register_memory(dst.data, kBytes, TH_MEM_HOST);
+    auto at = reinterpret_cast<uint64_t>(ctrl.data);
+    Completion taken, late;
+    uint64_t answers = p.holder.answers_sent();
+    p.reader.read(p.peer, Lane::Data, dst.data, kBytes, local.get(), data->base, data->rkey, taken.callback(),
+                  WaitFor{at + 8, at, 2, 0});
+    Deadline until(20000);
+    while (p.holder.answers_sent() == answers && !until.expired()) std::this_thread::yield();
+    ASSERT_GT(p.holder.answers_sent(), answers) << "the read was never answered";
+
+    generation.fetch_add(1);
+    EXPECT_TRUE(Registry::answers_finished({data}, 20000));
+    std::memset(src.data, 0xee, kBytes);  // what the owner may do once the generation ended
+    auto error = taken.wait();
+    ASSERT_TRUE(error.has_value()) << "no completion";
+    ASSERT_EQ(*error, "");
+    size_t changed = kBytes - std::count(dst.data, dst.data + kBytes, uint8_t{0x5a});
+    EXPECT_EQ(changed, 0u) << "bytes written after the generation ended were sent";
+    p.reader.read(p.peer, Lane::Data, dst.data, 4096, local.get(), data->base, data->rkey, late.callback(),
+                  WaitFor{at + 8, at, 2, 0});
+    EXPECT_EQ(late.wait(), std::optional<std::string>(kReadRefused));
+}
+
 // A read whose bytes do not come within the holder's bound is answered
 // "not yet": the reader asks again later instead of waiting without end.
 TEST(WaitingReads, ComeBackUnansweredWhenTheBytesDoNotArrive) {

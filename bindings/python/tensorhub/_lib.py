@@ -178,6 +178,7 @@ class SyncStats(Structure):
         ("checksum_mismatches", c_uint32),
         ("bytes_one_sided", c_uint64),
         ("bytes_waited", c_uint64),
+        ("bytes_kept", c_uint64),
     ]
 
 

@@ -13,7 +13,7 @@ from conftest import connect, empty_like, weights
 
 KEYS = {"op", "model", "shard", "version", "bytes", "seconds", "gbps", "sources", "replans", "failed_sources",
         "chunks", "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches",
-        "bytes_one_sided", "bytes_waited"}
+        "bytes_one_sided", "bytes_waited", "bytes_kept"}
 
 
 def nbytes(state: dict[str, np.ndarray]) -> int:
@@ -39,6 +39,8 @@ def test_publish_and_fetch_leave_a_plain_dict(pub: tensorhub.Client, reader: ten
     assert s["bytes_one_sided"] in (0, nbytes(w)) and p["bytes_one_sided"] == 0
     # Read from a complete replica: nothing to wait for.
     assert s["bytes_waited"] == 0 and p["bytes_waited"] == 0
+    # Nothing changed under the reader: nothing had to be kept.
+    assert s["bytes_kept"] == 0 and p["bytes_kept"] == 0
     assert s["chunks"] >= 1 and s["seconds"] > 0
     assert s["gbps"] == pytest.approx(s["bytes"] / s["seconds"] / 1e9)
 

@@ -29,6 +29,10 @@ pub struct SyncStats {
     /// them and sent by it the moment it had them (waiting reads: a chain of
     /// readers over tcp). 0 for a publish.
     pub bytes_waited: u64,
+    /// Of `bytes`, how many came from a source whose replica then changed (a
+    /// mutation or release) and were kept: its holder let them finish before
+    /// the change (the active-message path). 0 for a publish.
+    pub bytes_kept: u64,
 }
 
 /// A `th_sync_stats` ready to be filled by the library.
@@ -57,6 +61,7 @@ impl From<&sys::th_sync_stats> for SyncStats {
             checksum_mismatches: s.checksum_mismatches,
             bytes_one_sided: s.bytes_one_sided,
             bytes_waited: s.bytes_waited,
+            bytes_kept: s.bytes_kept,
         }
     }
 }

@@ -167,6 +167,7 @@ pub struct th_sync_stats {
     pub checksum_mismatches: u32,
     pub bytes_one_sided: u64,
     pub bytes_waited: u64,
+    pub bytes_kept: u64,
 }
 
 /// th_fetch_config.progress: called with (bytes_done, bytes_total, user_data).

@@ -162,6 +162,7 @@ fn fetch_and_publish_report_what_they_did() {
     assert!(s.bytes_one_sided == 0 || s.bytes_one_sided == s.bytes, "{s:?}");
     assert_eq!(p.bytes_one_sided, 0);
     assert_eq!((s.bytes_waited, p.bytes_waited), (0, 0), "read from a complete replica");
+    assert_eq!((s.bytes_kept, p.bytes_kept), (0, 0), "nothing changed under the reader");
     assert!(s.seconds > 0.0 && s.gbps > 0.0);
     assert_eq!(bufs, src);
 }
