@@ -9,10 +9,13 @@ that reads from it) and each chunk c this splits the time from "P confirmed
 c" to "C confirmed c" into:
 
   notice    P advanced its fill level past c -> C's control-word read of P
-            first showed it (C's poll period plus the read's round trip)
+            first showed it (C's poll period plus the read's round trip;
+            0 for a waiting read, asked for before P held c)
   ask       -> C asked P for c (C's window to P was full: the link is busy)
-  transfer  -> c landed at C (queueing at P's egress plus the chunk)
-  confirm   -> C confirmed c (its control-word read of P after the data)
+  transfer  -> c landed at C (queueing at P's egress plus the chunk; for a
+            waiting read, from P holding c)
+  confirm   -> C confirmed c (its control-word read of P after the data; 0
+            for a guarded read confirmed as it landed)
 
 and the control-word reads into their two legs (C -> P's handler, and the
 answer back). Medians and 90th percentiles per hop, then over all hops.
@@ -144,21 +147,26 @@ def analyse(procs, fetch_index):
                 continue
             p_conf = pd["conf"][c][0]
             p_fill = next((t for t, prefix in fills if prefix > c), None)
-            seen = next((t for t, avail in answers if avail > c and p_fill is not None and t >= p_fill), None)
             ask = d["ask"].get((parent, c))
             land = d["land"].get((parent, c))
-            if None in (p_fill, seen, ask, land):
+            if None in (p_fill, ask, land):
                 continue
+            if ask <= p_fill:
+                seen = p_fill  # asked ahead (a waiting read): answered once the parent held it
+            else:
+                seen = next((t for t, avail in answers if avail > c and t >= p_fill), None)
+                if seen is None:
+                    continue
             rows["lag"].append(conf_t - p_conf)
             rows["notice"].append(seen - p_fill)
             rows["ask"].append(max(0, ask - seen))
-            rows["transfer"].append(land - ask)
+            rows["transfer"].append(land - max(ask, seen))
             rows["confirm"].append(conf_t - land)
             rows["relay_fill"].append(p_fill - p_conf)
         # Control-word reads of the parent: request leg (to the parent's
         # handler, traced as "serve") and answer leg.
         serves = sorted(t for t, name, a, b, *_ in by_worker[parent].events
-                        if name == "serve" and b in (16, 64) and d["start"] <= t <= d["end"])
+                        if name == "serve" and b in (16, 64, 72) and d["start"] <= t <= d["end"])
         req_leg, ans_leg, rtt = [], [], []
         ans_times = [t for t, _ in answers]
         for t_ask, _addr in d["ctrl_asks"][parent]:

@@ -426,13 +426,20 @@ void Fetch::handle(const ReadEvent &e) {
         trace::event("read_done", s.worker, e.chunk, static_cast<uint64_t>(e.latency.count()), e.count);
         if (!e.waited) s.on_read(e.latency, e.count);
         ++event_seq_;
+        bool trusted = s.trusts(e.latency);
         for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) {
             state_[c - first_chunk_] = Got;
             waited_[c - first_chunk_] = e.waited;
-            s.unconfirmed.push_back({c, event_seq_});
+            if (!trusted) s.unconfirmed.push_back({c, event_seq_});
         }
         hash_landed(s, e.chunk, e.count);
         s.last_progress = Clock::now();
+        if (trusted) {
+            std::vector<uint32_t> bad;
+            for (uint32_t c = e.chunk; c < e.chunk + e.count; ++c) accept(s, c, bad);
+            if (!bad.empty()) reject(s, bad);
+            advance_served_prefix();
+        }
         return;
     }
     s.ctrl_inflight = false;
@@ -491,18 +498,21 @@ void Fetch::confirm(FetchSource &s) {
     std::vector<uint32_t> bad;
     auto keep = std::remove_if(s.unconfirmed.begin(), s.unconfirmed.end(), [&](const auto &u) {
         if (u.second > s.ctrl_issue_seq) return false;
-        uint32_t c = u.first;
-        if (!sums_.asked(c - first_chunk_)) {
-            confirm_chunk(s, c);
-        } else if (auto sum = sums_.sum(c - first_chunk_)) {
-            judge(s, c, *sum, bad);
-        } else {
-            state_[c - first_chunk_] = Verifying;
-        }
+        accept(s, u.first, bad);
         return true;
     });
     s.unconfirmed.erase(keep, s.unconfirmed.end());
     if (!bad.empty()) reject(s, bad);
+}
+
+void Fetch::accept(FetchSource &s, uint32_t c, std::vector<uint32_t> &bad) {
+    if (!sums_.asked(c - first_chunk_)) {
+        confirm_chunk(s, c);
+    } else if (auto sum = sums_.sum(c - first_chunk_)) {
+        judge(s, c, *sum, bad);
+    } else {
+        state_[c - first_chunk_] = Verifying;
+    }
 }
 
 void Fetch::confirm_chunk(FetchSource &s, uint32_t c) {

@@ -106,6 +106,9 @@ class Fetch {
     // Confirms what s read before its control word was: at once, or once
     // its hash is checked where the verify policy checks the chunk.
     void confirm(FetchSource &s);
+    // Chunk c read from s holds the version's bytes: confirmed, or checked
+    // first where the verify policy checks it (bad: those that do not match).
+    void accept(FetchSource &s, uint32_t c, std::vector<uint32_t> &bad);
     void confirm_chunk(FetchSource &s, uint32_t c);
     // s's replica changed after its holder settled what it sent: kept.
     void keep_what_was_sent(FetchSource &s, const std::string &why);

@@ -168,6 +168,15 @@ struct FetchSource {
     // reads returned is still the version's bytes, given its word's
     // unsettled generation.
     bool keeps_across_change(uint64_t unsettled) const { return guarded && unsettled < desc.ctrl_generation; }
+    // Whether a guarded read of it that completed `latency` after it was
+    // asked for holds the version's bytes without a read of its word: its
+    // holder took it up before the generation ended, and waits
+    // kAnswersFinishMs from then before marking the generation unsettled and
+    // letting the bytes change, so an answer complete within half that was
+    // sent whole before (control_word.hpp).
+    bool trusts(std::chrono::microseconds latency) const {
+        return guarded && latency < std::chrono::milliseconds(kAnswersFinishMs / 2);
+    }
     // Its control word said how far it holds the shard.
     void saw_fill_level(const FillLevel &level);
     // A waiting read of chunk c came back unanswered (kReadNotYet): the

@@ -423,6 +423,15 @@ TEST(ControlWord, AReaderKeepsWhatGuardedReadsGotOnlyWhileTheirGenerationSettled
     EXPECT_FALSE(s.keeps_across_change(8));
     EXPECT_FALSE(s.keeps_across_change(10)) << "a later one: this one may have been too (the mark only grows)";
     EXPECT_FALSE(s.keeps_across_change(UINT64_MAX)) << "the word was not read";
+
+    // A guarded read that completed well within the holder's wait needs no
+    // read of the word; a slow one does, and so does any read of a holder
+    // that does not guard.
+    EXPECT_TRUE(s.trusts(std::chrono::milliseconds(5)));
+    EXPECT_FALSE(s.trusts(std::chrono::milliseconds(kAnswersFinishMs / 2)));
+    EXPECT_FALSE(s.trusts(std::chrono::milliseconds(kAnswersFinishMs + 1)));
+    s.guarded = false;
+    EXPECT_FALSE(s.trusts(std::chrono::milliseconds(5)));
 }
 
 // A follower's waiting reads run ahead of its source's level, and a read of
