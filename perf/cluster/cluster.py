@@ -53,6 +53,12 @@ import systems  # noqa: E402
 SKIP = 77
 CPU_BOUND = 0.90  # busy fraction of all CPUs above which a run is not bandwidth-bound
 PAIR_TOLERANCE = 0.05
+# Seconds every system of a side-by-side round waits before it starts. Tuned
+# MPI_Bcast started right after tensorhub took 1.040-1.234x of S/B in six
+# rounds at N = 8, and 1.011-1.044x five seconds later (the CPUs were idle
+# within 0.25 s either way): the hosts' kernels keep something of the last
+# system for a few seconds, which the next one pays.
+SYSTEM_GAP_S = 3.0
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # How the baselines are called in the output and in results JSON.
@@ -199,18 +205,25 @@ class Bench:
         net.teardown()
 
     def standalone_round(self, s, meta, trainer, readers, offsets, variant):
-        """Every system once, one after the other, on the same hosts."""
+        """Every system once, one after the other, on the same hosts, each
+        after the same quiet gap (SYSTEM_GAP_S)."""
+        gap = 0.0 if self.args.smoke else SYSTEM_GAP_S
+        time.sleep(gap)
         runs = {"tensorhub": systems.tensorhub(s, meta, trainer, readers, offsets)}
         if self.args.cold_connect and variant == "ready":
+            time.sleep(gap)
             runs["tensorhub_cold_connect"] = systems.tensorhub(
                 dataclasses.replace(s, connect_ahead=False), meta, trainer, readers, offsets)
         if self.wanted("trainer_direct"):
+            time.sleep(gap)
             runs["trainer_direct"] = systems.trainer_direct(s, trainer, readers, offsets)
         if systems.mpi_available(s):
             for name, tuned in (("mpi_default", False), ("mpi_tuned", True)):
                 if self.wanted("mpi") or self.wanted(name):
+                    time.sleep(gap)
                     self.baseline(runs, name, lambda: systems.mpi_bcast(s, trainer, readers, offsets, tuned))
         if self.wanted("redis") and systems.redis_available(s):
+            time.sleep(gap)
             self.baseline(runs, "redis", lambda: systems.redis(s, meta, trainer, readers, offsets))
         return runs
 
