@@ -368,13 +368,15 @@ typedef struct th_sync_stats {
                                       the moment it did (waiting reads: the
                                       active-message path, a chain of readers
                                       fetching together). 0 for publish */
-    uint64_t bytes_kept;           /* of bytes, read from a source whose replica then
+    uint64_t bytes_kept;           /* of bytes, read from a source whose replica
                                       changed (its holder began a mutation or
-                                      released it) and kept: its holder let them
+                                      released it) and confirmed after the reader
+                                      saw the change: its holder had let them
                                       finish before the bytes could change
                                       (guarded reads: the active-message path).
-                                      Elsewhere such bytes are read again. 0 for
-                                      publish */
+                                      Elsewhere such bytes are read again. Few:
+                                      a quick answer is confirmed as it lands.
+                                      0 for publish */
 } th_sync_stats;
 
 /* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */

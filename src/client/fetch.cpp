@@ -643,16 +643,13 @@ void Fetch::report(const FetchSource &s) {
     session_.report_source(s.worker, s.replica, s.why, s.mismatched, Deadline(cfg_.timeout_ms));
 }
 
+// Stripe levels first: a reader that sees the leading run cover a chunk
+// finds its stripe's level covering it too (a holder checks a read against
+// the stripe's level, FetchSource::wait_for).
 void Fetch::advance_served_prefix() {
     if (!serving_) return;
-    uint32_t before = served_prefix_;
-    while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
-    if (served_prefix_ != before) {
-        serving_->filled(served_prefix_);
-        ucx_.served_memory_advanced();
-        trace::event("fill", served_prefix_);
-    }
     uint32_t n = end_chunk_;  // a fetch that serves reads the whole shard
+    bool advanced = false;
     for (uint32_t i = 0; i < stripe_served_.size(); ++i) {
         uint32_t begin = stripe_begin(n, stripes_, i), end = stripe_begin(n, stripes_, i + 1);
         uint32_t c = begin + stripe_served_[i];
@@ -660,8 +657,17 @@ void Fetch::advance_served_prefix() {
         if (c - begin == stripe_served_[i]) continue;
         stripe_served_[i] = c - begin;
         serving_->stripe_filled(i, c - begin);
+        advanced = true;
         trace::event("stripe_fill", i, c - begin, c);
     }
+    uint32_t before = served_prefix_;
+    while (served_prefix_ < end_chunk_ && state_[served_prefix_] == Confirmed) served_prefix_++;
+    if (served_prefix_ != before) {
+        serving_->filled(served_prefix_);
+        advanced = true;
+        trace::event("fill", served_prefix_);
+    }
+    if (advanced) ucx_.served_memory_advanced();
 }
 
 FetchResult Fetch::run() {

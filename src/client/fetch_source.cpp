@@ -91,8 +91,10 @@ void FetchSource::read_chunks(UcxWorker &ucx, const std::shared_ptr<Mailbox> &bo
         waiting++;
         cond = wait_for(first);
     } else if (guarded) {
-        cond = wait_for(first);
-        cond->need = 0;  // held already: only the generation is checked
+        // The source holds it (its word said so): the holder checks that it
+        // still does, at this generation, and answers at once either way.
+        cond = wait_for(first + count - 1);
+        cond->park = false;
     }
     for (const Piece &p : pieces) {
         const PlaceDesc &place = desc.places[p.tensor];

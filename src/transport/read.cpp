@@ -233,7 +233,7 @@ void UcxWorker::post_request(Outgoing &o, ucp_ep_h ep) {
         op->header = WaitingReadHeader{o.header, o.wait->level_at, o.wait->gen_at, o.wait->generation, o.wait->need,
                                        static_cast<uint32_t>(op->payload.size())};
         // Where to answer it later; a guarded read is answered now or refused.
-        if (o.wait->need > 0) op->payload.insert(op->payload.end(), own_address().begin(), own_address().end());
+        if (o.wait->park) op->payload.insert(op->payload.end(), own_address().begin(), own_address().end());
     }
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;

@@ -70,14 +70,16 @@ struct PauseRecovery {
 // no longer generation (the replica changed). Neither the poll that would
 // notice the bytes nor the request that would follow it then delays them.
 // Active-message path only; a one-sided read ignores it. When the holder does
-// not get the bytes in time, the read fails with kReadNotYet. With need 0 it
-// is a guarded read: answered at once, but only while the generation holds,
-// and never parked (client/control_word.hpp).
+// not get the bytes in time, the read fails with kReadNotYet. Without park
+// it is a guarded read (client/control_word.hpp): answered at once while the
+// generation holds and the level is reached, else refused or "not yet" at
+// once, never parked.
 struct WaitFor {
     uint64_t level_at = 0;
     uint64_t gen_at = 0;
     uint64_t generation = 0;
     uint32_t need = 0;
+    bool park = true;
 };
 
 struct UcxOptions {

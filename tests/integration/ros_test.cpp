@@ -147,13 +147,17 @@ TEST_F(Ros, ReaderSlowedOnPurposeNeverReturnsMixedBytesWhenItsSourceMutates) {
     th_client_destroy(trainer);
 }
 
-TEST_F(Ros, AReaderKeepsWhatItsSourceSentBeforeItChanged) {
+TEST_F(Ros, WhatAReaderKeepsAcrossItsSourcesChangeIsNeverWrittenAfterIt) {
     // On the active-message path a reader's reads are guarded: the holder
-    // answers them only while the generation they name holds, and
-    // begin_mutation lets those it took up finish before it returns. So the
-    // reader keeps what landed around the change instead of reading it
-    // again. The trainer scribbles the moment begin_mutation returns: a kept
-    // byte sent after that would be caught by the worker's check.
+    // answers them only while the generation they name holds, begin_mutation
+    // lets those it took up finish before it returns, and the reader keeps
+    // them (confirmed as they land when they were quick, by the word
+    // otherwise) instead of reading them again. The trainer scribbles the
+    // moment begin_mutation returns, and the reader checks no checksum: a
+    // kept byte sent after the change would reach the worker's check of
+    // every byte. A few rounds, since where the change falls is up to timing.
+    // (Over loopback an answer leaves in microseconds: the holder's wait
+    // for a long one is GuardedReads.EndingAGenerationLetsTheAnswersTakenUpFinishFirst.)
     if (reads_one_sided() != false) GTEST_SKIP() << "guarded reads are the active-message path (ctest: UCX_TLS=tcp)";
     th_client_config cc;
     th_client_config_init(&cc, sizeof cc);
@@ -162,16 +166,14 @@ TEST_F(Ros, AReaderKeepsWhatItsSourceSentBeforeItChanged) {
     cc.mutation_wait_ms = 0;  // no waiting for the reader: it is mid-read when the bytes change
     th_client *trainer = nullptr;
     ASSERT_EQ(th_client_create(&trainer, &cc), TH_OK) << th_last_error();
-    // Which chunks are in the reader's hands at the change is up to timing;
-    // a few rounds make sure some are.
-    uint64_t kept = 0;
-    for (uint64_t v = 1; v <= 4 && kept == 0; ++v) {
+    for (uint64_t v = 1; v <= 3; ++v) {
         // 16 MiB in 64 KiB chunks, 3 ms per chunk: the read takes ~0.75 s.
         Shard w(4, 4 << 20, v);
         th_replica *r = nullptr;
         ASSERT_EQ(publish(trainer, "keep", v, 0, 1, w, &r), TH_OK);
-        Process reader(worker({"fetch", "--server", url, "--name", "reader" + std::to_string(v), "--model", "keep", "--version",
-                               std::to_string(v), "--shard-kb", "16384", "--tensors", "4", "--no-serve"},
+        Process reader(worker({"fetch", "--server", url, "--name", "reader" + std::to_string(v), "--model", "keep",
+                               "--version", std::to_string(v), "--shard-kb", "16384", "--tensors", "4", "--no-serve",
+                               "--verify", "off"},
                               {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
         ASSERT_TRUE(eventually(url, [&](const nlohmann::json &s) {
             auto ver = version_status(s, "keep", v);
@@ -181,12 +183,9 @@ TEST_F(Ros, AReaderKeepsWhatItsSourceSentBeforeItChanged) {
         ASSERT_EQ(th_replica_begin_mutation(r), TH_OK) << th_last_error();
         scribble(w);
         std::string l = reader.line(60000);
-        ASSERT_EQ(l.rfind("ok", 0), 0u) << l;  // version v's bytes, checked by the worker
-        EXPECT_LT(field(l, "kept"), 16u << 20) << l;
-        kept += field(l, "kept");
+        ASSERT_EQ(l.rfind("ok", 0), 0u) << l;  // version v's bytes, every one checked by the worker
         th_replica_release(r);
     }
-    EXPECT_GT(kept, 0u) << "no round kept what its source sent before the change";
     th_client_destroy(trainer);
 }
 

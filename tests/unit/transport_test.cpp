@@ -392,10 +392,12 @@ struct WaitingPair {
         auto at = reinterpret_cast<uint64_t>(ctrl.data);
         return WaitFor{at + 8, at, 2, need};
     }
-    // Asks for the n bytes at `at`, answered once the level reaches need.
-    void ask(Completion &done, size_t at, size_t n, uint32_t need) {
-        p.reader.read(p.peer, Lane::Data, dst.data + at, n, nullptr, data->base + at, data->rkey, done.callback(),
-                      wait_for(need));
+    // Asks for the n bytes at `at`, answered once the level reaches need
+    // (park), or at once: a guarded read.
+    void ask(Completion &done, size_t at, size_t n, uint32_t need, bool park = true) {
+        WaitFor w = wait_for(need);
+        w.park = park;
+        p.reader.read(p.peer, Lane::Data, dst.data + at, n, nullptr, data->base + at, data->rkey, done.callback(), w);
     }
     void fill(uint32_t to) {
         level().store(to);
@@ -451,15 +453,31 @@ TEST(WaitingReads, AreRefusedWhenTheReplicaChangesOrTheLevelIsNotServed) {
 TEST(GuardedReads, AreAnsweredOnlyWhileTheirGenerationHolds) {
     WaitingPair w;
     Completion before, after, plain;
-    w.ask(before, 0, 4096, 0);
+    w.ask(before, 0, 4096, 0, /*park=*/false);
     EXPECT_EQ(before.wait(), std::optional<std::string>(""));
     EXPECT_EQ(std::memcmp(w.src.data, w.dst.data, 4096), 0);
     w.generation().store(3);  // odd: being modified
-    w.ask(after, 4096, 4096, 0);
+    w.ask(after, 4096, 4096, 0, /*park=*/false);
     EXPECT_EQ(after.wait(), std::optional<std::string>(kReadRefused));
     w.p.reader.read(w.p.peer, Lane::Data, w.dst.data, 4096, nullptr, w.data->base, w.data->rkey, plain.callback());
     EXPECT_EQ(plain.wait(), std::optional<std::string>(""));
     EXPECT_EQ(w.p.holder.waiting_reads_answered(), 0u) << "a guarded read is never parked";
+}
+
+// A guarded read also names the level its chunk needs: a holder whose word
+// does not say it holds the bytes answers "not yet" at once (its buffer may
+// hold anything there), and answers once it does.
+TEST(GuardedReads, OfBytesTheHolderDoesNotHoldComeBackNotYetAtOnce) {
+    WaitingPair w;
+    Completion early, held;
+    auto asked = std::chrono::steady_clock::now();
+    w.ask(early, 0, 4096, 2, /*park=*/false);
+    EXPECT_EQ(early.wait(), std::optional<std::string>(kReadNotYet));
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(500)) << "parked";
+    w.fill(2);
+    w.ask(held, 0, 4096, 2, /*park=*/false);
+    EXPECT_EQ(held.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(w.src.data, w.dst.data, 4096), 0);
 }
 
 // What ends a generation (Replica::end_generation) turns the word first, then
@@ -483,7 +501,7 @@ TEST(GuardedReads, EndingAGenerationLetsTheAnswersTakenUpFinishFirst) {
     Completion taken, late;
     uint64_t answers = p.holder.answers_sent();
     p.reader.read(p.peer, Lane::Data, dst.data, kBytes, local.get(), data->base, data->rkey, taken.callback(),
-                  WaitFor{at + 8, at, 2, 0});
+                  WaitFor{at + 8, at, 2, 0, false});
     Deadline until(20000);
     while (p.holder.answers_sent() == answers && !until.expired()) std::this_thread::yield();
     ASSERT_GT(p.holder.answers_sent(), answers) << "the read was never answered";
@@ -497,7 +515,7 @@ TEST(GuardedReads, EndingAGenerationLetsTheAnswersTakenUpFinishFirst) {
     size_t changed = kBytes - std::count(dst.data, dst.data + kBytes, uint8_t{0x5a});
     EXPECT_EQ(changed, 0u) << "bytes written after the generation ended were sent";
     p.reader.read(p.peer, Lane::Data, dst.data, 4096, local.get(), data->base, data->rkey, late.callback(),
-                  WaitFor{at + 8, at, 2, 0});
+                  WaitFor{at + 8, at, 2, 0, false});
     EXPECT_EQ(late.wait(), std::optional<std::string>(kReadRefused));
 }
 
