@@ -17,7 +17,8 @@
 // already being sent finish. When some do not finish in time it raises
 // `unsettled` to that generation first. So a reader keeps what guarded reads
 // of generation g returned, even once g has ended, as long as a read of the
-// word made after they landed shows unsettled < g. The word only grows, and
+// word made after they landed shows unsettled < g, or they completed within
+// half the holder's wait (FetchSource::trusts). The word only grows, and
 // a slot's generations only grow: a later tenant of the slot never makes an
 // earlier generation look settled.
 #pragma once

@@ -481,9 +481,7 @@ void Fetch::stop_reading(FetchSource &s, const std::string &why) {
     s.why = why;
     s.next = s.end;
     s.waits_ok = false;
-    if (std::find(exclude_replicas_.begin(), exclude_replicas_.end(), s.replica) == exclude_replicas_.end())
-        exclude_replicas_.push_back(s.replica);
-    source_lost_ = true;
+    exclude_replica(s.replica);
     trace::event("source_changed", s.worker, s.chunk_inflight, s.unconfirmed.size());
     TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": source worker ", s.worker, " changed (",
            why, "): reading the rest elsewhere, keeping what it sent before where its word allows");
@@ -600,6 +598,12 @@ void Fetch::exclude_worker(uint64_t worker) {
     source_lost_ = true;
 }
 
+void Fetch::exclude_replica(uint64_t replica) {
+    if (std::find(exclude_replicas_.begin(), exclude_replicas_.end(), replica) == exclude_replicas_.end())
+        exclude_replicas_.push_back(replica);
+    source_lost_ = true;
+}
+
 bool Fetch::hashing(const FetchSource &s) const {
     return std::any_of(s.unconfirmed.begin(), s.unconfirmed.end(),
                        [&](const auto &u) { return sums_.in_flight(u.first - first_chunk_); });
@@ -631,7 +635,7 @@ void Fetch::retire_failed_sources() {
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
-            if (!s.paused_here && !s.changed) exclude_replicas_.push_back(s.replica);  // changed: excluded then
+            if (!s.paused_here) exclude_replica(s.replica);
             continue;
         }
         exclude_worker(s.worker);

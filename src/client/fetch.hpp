@@ -132,6 +132,8 @@ class Fetch {
     void fail_source(FetchSource &s, const std::string &why);
     // Plans leave this worker out from now on (a source of it misbehaved).
     void exclude_worker(uint64_t worker);
+    // Plans leave this replica out from now on (it changed under us).
+    void exclude_replica(uint64_t replica);
     void retire_failed_sources();
     // Tells the server the source's worker failed (or, with mismatched
     // chunks, that its replica may hold wrong bytes).

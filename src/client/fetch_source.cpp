@@ -132,10 +132,9 @@ std::string FetchSource::check_generation(uint64_t generation) {
         if (generation != desc.ctrl_generation)
             return generation & 1 ? "its buffers are being modified"
                                   : str("it was released (generation ", desc.ctrl_generation, " -> ", generation, ")");
-        gen = generation;
         gen_known = true;
-    } else if (generation != gen) {
-        return str("its buffers changed while being read (generation ", gen, " -> ", generation, ")");
+    } else if (generation != desc.ctrl_generation) {
+        return str("its buffers changed while being read (generation ", desc.ctrl_generation, " -> ", generation, ")");
     }
     return "";
 }

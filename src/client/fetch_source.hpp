@@ -107,8 +107,7 @@ struct FetchSource {
     // more than one), for keeping stripes level (stripe_pace_limit).
     static constexpr uint32_t kNoStripe = UINT32_MAX;
     uint32_t stripe = kNoStripe;
-    bool gen_known = false;
-    uint64_t gen = 0;
+    bool gen_known = false;  // its word was read once and showed desc.ctrl_generation
     bool ctrl_inflight = false;
     uint64_t ctrl_issue_seq = 0;
     Clock::time_point ctrl_at{};

@@ -89,7 +89,9 @@ class Replica {
     // readers drop them (control_word.hpp). Ended already: nothing to do.
     void end_generation();
     // Its bytes changed while its generation held (damaged memory, a write
-    // without begin_mutation): nothing any reader got from it is kept.
+    // without begin_mutation): the generation ends unsettled, so that its
+    // readers drop what they have not confirmed (what they did is the
+    // checksums' to catch).
     void distrust_generation();
     // Which version it holds; a fetch learns it from its first plan.
     void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes);
