@@ -412,6 +412,8 @@ void Holdings::spill(const Replica &r) {
     if (r.committed()) copy->mark_committed();
     declare(*copy, Deadline(cfg_.timeout_ms));
     remember(copy.get());
+    // Readers of r read on from the copy once r changes, without a new plan.
+    copy->succeed(r);
     TH_LOG(Debug, "spilled replica ", r.id(), " (", total, " bytes) into owned copy ", copy->id(), ": ",
            made_ahead ? "copied ahead, " : "copy ", std::chrono::duration<double>(copied - started).count(), " s, declared ",
            std::chrono::duration<double>(Clock::now() - copied).count(), " s");

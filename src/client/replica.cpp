@@ -39,6 +39,7 @@ Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shar
 // still uses them (docs/security.md): the rkeys handed out for it stop working.
 Replica::~Replica() {
     if (holder_ == nullptr) return;  // detached at shutdown
+    if (!predecessors_.empty()) ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), desc_.ctrl_generation);
     regions_.clear();
     ucx_->withdraw_unused();
 }
@@ -50,17 +51,47 @@ void Replica::end_generation() {
     // Its buffers' registrations: the control page's answers (its last
     // region, shared with every replica) are not its bytes.
     if (regions_.empty()) return;  // detached: its context is gone, nothing is answered
+    if (!predecessors_.empty()) ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), g);
     std::vector<RegionRef> buffers(regions_.begin(), regions_.end() - 1);
     if (Registry::answers_finished(buffers, kAnswersFinishMs)) return;
-    ctrl_.word->mark_unsettled(g);
+    mark_unsettled();
     TH_LOG(Warn, "replica ", id_, ": answers from its buffers were still being sent ", kAnswersFinishMs,
            " ms after it changed (a reader that stopped taking them?): their readers drop them");
 }
 
 void Replica::distrust_generation() {
-    ctrl_.word->mark_unsettled(desc_.ctrl_generation);
+    mark_unsettled();
     uint64_t expected = desc_.ctrl_generation;
-    ctrl_.word->generation.compare_exchange_strong(expected, expected + 1);
+    if (ctrl_.word->generation.compare_exchange_strong(expected, expected + 1) && !predecessors_.empty() &&
+        !regions_.empty())
+        ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), desc_.ctrl_generation);
+}
+
+// The generations it answered for are marked too: their readers read their
+// words, not its own. A predecessor's slot may serve a later replica by now;
+// marking an earlier generation there changes nothing for that one.
+void Replica::mark_unsettled() {
+    ctrl_.word->mark_unsettled(desc_.ctrl_generation);
+    for (auto [word, generation] : predecessors_) word->mark_unsettled(generation);
+}
+
+void Replica::succeed(const Replica &from) {
+    if (regions_.empty() || from.regions_.empty()) return;  // detached
+    Succession s;
+    s.gen_at = reinterpret_cast<uintptr_t>(from.ctrl_.word);
+    s.generation = from.desc_.ctrl_generation;
+    s.to_gen_at = reinterpret_cast<uintptr_t>(ctrl_.word);
+    s.to_generation = desc_.ctrl_generation;
+    if (from.buffers_.size() != buffers_.size()) fail(TH_ERR_INTERNAL, "a copy with other buffers than its replica");
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+        if (from.buffers_[i].spec.nbytes != buffers_[i].spec.nbytes)
+            fail(TH_ERR_INTERNAL, "a copy with other buffers than its replica");
+        s.ranges.push_back({reinterpret_cast<uintptr_t>(from.buffers_[i].data), from.buffers_[i].spec.nbytes,
+                            from.buffer_region(i)->rkey, reinterpret_cast<uintptr_t>(buffers_[i].data),
+                            buffer_region(i)->rkey});
+    }
+    predecessors_.emplace_back(from.ctrl_.word, from.desc_.ctrl_generation);
+    ucx_->add_succession(std::move(s));
 }
 
 std::vector<TensorSpec> Replica::specs() const {

@@ -93,6 +93,12 @@ class Replica {
     // readers drop what they have not confirmed (what they did is the
     // checksums' to catch).
     void distrust_generation();
+    // It is a complete copy of from's bytes, made before from's generation
+    // ended (a spill): once that ends, it answers from's guarded reads of
+    // that generation while its own generation holds, so that from's
+    // readers read on (transport/successions.hpp). If its own generation
+    // then ends unsettled, so does from's.
+    void succeed(const Replica &from);
     // Which version it holds; a fetch learns it from its first plan.
     void set_version(uint64_t version, uint32_t num_shards, uint64_t chunk_bytes);
     void mark_complete() { complete_ = true; }
@@ -102,6 +108,9 @@ class Replica {
     void detach();
 
   private:
+    // Marks its generation unsettled, and those it answers for.
+    void mark_unsettled();
+
     Holdings *holder_;
     UcxWorker *ucx_;
     uint64_t id_;
@@ -118,6 +127,9 @@ class Replica {
     ReplicaDesc desc_;
     std::vector<uint64_t> checksums_;
     ControlPage::Slot ctrl_{};
+    // The generations it answers for (succeed): their words are marked
+    // with its own when it ends unsettled.
+    std::vector<std::pair<ControlWord *, uint64_t>> predecessors_;
     bool complete_ = false;
     bool mutating_ = false;
     std::atomic<bool> withdrawn_{false};  // set on the heartbeat's thread

@@ -70,13 +70,23 @@ bool well_formed(ucp_worker_h worker, size_t header_length, size_t expected, voi
 
 enum class Held { Yes, NotYet, Changed, Nowhere };
 
+// Whether the word at gen_at still shows generation.
+bool holds(const Registry &registry, uint64_t gen_at, uint64_t generation) {
+    uint64_t gen = 0;
+    return registry.read_word(gen_at, 8, &gen) && gen == generation;
+}
+
 // What a waiting read's words say now: read only while they lie in memory
 // this process exposes (a control page withdraws its registration before it
-// is freed), else Nowhere.
-Held held(const Registry &registry, const WaitingReadHeader &w) {
+// is freed), else Nowhere. A generation that ended is still held by a copy
+// made of it while the copy's generation holds (copies are complete).
+Held held(const Registry &registry, const Successions &successions, const WaitingReadHeader &w) {
     uint64_t gen = 0, level = 0;
     if (!registry.read_word(w.gen_at, 8, &gen) || !registry.read_word(w.level_at, 4, &level)) return Held::Nowhere;
-    if (gen != w.generation) return Held::Changed;
+    if (gen != w.generation) {
+        std::optional<Moved> copy = successions.of(w.gen_at, w.generation);
+        return copy && holds(registry, copy->gen_at, copy->generation) ? Held::Yes : Held::Changed;
+    }
     return level >= w.need ? Held::Yes : Held::NotYet;
 }
 
@@ -107,7 +117,7 @@ ucs_status_t UcxWorker::on_waiting_read(void *arg, const void *header, size_t he
     WaitingReadHeader w{};
     std::memcpy(&w, header, sizeof w);
     auto *payload = static_cast<const uint8_t *>(data);
-    Held now = w.rkey_bytes <= length && w.rkey_bytes <= kMaxRkey ? held(self->registry_, w) : Held::Nowhere;
+    Held now = w.rkey_bytes <= length && w.rkey_bytes <= kMaxRkey ? held(self->registry_, self->successions_, w) : Held::Nowhere;
     switch (now) {
     case Held::Yes:
         self->answer(param->reply_ep, w.read, payload, w.rkey_bytes, &w);
@@ -158,7 +168,7 @@ void UcxWorker::answer_parked() {
         // that it is greeted by the time the answer is due.
         bool failed = false;
         PeerRef to = answer_peer(p.reader, &failed);
-        Held h = held(registry_, p.h);
+        Held h = held(registry_, successions_, p.h);
         bool due = h != Held::NotYet || now >= p.until;
         if (!failed && (!due || (!to && now < p.until + kMaxWait))) {
             keep.push_back(std::move(p));  // not due yet, or its endpoint is still being greeted
@@ -265,6 +275,7 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
     trace::event("serve", h.remote, h.length);
     ReadReplyHeader reply{h.id, UCS_OK, 0};
     MemRegion *region = nullptr;
+    uint64_t from = h.remote;
     if (h.length == 0) {
         // A ping: answered with no bytes.
     } else if (h.length > kMaxRead) {
@@ -275,14 +286,28 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
     }
     // The generation is looked at once the answer is counted: whoever ends
     // the generation and then waits for the region's answers either waits
-    // for this one or is seen here (Registry::read_word). A changed one is
-    // refused quietly, as a waiting read's is: its reader learns it from
-    // the word anyway.
-    uint64_t gen = 0;
-    if (region && guard && (!registry_.read_word(guard->gen_at, 8, &gen) || gen != guard->generation)) {
-        region->answering--;
-        answer_status(ep, h.id, UCS_ERR_INVALID_ADDR);
-        return;
+    // for this one or is seen here (Registry::read_word). One that ended is
+    // answered from a copy made of it, under the copy's generation, looked
+    // at the same way; else refused quietly, as a waiting read's is: its
+    // reader learns it from the word anyway.
+    if (guard && h.length > 0 && h.length <= kMaxRead && !(region && holds(registry_, guard->gen_at, guard->generation))) {
+        if (region) region->answering--;
+        region = nullptr;
+        if (std::optional<Moved> m =
+                successions_.moved(guard->gen_at, guard->generation, h.remote, h.length, rkey, rkey_len)) {
+            region = registry_.served(m->remote, h.length, m->rkey.data(), m->rkey.size());
+            if (region && !holds(registry_, m->gen_at, m->generation)) {
+                region->answering--;
+                region = nullptr;
+            }
+            from = m->remote;
+        }
+        if (!region) {
+            answer_status(ep, h.id, UCS_ERR_INVALID_ADDR);
+            return;
+        }
+        trace::event("serve_copy", h.remote, h.length);
+        reply.status = UCS_OK;
     }
     if (reply.status != UCS_OK) {
         // Every reader still reading a replica just released asks for it
@@ -314,7 +339,7 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
     for (uint64_t off = 0; off < h.length; off += piece, --pieces) {
         reply.offset = static_cast<uint32_t>(off);
         answers_sent_++;  // before it may arrive
-        if (!send_answer(ep, reply, region, reinterpret_cast<const void *>(h.remote + off),
+        if (!send_answer(ep, reply, region, reinterpret_cast<const void *>(from + off),
                          std::min(piece, h.length - off))) {
             // This one was counted down with its Answer; the region is not
             // touched once no count of this call is left.

@@ -5,7 +5,8 @@
 // Where the code lives: worker.cpp (context, worker, progress thread, pause
 // recovery), registry.cpp (registrations), peer.cpp (endpoints, read path),
 // read.cpp (the reader's side: GETs and read requests), serve.cpp (the
-// holder's side: answering read requests), ucx_env.cpp (UCX settings).
+// holder's side: answering read requests), successions.cpp (copies that
+// answer for the replica they were made from), ucx_env.cpp (UCX settings).
 // UCX status codes stop here: callers see an error text or a th_status.
 //
 // Threading: the workers run in UCS_THREAD_MODE_MULTI. Each UCX worker (the
@@ -34,6 +35,7 @@
 #include "tensorhub/tensorhub.h"
 #include "transport/peer.hpp"
 #include "transport/registry.hpp"
+#include "transport/successions.hpp"
 
 namespace th {
 
@@ -162,6 +164,14 @@ class UcxWorker {
         parked_changed_ = true;
         wake();
     }
+    // A copy of a replica answers the guarded reads of the replica's
+    // generation once that ended, while the copy's holds (successions.hpp).
+    void add_succession(Succession s) { successions_.add(std::move(s)); }
+    // The copy's generation ended: it answers for nobody.
+    void drop_successions_to(uint64_t to_gen_at, uint64_t to_generation) {
+        successions_.drop_to(to_gen_at, to_generation);
+    }
+    size_t successions() const { return successions_.size(); }
     // Waiting reads this process answered once it held their bytes.
     uint64_t waiting_reads_answered() const { return waits_answered_.load(); }
     // Wakes the progress thread so posted operations move on.
@@ -295,6 +305,7 @@ class UcxWorker {
     std::vector<ucp_worker_h> set_aside_;  // paused workers, never progressed again
     std::unordered_map<uint64_t, PeerRef> peers_;
     Registry registry_;
+    Successions successions_;
 
     // Reads posted and not completed, by id. The ids are random so that a
     // peer cannot guess one and answer a read it was not asked.

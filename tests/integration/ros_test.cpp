@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <optional>
 
 #include "harness.hpp"
 
@@ -130,14 +131,22 @@ TEST_F(Ros, ReaderSlowedOnPurposeNeverReturnsMixedBytesWhenItsSourceMutates) {
     }));
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     // The trainer overwrites mid-read. The reader must notice (generation) and
-    // re-read from the owned copy the trainer spilled.
+    // re-read from the owned copy the trainer spilled; over tcp the copy
+    // answers for the trainer's replica instead, unnoticed
+    // (GuardedRos.AReaderOfTheLastCopyReadsOnFromItsSpillWithoutANewPlan).
     ASSERT_EQ(th_replica_begin_mutation(r1), TH_OK) << th_last_error();
     scribble(w);
     std::string l = reader.line(60000);
     EXPECT_EQ(l.rfind("ok", 0), 0u) << l;  // the worker checks every byte against version 1
+    EXPECT_EQ(owned("slow", 1), 1);
+    if (reads_one_sided() == false) {
+        EXPECT_NE(l.find(" replans=0"), std::string::npos) << l;
+        th_replica_release(r1);
+        th_client_destroy(trainer);
+        return;
+    }
     // The reader finished from the owned copy: part of its bytes came from it.
     auto v = version_status(server_status(url), "slow", 1);
-    EXPECT_EQ(owned("slow", 1), 1);
     uint64_t from_copy = 0;
     for (const auto &r : v["shards"][0]["replicas"])
         if (r["owned"].get<bool>()) from_copy = r["bytes_served"];
@@ -147,46 +156,95 @@ TEST_F(Ros, ReaderSlowedOnPurposeNeverReturnsMixedBytesWhenItsSourceMutates) {
     th_client_destroy(trainer);
 }
 
-TEST_F(Ros, WhatAReaderKeepsAcrossItsSourcesChangeIsNeverWrittenAfterIt) {
-    // On the active-message path a reader's reads are guarded: the holder
-    // answers them only while the generation they name holds, begin_mutation
-    // lets those it took up finish before it returns, and the reader keeps
-    // them (confirmed as they land when they were quick, by the word
-    // otherwise) instead of reading them again. The trainer scribbles the
-    // moment begin_mutation returns, and the reader checks no checksum: a
-    // kept byte sent after the change would reach the worker's check of
-    // every byte. A few rounds, since where the change falls is up to timing.
-    // (Over loopback an answer leaves in microseconds: the holder's wait
-    // for a long one is GuardedReads.EndingAGenerationLetsTheAnswersTakenUpFinishFirst.)
-    if (reads_one_sided() != false) GTEST_SKIP() << "guarded reads are the active-message path (ctest: UCX_TLS=tcp)";
-    th_client_config cc;
-    th_client_config_init(&cc, sizeof cc);
-    cc.server_url = url.c_str();
-    cc.worker_name = "trainer";
-    cc.mutation_wait_ms = 0;  // no waiting for the reader: it is mid-read when the bytes change
-    th_client *trainer = nullptr;
-    ASSERT_EQ(th_client_create(&trainer, &cc), TH_OK) << th_last_error();
-    for (uint64_t v = 1; v <= 3; ++v) {
-        // 16 MiB in 64 KiB chunks, 3 ms per chunk: the read takes ~0.75 s.
-        Shard w(4, 4 << 20, v);
-        th_replica *r = nullptr;
-        ASSERT_EQ(publish(trainer, "keep", v, 0, 1, w, &r), TH_OK);
-        Process reader(worker({"fetch", "--server", url, "--name", "reader" + std::to_string(v), "--model", "keep",
+// On the active-message path a reader's reads are guarded: the holder answers
+// them only while the generation they name holds, and begin_mutation lets
+// those it took up finish before it returns. The trainer scribbles the moment
+// begin_mutation returns, and the reader checks no checksum: a byte sent
+// after the change would reach the worker's check of every byte. A few
+// rounds, since where the change falls is up to timing. (Over loopback an
+// answer leaves in microseconds: the holder's wait for a long one is
+// GuardedReads.EndingAGenerationLetsTheAnswersTakenUpFinishFirst.)
+class GuardedRos : public Ros {
+  protected:
+    void SetUp() override {
+        if (reads_one_sided() != false) GTEST_SKIP() << "guarded reads are the active-message path (ctest: UCX_TLS=tcp)";
+    }
+    th_client *trainer(const char *name) {
+        th_client_config cc;
+        th_client_config_init(&cc, sizeof cc);
+        cc.server_url = url.c_str();
+        cc.worker_name = name;
+        cc.mutation_wait_ms = 0;  // no waiting for the reader: it is mid-read when the bytes change
+        th_client *c = nullptr;
+        EXPECT_EQ(th_client_create(&c, &cc), TH_OK) << th_last_error();
+        return c;
+    }
+    // A reader of version v of "keep" (16 MiB in 64 KiB chunks, 3 ms per
+    // chunk: ~0.75 s), once the server has planned it onto a replica: the
+    // worker id of that replica's holder.
+    uint64_t start_reader(uint64_t v, std::optional<Process> &reader) {
+        reader.emplace(worker({"fetch", "--server", url, "--name", "reader" + std::to_string(v), "--model", "keep",
                                "--version", std::to_string(v), "--shard-kb", "16384", "--tensors", "4", "--no-serve",
                                "--verify", "off"},
                               {"TENSORHUB_FAULT_CHUNK_DELAY_US=3000"}));
-        ASSERT_TRUE(eventually(url, [&](const nlohmann::json &s) {
+        uint64_t holder = 0;
+        EXPECT_TRUE(eventually(url, [&](const nlohmann::json &s) {
             auto ver = version_status(s, "keep", v);
-            return !ver.is_null() && ver["shards"][0]["replicas"][0]["active_reads"].get<int>() > 0;
+            if (ver.is_null()) return false;
+            for (const auto &r : ver["shards"][0]["replicas"])
+                if (r["active_reads"].get<int>() > 0) holder = r["worker_id"].get<uint64_t>();
+            return holder != 0;
         }));
         std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        return holder;
+    }
+};
+
+// The trainer holds the only copy: it spills, and the copy answers the
+// reader's reads from then on. The reader never learns that its source
+// changed: no new plan, nothing read twice.
+TEST_F(GuardedRos, AReaderOfTheLastCopyReadsOnFromItsSpillWithoutANewPlan) {
+    th_client *t = trainer("trainer");
+    for (uint64_t v = 1; v <= 3; ++v) {
+        Shard w(4, 4 << 20, v);
+        th_replica *r = nullptr;
+        ASSERT_EQ(publish(t, "keep", v, 0, 1, w, &r), TH_OK);
+        std::optional<Process> reader;
+        ASSERT_EQ(start_reader(v, reader), th_client_worker_id(t));
         ASSERT_EQ(th_replica_begin_mutation(r), TH_OK) << th_last_error();
+        EXPECT_EQ(owned("keep", v), 1);
         scribble(w);
-        std::string l = reader.line(60000);
+        std::string l = reader->line(60000);
         ASSERT_EQ(l.rfind("ok", 0), 0u) << l;  // version v's bytes, every one checked by the worker
+        EXPECT_NE(l.find(" replans=0"), std::string::npos) << l;
         th_replica_release(r);
     }
-    th_client_destroy(trainer);
+    th_client_destroy(t);
+}
+
+// Another complete copy exists: nothing is spilled, the reader is refused
+// once the generation ended, keeps what its guarded reads got before (the
+// holder let them finish) and reads the rest from the other copy.
+TEST_F(GuardedRos, WhatAReaderKeepsAcrossItsSourcesChangeIsNeverWrittenAfterIt) {
+    th_client *a = trainer("trainer-a"), *b = trainer("trainer-b");
+    for (uint64_t v = 1; v <= 3; ++v) {
+        Shard wa(4, 4 << 20, v), wb(4, 4 << 20, v);
+        th_replica *ra = nullptr, *rb = nullptr;
+        ASSERT_EQ(publish(a, "keep", v, 0, 1, wa, &ra), TH_OK);
+        ASSERT_EQ(publish(b, "keep", v, 0, 1, wb, &rb), TH_OK);
+        std::optional<Process> reader;
+        bool from_a = start_reader(v, reader) == th_client_worker_id(a);
+        ASSERT_EQ(th_replica_begin_mutation(from_a ? ra : rb), TH_OK) << th_last_error();
+        scribble(from_a ? wa : wb);
+        EXPECT_EQ(owned("keep", v), 0);
+        std::string l = reader->line(60000);
+        ASSERT_EQ(l.rfind("ok", 0), 0u) << l;
+        EXPECT_EQ(l.find(" replans=0"), std::string::npos) << l;
+        th_replica_release(ra);
+        th_replica_release(rb);
+    }
+    th_client_destroy(a);
+    th_client_destroy(b);
 }
 
 TEST_F(Ros, WaitForVersionWakesOnCommitAndCatchesUpWithoutEvents) {

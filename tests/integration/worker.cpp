@@ -8,7 +8,7 @@
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
 //                  [--verify off|sample|all]
-//                  fetch prints "ok worker=W version=V bytes=B one_sided=O waited=A kept=K"
+//                  fetch prints "ok worker=W version=V bytes=B one_sided=O waited=A kept=K replans=R"
 //                  (O: of the B bytes fetched, those read one-sided);
 //                  publish and fetch hold what they have until SIGTERM;
 //                  SIGUSR1 flips a byte of the first shard held (a stray write)
@@ -211,7 +211,7 @@ int main(int argc, char **argv) {
         }
         // A rollout group resolves once; every shard is fetched at that version.
         check(th_resolve(c, model.c_str(), version, &version), "resolve");
-        uint64_t fetched = 0, one_sided = 0, waited = 0, kept = 0;
+        uint64_t fetched = 0, one_sided = 0, waited = 0, kept = 0, replans = 0;
         for (uint32_t s : which) {
             shards.emplace_back(shard_bytes, tensors);
             Shard &sh = shards.back();
@@ -232,6 +232,7 @@ int main(int argc, char **argv) {
             one_sided += stats.bytes_one_sided;
             waited += stats.bytes_waited;
             kept += stats.bytes_kept;
+            replans += stats.replans;
             size_t byte = 0;
             if (int t = sh.first_wrong(got, s, &byte); t >= 0) {
                 std::printf("corrupt shard=%u tensor=%d byte=%zu\n", s, t, byte);
@@ -240,10 +241,10 @@ int main(int argc, char **argv) {
             }
             if (r) held.push_back(r);
         }
-        std::printf("ok worker=%llu version=%llu bytes=%llu one_sided=%llu waited=%llu kept=%llu\n",
+        std::printf("ok worker=%llu version=%llu bytes=%llu one_sided=%llu waited=%llu kept=%llu replans=%llu\n",
                     (unsigned long long)th_client_worker_id(c), (unsigned long long)version,
                     (unsigned long long)fetched, (unsigned long long)one_sided, (unsigned long long)waited,
-                    (unsigned long long)kept);
+                    (unsigned long long)kept, (unsigned long long)replans);
     } else if (role == "wait") {
         uint64_t got = 0;
         check(th_wait_for_version(c, model.c_str(), args.get_u64("newer-than", 0),

@@ -519,6 +519,57 @@ TEST(GuardedReads, EndingAGenerationLetsTheAnswersTakenUpFinishFirst) {
     EXPECT_EQ(late.wait(), std::optional<std::string>(kReadRefused));
 }
 
+// A copy made of a replica before its generation ended (a spill) answers the
+// guarded reads of that generation from then on, from the same place in its
+// own memory, while its own generation holds: the replica's memory may hold
+// anything by then. Reads of other generations, outside the replica's ranges
+// or under another key are refused as before.
+TEST(GuardedReads, OfAGenerationThatEndedAreAnsweredByItsCopy) {
+    WaitingPair w;
+    Mapping copy(WaitingPair::kBytes), copy_ctrl(4096);
+    std::memcpy(copy.data, w.src.data, WaitingPair::kBytes);
+    RegionRef copy_data = w.p.holder.register_memory(copy.data, WaitingPair::kBytes, TH_MEM_HOST, /*expose=*/true);
+    RegionRef copy_block = w.p.holder.register_memory(copy_ctrl.data, 4096, TH_MEM_HOST, /*expose=*/true);
+    auto &copy_generation = *reinterpret_cast<std::atomic<uint64_t> *>(copy_ctrl.data);
+    copy_generation.store(6);
+    auto copy_at = reinterpret_cast<uint64_t>(copy_ctrl.data);
+    uint64_t half = WaitingPair::kBytes / 2;  // the replica's one buffer: its first half
+    Succession s{reinterpret_cast<uint64_t>(w.ctrl.data), 2,
+                 {{w.data->base, half, w.data->rkey, copy_data->base, copy_data->rkey}}, copy_at, 6};
+    w.p.holder.add_succession(s);
+
+    w.generation().store(3);  // the replica's generation ended
+    std::memset(w.src.data, 0xee, WaitingPair::kBytes);
+    Completion moved, waited, outside, other_generation;
+    w.ask(moved, 4096, 8192, 0, /*park=*/false);
+    EXPECT_EQ(moved.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(w.dst.data + 4096, copy.data + 4096, 8192), 0) << "not the copy's bytes";
+    w.ask(waited, 64 << 10, 300 << 10, 1);  // a waiting read: the copy is complete
+    EXPECT_EQ(waited.wait(), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(w.dst.data + (64 << 10), copy.data + (64 << 10), 300 << 10), 0);
+    w.ask(outside, half - 4096, 8192, 0, /*park=*/false);  // runs past the replica's buffer
+    EXPECT_EQ(outside.wait(), std::optional<std::string>(kReadRefused));
+    WaitFor later = w.wait_for(0);
+    later.generation = 4;
+    later.park = false;
+    w.p.reader.read(w.p.peer, Lane::Data, w.dst.data, 4096, nullptr, w.data->base, w.data->rkey,
+                    other_generation.callback(), later);
+    EXPECT_EQ(other_generation.wait(), std::optional<std::string>(kReadRefused));
+
+    // The copy's generation ends: it answers for nobody, at once (its word
+    // is looked at for each answer) and once its succession is dropped.
+    copy_generation.store(7);
+    Completion after_copy_changed;
+    w.ask(after_copy_changed, 0, 4096, 0, /*park=*/false);
+    EXPECT_EQ(after_copy_changed.wait(), std::optional<std::string>(kReadRefused));
+    copy_generation.store(6);
+    w.p.holder.drop_successions_to(copy_at, 6);
+    EXPECT_EQ(w.p.holder.successions(), 0u);
+    Completion after_drop;
+    w.ask(after_drop, 0, 4096, 0, /*park=*/false);
+    EXPECT_EQ(after_drop.wait(), std::optional<std::string>(kReadRefused));
+}
+
 // A read whose bytes do not come within the holder's bound is answered
 // "not yet": the reader asks again later instead of waiting without end.
 TEST(WaitingReads, ComeBackUnansweredWhenTheBytesDoNotArrive) {
