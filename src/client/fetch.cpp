@@ -239,7 +239,6 @@ void Fetch::apply_plan(PlanCall &c) {
     size_t next_peer = 0;
     for (const SourceRange *r : *p->ranges()) {
         auto s = std::make_unique<FetchSource>();
-        s->window = ReadWindow(cfg_.max_inflight, ReadWindow::target_for(r->complete(), r->publisher()));
         s->worker = r->worker_id();
         s->replica = r->replica_id();
         publisher_[s->replica] = r->publisher();
@@ -265,6 +264,7 @@ void Fetch::apply_plan(PlanCall &c) {
         bool asked = s->peer && s->peer->path() == ReadPath::ActiveMessage;  // its holder answers
         s->waits_ok = !s->complete && s->desc.answers_waiting_reads && asked;
         s->guarded = s->desc.guards_reads && asked;
+        s->window = ReadWindow(cfg_.max_inflight, ReadWindow::target_for(r->complete(), r->publisher(), s->guarded));
         trace::event("plan", s->worker, first, s->end, s->complete);
         TH_LOG(Debug, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": chunks [", first, ", ", s->end,
                ") from worker ", s->worker, s->complete ? "" : " (filling)");

@@ -31,10 +31,13 @@ class ReadWindow {
     //   them), and every read in flight then is lost and read again: a lone
     //   reader of a trainer lost 35 ms that way at 1 gbit
     //   (perf/cluster/NOTES.md, "A lone reader and the trainer's mutation").
+    //   Not where its reads are guarded (the active-message path): its
+    //   holder lets those it took up finish, and its spill answers the
+    //   rest (client/control_word.hpp).
     // A reader's or a spilled copy, complete, keeps kTarget.
     static constexpr Micros kShortTarget{5000};
-    static Micros target_for(bool complete, bool publisher) {
-        return complete && !publisher ? kTarget : kShortTarget;
+    static Micros target_for(bool complete, bool publisher, bool guarded) {
+        return complete && (!publisher || guarded) ? kTarget : kShortTarget;
     }
 
     // Starts small: the first completion tells how long one chunk takes on

@@ -76,11 +76,14 @@ TEST(ReadWindow, ASourceStillFillingQueuesLess) {
 
 // A publisher's own buffers change at its next begin-mutation, so they are
 // read with the short target, as a relay still filling is; a complete
-// replica that no user writes (a reader's, a spilled copy) keeps 20 ms.
+// replica that no user writes (a reader's, a spilled copy) keeps 20 ms, and
+// so does a publisher whose reads are guarded (none is lost at its change).
 TEST(ReadWindow, APublishersBuffersAndAFillingSourceGetTheShortTarget) {
-    EXPECT_EQ(ReadWindow::target_for(/*complete=*/true, /*publisher=*/false), ReadWindow::kTarget);
-    EXPECT_EQ(ReadWindow::target_for(true, true), ReadWindow::kShortTarget);
-    EXPECT_EQ(ReadWindow::target_for(false, false), ReadWindow::kShortTarget);
+    EXPECT_EQ(ReadWindow::target_for(/*complete=*/true, /*publisher=*/false, /*guarded=*/false), ReadWindow::kTarget);
+    EXPECT_EQ(ReadWindow::target_for(true, true, false), ReadWindow::kShortTarget);
+    EXPECT_EQ(ReadWindow::target_for(true, true, true), ReadWindow::kTarget);
+    EXPECT_EQ(ReadWindow::target_for(false, false, false), ReadWindow::kShortTarget);
+    EXPECT_EQ(ReadWindow::target_for(false, false, true), ReadWindow::kShortTarget);
     EXPECT_LT(ReadWindow::kShortTarget, ReadWindow::kTarget);
 }
 
