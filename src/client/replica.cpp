@@ -39,7 +39,7 @@ Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shar
 // still uses them (docs/security.md): the rkeys handed out for it stop working.
 Replica::~Replica() {
     if (holder_ == nullptr) return;  // detached at shutdown
-    if (!predecessors_.empty()) ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), desc_.ctrl_generation);
+    drop_successions();
     regions_.clear();
     ucx_->withdraw_unused();
 }
@@ -51,7 +51,7 @@ void Replica::end_generation() {
     // Its buffers' registrations: the control page's answers (its last
     // region, shared with every replica) are not its bytes.
     if (regions_.empty()) return;  // detached: its context is gone, nothing is answered
-    if (!predecessors_.empty()) ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), g);
+    drop_successions();
     std::vector<RegionRef> buffers(regions_.begin(), regions_.end() - 1);
     if (Registry::answers_finished(buffers, kAnswersFinishMs)) return;
     mark_unsettled();
@@ -62,9 +62,12 @@ void Replica::end_generation() {
 void Replica::distrust_generation() {
     mark_unsettled();
     uint64_t expected = desc_.ctrl_generation;
-    if (ctrl_.word->generation.compare_exchange_strong(expected, expected + 1) && !predecessors_.empty() &&
-        !regions_.empty())
-        ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), desc_.ctrl_generation);
+    if (ctrl_.word->generation.compare_exchange_strong(expected, expected + 1) && !regions_.empty())
+        drop_successions();
+}
+
+void Replica::drop_successions() {
+    if (!predecessors_.empty()) ucx_->drop_successions_to(reinterpret_cast<uintptr_t>(ctrl_.word), desc_.ctrl_generation);
 }
 
 // The generations it answered for are marked too: their readers read their

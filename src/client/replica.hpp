@@ -110,6 +110,8 @@ class Replica {
   private:
     // Marks its generation unsettled, and those it answers for.
     void mark_unsettled();
+    // Its generation ended: it answers for nobody from now on.
+    void drop_successions();
 
     Holdings *holder_;
     UcxWorker *ucx_;
