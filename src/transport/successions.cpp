@@ -17,10 +17,14 @@ void Successions::drop_to(uint64_t to_gen_at, uint64_t to_generation) {
                   [&](const Succession &e) { return e.to_gen_at == to_gen_at && e.to_generation == to_generation; });
 }
 
-const Succession *Successions::find(uint64_t gen_at, uint64_t generation) const {
-    for (const Succession &e : list_)
+Succession *Successions::find(uint64_t gen_at, uint64_t generation) {
+    for (Succession &e : list_)
         if (e.gen_at == gen_at && e.generation == generation) return &e;
     return nullptr;
+}
+
+const Succession *Successions::find(uint64_t gen_at, uint64_t generation) const {
+    return const_cast<Successions *>(this)->find(gen_at, generation);
 }
 
 std::optional<Moved> Successions::of(uint64_t gen_at, uint64_t generation) const {
@@ -31,14 +35,17 @@ std::optional<Moved> Successions::of(uint64_t gen_at, uint64_t generation) const
 }
 
 std::optional<Moved> Successions::moved(uint64_t gen_at, uint64_t generation, uint64_t remote, uint64_t n,
-                                        const uint8_t *rkey, size_t rkey_len) const {
+                                        const uint8_t *rkey, size_t rkey_len, bool *first) {
     std::lock_guard lk(mu_);
-    const Succession *s = find(gen_at, generation);
+    Succession *s = find(gen_at, generation);
     if (!s) return std::nullopt;
     for (const Succession::Range &r : s->ranges) {
         bool within = remote >= r.from && n <= r.length && remote - r.from <= r.length - n;
-        if (within && r.rkey.size() == rkey_len && std::memcmp(r.rkey.data(), rkey, rkey_len) == 0)
+        if (within && r.rkey.size() == rkey_len && std::memcmp(r.rkey.data(), rkey, rkey_len) == 0) {
+            *first = !s->used;
+            s->used = true;
             return Moved{r.to + (remote - r.from), r.to_rkey, s->to_gen_at, s->to_generation};
+        }
     }
     return std::nullopt;
 }
