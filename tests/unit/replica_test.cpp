@@ -1,0 +1,90 @@
+// A replica and the spill that answers for it (Replica::succeed): when the
+// copy stops answering, and which generations it marks unsettled. What the
+// holder then answers is tested at the transport's level
+// (GuardedReads.OfAGenerationThatEndedAreAnsweredByItsCopy) and end to end
+// (GuardedRos.*). No server: nothing here calls one.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "client/holdings.hpp"
+#include "common/error.hpp"
+
+using namespace th;
+
+namespace {
+
+struct Holder {
+    static ClientConfig config() {
+        ClientConfig c;
+        c.server_url = "tcp://127.0.0.1:1";  // never dialled
+        return c;
+    }
+    ClientConfig cfg = config();
+    UcxWorker ucx{{}, {"tcp"}};
+    ServerSession session{cfg, 7};
+    ControlPage page{ucx};
+    Holdings holdings{cfg, 7, session, ucx, page};
+
+    // A replica of one tensor held in `bytes`.
+    std::unique_ptr<Replica> replica(std::vector<uint8_t> &bytes) {
+        th::TensorSpec spec{"w", TH_DTYPE_UINT8, {static_cast<int64_t>(bytes.size())}, bytes.size()};
+        return holdings.prepare("m", 0, {Buffer{spec, bytes.data(), TH_MEM_HOST}});
+    }
+};
+
+uint64_t generation_of(const Replica &r) { return r.desc().ctrl_generation; }
+
+}  // namespace
+
+TEST(Succession, LastsUntilTheCopysOwnGenerationEnds) {
+    Holder h;
+    std::vector<uint8_t> a(1 << 16, 1), b(1 << 16, 1);
+    auto r = h.replica(a), copy = h.replica(b);
+    copy->succeed(*r);
+    EXPECT_EQ(h.ucx.successions(), 1u);
+    r->end_generation();  // what the copy answers for from now on
+    EXPECT_EQ(h.ucx.successions(), 1u);
+    copy->end_generation();
+    EXPECT_EQ(h.ucx.successions(), 0u);
+    // Nothing was being sent: neither generation is marked.
+    EXPECT_LT(r->control_word()->unsettled.load(), generation_of(*r));
+    EXPECT_LT(copy->control_word()->unsettled.load(), generation_of(*copy));
+}
+
+// Its readers read the replica's word, not the copy's: a copy whose bytes
+// turn out changed marks the generation it answered for as well.
+TEST(Succession, ACopyFoundChangedMarksTheGenerationItAnsweredFor) {
+    Holder h;
+    std::vector<uint8_t> a(1 << 16, 1), b(1 << 16, 1);
+    auto r = h.replica(a), copy = h.replica(b);
+    copy->succeed(*r);
+    r->end_generation();
+    copy->distrust_generation();
+    EXPECT_EQ(h.ucx.successions(), 0u);
+    EXPECT_GE(copy->control_word()->unsettled.load(), generation_of(*copy));
+    EXPECT_GE(r->control_word()->unsettled.load(), generation_of(*r));
+}
+
+TEST(Succession, EndsWithACopyFreedWithoutEndingItsGeneration) {
+    Holder h;
+    std::vector<uint8_t> a(1 << 16, 1), b(1 << 16, 1);
+    auto r = h.replica(a), copy = h.replica(b);
+    copy->succeed(*r);
+    copy.reset();
+    EXPECT_EQ(h.ucx.successions(), 0u);
+}
+
+TEST(Succession, NeedsACopyOfTheSameBuffers) {
+    Holder h;
+    std::vector<uint8_t> a(1 << 16, 1), b(1 << 15, 1);
+    auto r = h.replica(a), copy = h.replica(b);
+    try {
+        copy->succeed(*r);
+        FAIL() << "a copy of other buffers answered for the replica";
+    } catch (const Error &e) {
+        EXPECT_EQ(e.code(), TH_ERR_INTERNAL);
+    }
+    EXPECT_EQ(h.ucx.successions(), 0u);
+}
