@@ -293,9 +293,8 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
     if (guard && h.length > 0 && h.length <= kMaxRead && !(region && holds(registry_, guard->gen_at, guard->generation))) {
         if (region) region->answering--;
         region = nullptr;
-        bool first = false;
         if (std::optional<Moved> m =
-                successions_.moved(guard->gen_at, guard->generation, h.remote, h.length, rkey, rkey_len, &first)) {
+                successions_.moved(guard->gen_at, guard->generation, h.remote, h.length, rkey, rkey_len)) {
             region = registry_.served(m->remote, h.length, m->rkey.data(), m->rkey.size());
             if (region && !holds(registry_, m->gen_at, m->generation)) {
                 region->answering--;
@@ -304,7 +303,7 @@ void UcxWorker::answer(ucp_ep_h ep, const ReadRequestHeader &h, const uint8_t *r
             from = m->remote;
         }
         // Once per copy: its readers see nothing of it.
-        if (region && first)
+        if (region && successions_.answered(guard->gen_at, guard->generation))
             TH_LOG(Info, "a replica changed while read; its spilled copy answers its readers' reads from now on");
         if (!region) {
             answer_status(ep, h.id, UCS_ERR_INVALID_ADDR);

@@ -35,19 +35,24 @@ std::optional<Moved> Successions::of(uint64_t gen_at, uint64_t generation) const
 }
 
 std::optional<Moved> Successions::moved(uint64_t gen_at, uint64_t generation, uint64_t remote, uint64_t n,
-                                        const uint8_t *rkey, size_t rkey_len, bool *first) {
+                                        const uint8_t *rkey, size_t rkey_len) const {
     std::lock_guard lk(mu_);
-    Succession *s = find(gen_at, generation);
+    const Succession *s = find(gen_at, generation);
     if (!s) return std::nullopt;
     for (const Succession::Range &r : s->ranges) {
         bool within = remote >= r.from && n <= r.length && remote - r.from <= r.length - n;
-        if (within && r.rkey.size() == rkey_len && std::memcmp(r.rkey.data(), rkey, rkey_len) == 0) {
-            *first = !s->used;
-            s->used = true;
+        if (within && r.rkey.size() == rkey_len && std::memcmp(r.rkey.data(), rkey, rkey_len) == 0)
             return Moved{r.to + (remote - r.from), r.to_rkey, s->to_gen_at, s->to_generation};
-        }
     }
     return std::nullopt;
+}
+
+bool Successions::answered(uint64_t gen_at, uint64_t generation) {
+    std::lock_guard lk(mu_);
+    Succession *s = find(gen_at, generation);
+    if (!s || s->used) return false;
+    s->used = true;
+    return true;
 }
 
 size_t Successions::size() const {

@@ -35,7 +35,7 @@ struct Succession {
     std::vector<Range> ranges;
     uint64_t to_gen_at = 0;  // the copy's generation word
     uint64_t to_generation = 0;
-    bool used = false;  // it has moved a read
+    bool used = false;  // it has answered a read
 };
 
 // Where a read moved: the copy's bytes and the generation they hold under.
@@ -57,10 +57,11 @@ class Successions {
     // remote is 0).
     std::optional<Moved> of(uint64_t gen_at, uint64_t generation) const;
     // Where a read of n bytes at remote under rkey, made for generation at
-    // gen_at, lies in the copy; nullopt if no copy holds all of it. first:
-    // set when it is the first read this copy answers for that generation.
+    // gen_at, lies in the copy; nullopt if no copy holds all of it.
     std::optional<Moved> moved(uint64_t gen_at, uint64_t generation, uint64_t remote, uint64_t n, const uint8_t *rkey,
-                               size_t rkey_len, bool *first);
+                               size_t rkey_len) const;
+    // The copy answered a read for generation at gen_at: true the first time.
+    bool answered(uint64_t gen_at, uint64_t generation);
     size_t size() const;
 
   private:
