@@ -85,10 +85,8 @@ void Replica::succeed(const Replica &from) {
     s.generation = from.desc_.ctrl_generation;
     s.to_gen_at = reinterpret_cast<uintptr_t>(ctrl_.word);
     s.to_generation = desc_.ctrl_generation;
-    if (from.buffers_.size() != buffers_.size()) fail(TH_ERR_INTERNAL, "a copy with other buffers than its replica");
+    if (from.specs() != specs()) fail(TH_ERR_INTERNAL, "a copy with other buffers than its replica");
     for (size_t i = 0; i < buffers_.size(); ++i) {
-        if (from.buffers_[i].spec.nbytes != buffers_[i].spec.nbytes)
-            fail(TH_ERR_INTERNAL, "a copy with other buffers than its replica");
         s.ranges.push_back({reinterpret_cast<uintptr_t>(from.buffers_[i].data), from.buffers_[i].spec.nbytes,
                             from.buffer_region(i)->rkey, reinterpret_cast<uintptr_t>(buffers_[i].data),
                             buffer_region(i)->rkey});
