@@ -36,13 +36,18 @@ struct Holder {
 
 uint64_t generation_of(const Replica &r) { return r.desc().ctrl_generation; }
 
+// A replica and a copy of it that answers for it.
+class SpilledCopy : public ::testing::Test {
+  protected:
+    Holder h;
+    std::vector<uint8_t> a = std::vector<uint8_t>(1 << 16, 1), b = a;
+    std::unique_ptr<Replica> r = h.replica(a), copy = h.replica(b);
+    void SetUp() override { copy->succeed(*r); }
+};
+
 }  // namespace
 
-TEST(Succession, LastsUntilTheCopysOwnGenerationEnds) {
-    Holder h;
-    std::vector<uint8_t> a(1 << 16, 1), b(1 << 16, 1);
-    auto r = h.replica(a), copy = h.replica(b);
-    copy->succeed(*r);
+TEST_F(SpilledCopy, LastsUntilTheCopysOwnGenerationEnds) {
     EXPECT_EQ(h.ucx.successions(), 1u);
     r->end_generation();  // what the copy answers for from now on
     EXPECT_EQ(h.ucx.successions(), 1u);
@@ -55,11 +60,7 @@ TEST(Succession, LastsUntilTheCopysOwnGenerationEnds) {
 
 // Its readers read the replica's word, not the copy's: a copy whose bytes
 // turn out changed marks the generation it answered for as well.
-TEST(Succession, ACopyFoundChangedMarksTheGenerationItAnsweredFor) {
-    Holder h;
-    std::vector<uint8_t> a(1 << 16, 1), b(1 << 16, 1);
-    auto r = h.replica(a), copy = h.replica(b);
-    copy->succeed(*r);
+TEST_F(SpilledCopy, ACopyFoundChangedMarksTheGenerationItAnsweredFor) {
     r->end_generation();
     copy->distrust_generation();
     EXPECT_EQ(h.ucx.successions(), 0u);
@@ -67,16 +68,12 @@ TEST(Succession, ACopyFoundChangedMarksTheGenerationItAnsweredFor) {
     EXPECT_GE(r->control_word()->unsettled.load(), generation_of(*r));
 }
 
-TEST(Succession, EndsWithACopyFreedWithoutEndingItsGeneration) {
-    Holder h;
-    std::vector<uint8_t> a(1 << 16, 1), b(1 << 16, 1);
-    auto r = h.replica(a), copy = h.replica(b);
-    copy->succeed(*r);
+TEST_F(SpilledCopy, EndsWithACopyFreedWithoutEndingItsGeneration) {
     copy.reset();
     EXPECT_EQ(h.ucx.successions(), 0u);
 }
 
-TEST(Succession, NeedsACopyOfTheSameBuffers) {
+TEST(ReplicaSucceed, NeedsACopyOfTheSameBuffers) {
     Holder h;
     std::vector<uint8_t> a(1 << 16, 1), b(1 << 15, 1);
     auto r = h.replica(a), copy = h.replica(b);
