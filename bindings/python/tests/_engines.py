@@ -1,14 +1,21 @@
 """What the adapter tests share: the tiny transformers model and an engine-
 style load_weights, as vLLM and SGLang models implement it (neither engine
-runs on this machine: no GPU, and their wheels pin their own torch)."""
+runs on this machine: no GPU, and their wheels pin their own torch), and the
+devices their main tests run on: the CPU, and the GPU where one is (the
+engines' own case: the models, the staging buffers and the published
+weights in device memory)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="no CUDA device"))]
 
 PROMPT = torch.tensor([[1, 17, 42, 99, 7, 3], [5, 6, 7, 8, 9, 10]])
 
@@ -51,22 +58,22 @@ def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor) -> None:
         param.data.copy_(loaded)
 
 
-def build(seed: int, cls: type[LlamaForCausalLM] = LlamaForCausalLM) -> Any:
+def build(seed: int, cls: type[LlamaForCausalLM] = LlamaForCausalLM, device: str = "cpu") -> Any:
     torch.manual_seed(seed)
-    return cls(config()).eval()
+    return cls(config()).to(device).eval()
 
 
 def logits(model: Any) -> torch.Tensor:
     with torch.no_grad():
-        return model(PROMPT).logits
+        return model(PROMPT.to(model.device)).logits
 
 
 def bits(t: torch.Tensor) -> bytes:
-    return t.detach().contiguous().numpy().tobytes()
+    return t.detach().cpu().contiguous().numpy().tobytes()
 
 
 def train_step(model: Any, optimizer: torch.optim.Optimizer, seed: int) -> None:
-    batch = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(seed))
+    batch = torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(seed)).to(model.device)
     model.train()
     model(batch, labels=batch).loss.backward()
     optimizer.step()

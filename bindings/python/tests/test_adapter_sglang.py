@@ -19,7 +19,7 @@ from conftest import connect
 torch = require("torch")
 require("transformers")
 import tensorhub.torch as tht  # noqa: E402
-from _engines import EngineModel, bits, build, logits, train_step  # noqa: E402
+from _engines import DEVICES, EngineModel, bits, build, logits, train_step  # noqa: E402
 from tensorhub.adapters import sglang as th_sglang  # noqa: E402
 
 
@@ -71,14 +71,18 @@ class Engine:
         return all(ok for ok, _ in results), "; ".join(m for _, m in results)
 
 
-@pytest.fixture
-def engine() -> Iterator[Engine]:
-    yield Engine([ModelRunner(build(30 + rank, EngineModel), [th_sglang.LOADER]) for rank in range(2)])
+@pytest.fixture(params=["cpu"])
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    device = request.param
+    yield Engine([ModelRunner(build(30 + rank, EngineModel, device), [th_sglang.LOADER], device)
+                  for rank in range(2)])
     th_sglang.close()
 
 
+@pytest.mark.parametrize("engine", DEVICES, indirect=True)
 def test_each_rank_loads_the_referenced_version_bit_for_bit(server, engine) -> None:
-    trainer = build(0)
+    device = engine.runners[0].device
+    trainer = build(0, device=device)
     optimizer = torch.optim.AdamW(trainer.parameters(), lr=1e-2)
     with connect(server, "trainer") as hub:
         publisher = tht.Publisher(hub, "policy", trainer, digest=True)
@@ -86,8 +90,8 @@ def test_each_rank_loads_the_referenced_version_bit_for_bit(server, engine) -> N
         for version in (1, 2):
             train_step(trainer, optimizer, seed=version)
             publisher.publish(version)
-            ok, message = engine.update_weights_from_tensor(th_sglang.reference(server.url, "policy", version),
-                                                            load_format=th_sglang.LOADER)
+            ok, message = engine.update_weights_from_tensor(
+                th_sglang.reference(server.url, "policy", version, staging_device=device), load_format=th_sglang.LOADER)
             assert ok, message
             for runner in engine.runners:
                 assert bits(logits(runner.model)) == bits(logits(trainer)), f"rank differs at version {version}"

@@ -15,7 +15,7 @@ from _requires import require
 
 torch = require("torch")
 require("transformers")
-from _engines import EngineModel, bits, build, logits, train_step  # noqa: E402
+from _engines import DEVICES, EngineModel, bits, build, logits, train_step  # noqa: E402
 from tensorhub.adapters import verl as th_verl  # noqa: E402
 
 
@@ -74,8 +74,9 @@ async def update_weights(trainer: list[th_verl.TensorHubCheckpointEngine], rollo
 def engines(server) -> Iterator[Any]:
     made: list[th_verl.TensorHubCheckpointEngine] = []
 
-    def new() -> th_verl.TensorHubCheckpointEngine:
-        made.append(th_verl.TensorHubCheckpointEngine(bucket_size=1 << 20, server_url=server.url, model="policy"))
+    def new(device: str = "cpu") -> th_verl.TensorHubCheckpointEngine:
+        made.append(th_verl.TensorHubCheckpointEngine(bucket_size=1 << 20, server_url=server.url, model="policy",
+                                                      device=device))
         return made[-1]
 
     yield new
@@ -83,11 +84,12 @@ def engines(server) -> Iterator[Any]:
         e.close()
 
 
-def test_rounds_move_the_trainers_weights_bit_for_bit(engines) -> None:
-    model = build(0)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rounds_move_the_trainers_weights_bit_for_bit(engines, device: str) -> None:
+    model = build(0, device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    trainer = [engines(), engines()]  # two trainer ranks: rank 0 sends, rank 1 only runs its gathers
-    rollouts = [RolloutWorker(engines(), build(40 + i, EngineModel)) for i in range(2)]
+    trainer = [engines(device), engines(device)]  # two trainer ranks: rank 0 sends, rank 1 only runs its gathers
+    rollouts = [RolloutWorker(engines(device), build(40 + i, EngineModel, device)) for i in range(2)]
     gathers = []
 
     def per_tensor_param() -> Iterator[tuple[str, torch.Tensor]]:
@@ -99,7 +101,7 @@ def test_rounds_move_the_trainers_weights_bit_for_bit(engines) -> None:
     for round_, steps, version in ((1, None, 1), (2, None, 2), (3, 10, 10), (4, 20, 20)):
         train_step(model, optimizer, seed=round_)
         if round_ == 3:  # elastic scale-up: a new replica joins for this round
-            rollouts.append(RolloutWorker(engines(), build(50, EngineModel)))
+            rollouts.append(RolloutWorker(engines(device), build(50, EngineModel, device)))
         metrics = asyncio.run(update_weights(trainer, rollouts, per_tensor_param, global_steps=steps))
         assert metrics["tensorhub/version"] == version and metrics["tensorhub/publish_s"] > 0
         assert trainer[0].version == version and len(gathers) == 2 * round_

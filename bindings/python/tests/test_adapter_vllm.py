@@ -17,7 +17,7 @@ from conftest import connect
 
 torch = require("torch")
 require("transformers")
-from _engines import EngineModel, bits, build, logits, train_step  # noqa: E402
+from _engines import DEVICES, EngineModel, bits, build, logits, train_step  # noqa: E402
 from tensorhub.adapters import vllm as th_vllm  # noqa: E402
 
 # vLLM's WeightTransferEngineFactory, reduced to what a worker does with it:
@@ -34,7 +34,7 @@ class Worker:
         vllm_config = SimpleNamespace(parallel_config=SimpleNamespace(tensor_parallel_size=1),
                                       model_config=SimpleNamespace(model="tiny-llama"))
         self.model = model
-        self.engine = REGISTRY[config.backend](config, vllm_config, torch.device("cpu"), model)
+        self.engine = REGISTRY[config.backend](config, vllm_config, model.device, model)
         self.active = False
         self.weight_version: str | None = None
 
@@ -93,19 +93,21 @@ class LLMClient:
         self._all("finish_weight_update", weight_version=weight_version)
 
 
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    ws = [Worker(build(10 + i, EngineModel)) for i in range(2)]
+@pytest.fixture(params=["cpu"])
+def workers(request: pytest.FixtureRequest) -> Iterator[list[Worker]]:
+    ws = [Worker(build(10 + i, EngineModel, request.param)) for i in range(2)]
     yield ws
     for w in ws:
         w.engine.shutdown()
 
 
+@pytest.mark.parametrize("workers", DEVICES, indirect=True)
 def test_every_update_loads_the_trainers_weights_bit_for_bit(server, workers) -> None:
-    trainer = build(0)
+    device = str(workers[0].model.device.type)
+    trainer = build(0, device=device)
     optimizer = torch.optim.AdamW(trainer.parameters(), lr=1e-2)
     llm = LLMClient(workers)
-    info = th_vllm.TensorHubTrainerInitInfo(server_url=server.url, model="policy", rank=0)
+    info = th_vllm.TensorHubTrainerInitInfo(server_url=server.url, model="policy", rank=0, staging_device=device)
     sender = th_vllm.TensorHubTrainerEngine.trainer_init(info, client=llm, source=trainer)
     sender.attach(optimizer)
     try:
