@@ -110,6 +110,11 @@ func withContext(ctx context.Context, err error) error {
 			e.cause = context.DeadlineExceeded
 		}
 	}
+	// A fetch ended by ctx (cancelOnDone): errors.Is(err, context.Canceled)
+	// holds as well as ErrCanceled.
+	if e, ok := err.(*Error); ok && e.code == StatusCanceled && ctx.Err() != nil {
+		e.cause = ctx.Err()
+	}
 	return err
 }
 

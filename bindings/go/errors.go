@@ -25,6 +25,7 @@ const (
 	StatusInternal       Status = C.TH_ERR_INTERNAL
 	StatusRetained       Status = C.TH_ERR_RETAINED
 	StatusAuth           Status = C.TH_ERR_AUTH
+	StatusCanceled       Status = C.TH_ERR_CANCELED
 )
 
 // String is the library's name for the status, e.g. "not found".
@@ -34,7 +35,7 @@ func (s Status) String() string { return C.GoString(C.th_status_str(C.th_status(
 type Error struct {
 	code  Status
 	msg   string
-	cause error // the context error when ctx's deadline caused a timeout
+	cause error // the context error when ctx's deadline caused a timeout, or ctx canceled a fetch
 }
 
 func newError(code Status, msg string) *Error { return &Error{code: code, msg: msg} }
@@ -58,7 +59,8 @@ func (e *Error) Is(target error) bool {
 	return ok && t.code == e.code
 }
 
-// Unwrap exposes context.DeadlineExceeded when ctx's deadline caused a timeout.
+// Unwrap exposes context.DeadlineExceeded when ctx's deadline caused a timeout,
+// and ctx's error when ctx ended a fetch (ErrCanceled).
 func (e *Error) Unwrap() error { return e.cause }
 
 // Sentinels for errors.Is; they match by status only.
@@ -78,4 +80,5 @@ var (
 	ErrInternal       = newError(StatusInternal, "")
 	ErrRetained       = newError(StatusRetained, "")
 	ErrAuth           = newError(StatusAuth, "")
+	ErrCanceled       = newError(StatusCanceled, "")
 )

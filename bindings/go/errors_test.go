@@ -157,3 +157,40 @@ func TestMessagesStayWithTheirGoroutine(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// doneAfterCheck is a context that passes the check before the C call and is
+// done by the time the call starts: what a context canceled during a fetch
+// looks like, without a race.
+type doneAfterCheck struct {
+	context.Context
+	done   chan struct{}
+	checks int
+}
+
+func (c *doneAfterCheck) Done() <-chan struct{} { return c.done }
+func (c *doneAfterCheck) Err() error {
+	c.checks++
+	if c.checks == 1 {
+		return nil
+	}
+	return context.Canceled
+}
+
+func TestAContextCanceledDuringAFetchEndsItWithErrCanceled(t *testing.T) {
+	c := newCluster(t)
+	publish(t, c.pub, "m", 1, shard(t, 1, 1<<20, 1))
+
+	ctx := &doneAfterCheck{Context: context.Background(), done: make(chan struct{})}
+	close(ctx.done)
+	dst := shard(t, 1, 1<<20, 0)
+	_, _, err := c.reader.Fetch(ctx, "m", 1, 0, dst, false)
+	if !errors.Is(err, tensorhub.ErrCanceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want ErrCanceled that also matches context.Canceled, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "canceled before its first read") {
+		t.Fatalf("message: %v", err)
+	}
+	if _, _, err := c.reader.Fetch(context.Background(), "m", 1, 0, dst, false); err != nil {
+		t.Fatalf("the fetch after a canceled one: %v", err)
+	}
+}

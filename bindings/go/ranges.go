@@ -57,6 +57,12 @@ func (c *Client) FetchRanges(ctx context.Context, model string, version uint64, 
 	cs := newCStats(true)
 	defer cs.free()
 	raw.stats = cs.p
+	token, stop, err := cancelOnDone(ctx)
+	if err != nil {
+		return 0, stats, err
+	}
+	defer stop()
+	raw.cancel = token
 
 	// The array lives in C memory: it holds pointers (names, buffers).
 	arr := (*C.th_range)(C.calloc(C.size_t(len(ranges)), C.size_t(unsafe.Sizeof(C.th_range{}))))

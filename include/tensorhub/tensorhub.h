@@ -67,8 +67,9 @@ typedef enum th_status {
     TH_ERR_INTERNAL = -13,       /* a bug in tensorhub: please report it */
     TH_ERR_RETAINED = -14,       /* the last complete copy of a required version
                                     cannot be given up (retention policy "fail") */
-    TH_ERR_AUTH = -15            /* a message failed authentication: the peers do
+    TH_ERR_AUTH = -15,           /* a message failed authentication: the peers do
                                     not share the same cluster token */
+    TH_ERR_CANCELED = -16        /* the caller canceled it (th_cancel_signal) */
 } th_status;
 
 /* A static, human-readable name for a status code. Never NULL. Thread-safe. */
@@ -466,6 +467,25 @@ TH_API th_status th_pin(th_client *client, const char *model, uint64_t version);
 TH_API th_status th_unpin(th_client *client, const char *model, uint64_t version);
 
 /* ------------------------------------------------------------------------- */
+/* Cancellation                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* A flag that ends the operations it is given to (th_fetch_config.cancel)
+ * with TH_ERR_CANCELED once it is signalled: for a reader that shuts down, is
+ * preempted, or no longer wants the version it is fetching. One token may be
+ * given to several operations at once; it stays signalled (make a new one for
+ * the next operation). */
+typedef struct th_cancel th_cancel;
+
+TH_API th_status th_cancel_create(th_cancel **out);
+/* Signals it. Thread-safe, idempotent, never blocks. */
+TH_API void th_cancel_signal(th_cancel *cancel);
+/* 1 once it was signalled, else 0 (0 for NULL). */
+TH_API int th_cancel_signalled(const th_cancel *cancel);
+/* Only once no operation it was given to is running. NULL is a no-op. */
+TH_API void th_cancel_destroy(th_cancel *cancel);
+
+/* ------------------------------------------------------------------------- */
 /* Fetch                                                                      */
 /* ------------------------------------------------------------------------- */
 
@@ -508,6 +528,12 @@ typedef struct th_fetch_config {
                              (counted in th_sync_stats.checksum_mismatches). Chunks a
                              partial fetch holds only in part are not checked.
                              Default TH_DEFAULT_VERIFY. */
+    th_cancel *cancel;    /* if not NULL, th_cancel_signal(cancel) from any thread
+                             ends the fetch with TH_ERR_CANCELED: at once if it was
+                             signalled before, else within about 20 ms once its
+                             reads have started (a request to the server in
+                             progress is answered first), after the reads in flight
+                             have landed. Default NULL. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
@@ -523,7 +549,8 @@ TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
  * the caller must then keep them unchanged until th_replica_release.
  * Errors: TH_ERR_NOT_FOUND, TH_ERR_NOT_COMMITTED, TH_ERR_LAYOUT_MISMATCH,
  * TH_ERR_INVALID_ARG, TH_ERR_UNAVAILABLE (no live holder), TH_ERR_TIMEOUT,
- * TH_ERR_TRANSPORT. On failure the destination content is unspecified. */
+ * TH_ERR_TRANSPORT, TH_ERR_CANCELED (cfg->cancel). On failure the destination
+ * content is unspecified, and nothing writes to it after the call returned. */
 TH_API th_status th_fetch(th_client *client, const th_fetch_config *cfg,
                           const th_tensor *dst, size_t n, uint64_t *out_version,
                           th_replica **out_replica);

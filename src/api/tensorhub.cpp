@@ -2,6 +2,7 @@
 // every exception turned into a status code plus th_last_error().
 #include "tensorhub/tensorhub.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -25,6 +26,10 @@ struct th_client {
 
 struct th_replica {
     std::unique_ptr<th::Replica> impl;
+};
+
+struct th_cancel {
+    std::atomic<bool> signalled{false};
 };
 
 namespace {
@@ -103,6 +108,7 @@ th::FetchRequest fetch_request(const th_fetch_config &c) {
     req.shard = c.shard;
     req.timeout_ms = c.timeout_ms;
     req.verify = static_cast<th_verify>(verify);
+    if (c.cancel) req.cancel = &c.cancel->signalled;
     if (c.progress) {
         auto progress = c.progress;
         void *user_data = c.progress_user_data;
@@ -171,11 +177,29 @@ const char *th_status_str(th_status status) {
         case TH_ERR_INTERNAL: return "internal error";
         case TH_ERR_RETAINED: return "required version retained";
         case TH_ERR_AUTH: return "authentication failed";
+        case TH_ERR_CANCELED: return "canceled";
     }
     return "unknown status";
 }
 
 const char *th_last_error(void) { return th::last_error(); }
+
+th_status th_cancel_create(th_cancel **out) {
+    return th::guard([&] {
+        if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
+        *out = new th_cancel;
+    });
+}
+
+void th_cancel_signal(th_cancel *cancel) {
+    if (cancel != nullptr) cancel->signalled.store(true, std::memory_order_release);
+}
+
+int th_cancel_signalled(const th_cancel *cancel) {
+    return cancel != nullptr && cancel->signalled.load(std::memory_order_acquire) ? 1 : 0;
+}
+
+void th_cancel_destroy(th_cancel *cancel) { delete cancel; }
 
 void th_free(void *ptr) { std::free(ptr); }
 

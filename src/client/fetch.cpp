@@ -52,6 +52,13 @@ void Fetch::fail_fetch(th_status code, const std::string &why) {
     throw Error(code, what);
 }
 
+// The caller's th_cancel, looked at between transfers as the deadline is.
+void Fetch::check_canceled() {
+    if (req_.cancel == nullptr || !req_.cancel->load(std::memory_order_acquire)) return;
+    fail_fetch(TH_ERR_CANCELED, needed_ == 0 ? std::string("canceled before its first read")
+                                              : str("canceled with ", confirmed_, " of ", needed_, " chunks fetched"));
+}
+
 void Fetch::apply_layout(uint64_t version, uint64_t chunk_bytes, uint32_t num_shards, std::vector<TensorSpec> tensors) {
     Layout layout(std::move(tensors), chunk_bytes);
     version_ = version;
@@ -679,10 +686,12 @@ FetchResult Fetch::run() {
     auto chunk_timeout = std::chrono::milliseconds(cfg_.chunk_timeout_ms);
     trace::event("fetch", session_.worker_id(), req_.shard, serve_);
     try {
+        check_canceled();
         plan(deadline);
         while (!done()) {
             if (deadline.expired())
                 fail_fetch(TH_ERR_TIMEOUT, str("deadline passed with ", confirmed_, " of ", needed_, " chunks fetched"));
+            check_canceled();
             auto wait = std::chrono::microseconds(20000);
             issue();
             for (auto &s : sources_)
@@ -786,8 +795,13 @@ void Fetch::drain() {
     verifier_.reset();  // finishes the batch in hand: then nothing reads the buffers
 }
 
+// A canceled fetch gives the reads in flight a moment, not a chunk timeout:
+// a healthy source answers in milliseconds, a stuck one is closed.
+constexpr std::chrono::milliseconds kCanceledDrain{200};
+
 void Fetch::drain_reads() {
-    auto give_up = Clock::now() + std::chrono::milliseconds(cfg_.chunk_timeout_ms) * 2;
+    bool canceled = req_.cancel != nullptr && req_.cancel->load(std::memory_order_acquire);
+    auto give_up = Clock::now() + (canceled ? kCanceledDrain : std::chrono::milliseconds(cfg_.chunk_timeout_ms) * 2);
     bool closed = false;
     for (;;) {
         bool busy = std::any_of(sources_.begin(), sources_.end(), [](auto &s) { return s->chunk_inflight > 0 || s->ctrl_inflight; });
@@ -798,7 +812,7 @@ void Fetch::drain_reads() {
                 return;
             }
             for (auto &s : sources_)
-                if (s->chunk_inflight > 0 || s->ctrl_inflight) ucx_.close_peer(s->peer, "fetch ended");
+                if (s->chunk_inflight > 0 || s->ctrl_inflight) ucx_.close_peer(s->peer, canceled ? "fetch canceled" : "fetch ended");
             closed = true;
             give_up = Clock::now() + std::chrono::milliseconds(cfg_.chunk_timeout_ms);
         }

@@ -147,6 +147,7 @@ class Fetch {
     void report_progress(bool final);
     SyncStats stats() const;
     [[noreturn]] void fail_fetch(th_status code, const std::string &why);
+    void check_canceled();
 
     ServerSession &session_;
     UcxWorker &ucx_;

@@ -4,6 +4,7 @@
 // holds a chunk whole (only such a chunk can be checked against its checksum).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -34,6 +35,8 @@ struct FetchRequest {
     std::function<void(uint64_t, uint64_t)> progress;
     uint32_t progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
     th_verify verify = TH_DEFAULT_VERIFY;  // which chunks are checked against the version's checksums
+    // Set by another thread to end the fetch with TH_ERR_CANCELED; may be null.
+    const std::atomic<bool> *cancel = nullptr;
 };
 
 class FetchTarget {

@@ -12,7 +12,7 @@
 namespace th {
 
 // The most negative th_status defined: codes from a peer below it are unknown.
-constexpr int kLowestStatus = TH_ERR_AUTH;
+constexpr int kLowestStatus = TH_ERR_CANCELED;
 
 class Error : public std::runtime_error {
   public:

@@ -18,6 +18,7 @@ This package is a ctypes binding of libtensorhub (include/tensorhub/tensorhub.h)
 from ._common import LATEST
 from ._errors import (
     AuthError,
+    Canceled,
     Closed,
     Conflict,
     InternalError,
@@ -37,6 +38,7 @@ from ._errors import (
 from ._lib import lib as _clib
 from ._ranges import Range
 from ._tensors import DType, MemKind, Typed, with_dtype
+from .cancel import Cancel
 from .client import Client
 from .replica import Replica
 from .server import Server, server_status
@@ -48,5 +50,5 @@ __all__ = [
     "LATEST", "Client", "Server", "Replica", "Range", "server_status", "DType", "MemKind", "Typed", "with_dtype",
     "TensorHubError", "InvalidArgument", "VersionNotFound", "NotCommitted", "LayoutMismatch", "Conflict",
     "Timeout", "Unavailable", "TransportError", "ProtocolError", "OutOfMemory", "Closed", "Unsupported",
-    "InternalError", "Retained", "AuthError", "__version__",
+    "InternalError", "Retained", "AuthError", "Canceled", "Cancel", "__version__",
 ]

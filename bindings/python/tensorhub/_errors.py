@@ -96,6 +96,10 @@ class AuthError(TensorHubError, PermissionError):
     """TH_ERR_AUTH: the peers do not share the same cluster token."""
 
 
+class Canceled(TensorHubError):
+    """TH_ERR_CANCELED: the caller canceled it (Cancel.cancel())."""
+
+
 _BY_CODE: dict[int, type[TensorHubError]] = {
     -1: InvalidArgument,
     -2: VersionNotFound,
@@ -112,6 +116,7 @@ _BY_CODE: dict[int, type[TensorHubError]] = {
     -13: InternalError,
     -14: Retained,
     -15: AuthError,
+    -16: Canceled,
 }
 for _code, _cls in _BY_CODE.items():
     _cls.code = _code

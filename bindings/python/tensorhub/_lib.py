@@ -218,6 +218,7 @@ class FetchConfig(Structure):
         ("progress_user_data", c_void_p),
         ("progress_interval_ms", c_uint32),
         ("verify", c_enum),
+        ("cancel", c_void_p),
     ]
 
 
@@ -263,6 +264,11 @@ _declare("th_replica_release", status_t, replica_p)
 _declare("th_replica_begin_mutation", status_t, replica_p)
 _declare("th_pin", status_t, client_p, c_char_p, c_uint64)
 _declare("th_unpin", status_t, client_p, c_char_p, c_uint64)
+# Cancellation.
+_declare("th_cancel_create", status_t, POINTER(c_void_p))
+_declare("th_cancel_signal", None, c_void_p)
+_declare("th_cancel_signalled", c_int, c_void_p)
+_declare("th_cancel_destroy", None, c_void_p)
 # Fetch.
 _declare("th_fetch_config_init", None, POINTER(FetchConfig), c_size_t)
 _declare("th_fetch", status_t, client_p, POINTER(FetchConfig), POINTER(Tensor), c_size_t, POINTER(c_uint64),

@@ -17,6 +17,7 @@ from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, tak
 from ._ranges import Range, to_c_ranges
 from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
 from ._tensors import DType, Tensors, TensorLike, View, numpy_dtype, to_c, torch_dtype, view_of, views_of, with_dtype
+from .cancel import Cancel
 from .replica import Replica
 from .server import Server
 
@@ -276,7 +277,7 @@ class Client(HandleOwner):
     def _fetch(self, model: str, version: int, views: list[View], shard: int, timeout: float | None,
                serve: bool, tensor: str | None = None, offset: int = 0,
                hook: ProgressHook | None = None, c_tensors: Any = None,
-               verify: Verify | None = None) -> tuple[int, Replica | None]:
+               verify: Verify | None = None, cancel: Cancel | None = None) -> tuple[int, Replica | None]:
         # The caller raises what the progress callback raised (hook.raise_if_failed)
         # once its own bookkeeping is done. c_tensors: to_c(views), if the
         # caller keeps it across fetches into the same buffers.
@@ -292,6 +293,8 @@ class Client(HandleOwner):
             cfg.length = views[0].nbytes
         if (mode := _verify(verify)) is not None:
             cfg.verify = mode
+        if cancel is not None:
+            cfg.cancel = cancel._pointer  # `cancel` outlives this call
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         if hook is not None:
@@ -312,7 +315,7 @@ class Client(HandleOwner):
     def fetch(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
               timeout: float | None = None, serve: bool = True,
               progress: ProgressCallback | None = None, progress_interval: float | None = None,
-              verify: Verify | None = None) -> int:
+              verify: Verify | None = None, cancel: Cancel | None = None) -> int:
         """Fetches a shard of `version` (default: the newest committed) into
         the caller's tensors, reading directly from processes that hold it.
 
@@ -331,6 +334,8 @@ class Client(HandleOwner):
                 A chunk that does not match is read again from another holder
                 (last_sync_stats()["checksum_mismatches"]). None: the library's
                 default (TH_DEFAULT_VERIFY, "sample").
+            cancel: a Cancel token; its cancel(), from any thread, ends the
+                fetch with Canceled (`into` then holds parts of the version).
             serve: keep serving the fetched version from `into` afterwards. The
                 client then holds the replica for (model, shard) and releases
                 the previous one only after this fetch succeeded, so a reader can
@@ -344,12 +349,13 @@ class Client(HandleOwner):
 
         Raises:
             VersionNotFound, NotCommitted, LayoutMismatch, InvalidArgument,
-            Unavailable (no live holder), Timeout, TransportError.
+            Unavailable (no live holder), Timeout, TransportError, Canceled.
         """
         views = views_of(into, writable=True)
         hook = _progress_hook(progress, progress_interval)
         if not serve:
-            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook, verify=verify)[0]
+            got = self._fetch(model, version, views, shard, timeout, serve=False, hook=hook, verify=verify,
+                              cancel=cancel)[0]
             hook.raise_if_failed()
             return got
         key = (model, shard)
@@ -358,7 +364,8 @@ class Client(HandleOwner):
         for old in served:
             if old._overlaps(views):
                 old.release()  # Retained propagates: those bytes must not be overwritten
-        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook, verify=verify)
+        got, replica = self._fetch(model, version, views, shard, timeout, serve=True, hook=hook, verify=verify,
+                                   cancel=cancel)
         assert replica is not None
         with self._lock:
             older = self._served.get(key, [])
@@ -378,7 +385,8 @@ class Client(HandleOwner):
 
     def fetch_replica(self, model: str, version: int = LATEST, *, into: Tensors, shard: int = 0,
                       timeout: float | None = None, progress: ProgressCallback | None = None,
-                      progress_interval: float | None = None, verify: Verify | None = None) -> tuple[int, Replica]:
+                      progress_interval: float | None = None, verify: Verify | None = None,
+                      cancel: Cancel | None = None) -> tuple[int, Replica]:
         """Like fetch(serve=True), but the caller owns the resulting Replica
         and releases it (or uses it as a context manager).
 
@@ -387,7 +395,7 @@ class Client(HandleOwner):
         """
         hook = _progress_hook(progress, progress_interval)
         got, replica = self._fetch(model, version, views_of(into, writable=True), shard, timeout, serve=True, hook=hook,
-                                   verify=verify)
+                                   verify=verify, cancel=cancel)
         assert replica is not None
         try:
             hook.raise_if_failed()
@@ -427,7 +435,7 @@ class Client(HandleOwner):
 
     def fetch_ranges(self, model: str, ranges: Range | list[Range], version: int = LATEST, *, shard: int = 0,
                      timeout: float | None = None, progress: ProgressCallback | None = None,
-                     progress_interval: float | None = None) -> int:
+                     progress_interval: float | None = None, cancel: Cancel | None = None) -> int:
         """Fetches only the given parts of a shard's tensors, in one fetch:
         one plan, then reads of just those bytes, each landing in its range's
         destination (th_fetch_ranges). A column block of a row-major tensor is
@@ -448,6 +456,8 @@ class Client(HandleOwner):
         cfg.version = version_arg(version)
         cfg.shard = u32(shard, "shard")
         cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
+        if cancel is not None:
+            cfg.cancel = cancel._pointer  # `cancel` outlives this call
         stats = new_stats()
         cfg.stats = stats_pointer(stats)
         hook = _progress_hook(progress, progress_interval)

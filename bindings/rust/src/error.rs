@@ -23,6 +23,8 @@ pub enum Status {
     Internal,
     Retained,
     Auth,
+    /// The caller canceled it ([`Cancel`](crate::Cancel)).
+    Canceled,
     /// A code newer than these bindings (codes are only ever appended).
     Unknown(i32),
 }
@@ -46,6 +48,7 @@ impl Status {
             sys::TH_ERR_INTERNAL => Status::Internal,
             sys::TH_ERR_RETAINED => Status::Retained,
             sys::TH_ERR_AUTH => Status::Auth,
+            sys::TH_ERR_CANCELED => Status::Canceled,
             other => Status::Unknown(other),
         }
     }
@@ -68,6 +71,7 @@ impl Status {
             Status::Internal => sys::TH_ERR_INTERNAL,
             Status::Retained => sys::TH_ERR_RETAINED,
             Status::Auth => sys::TH_ERR_AUTH,
+            Status::Canceled => sys::TH_ERR_CANCELED,
             Status::Unknown(code) => code,
         }
     }

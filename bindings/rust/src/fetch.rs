@@ -1,5 +1,6 @@
 //! Fetching: pulling a shard (or parts of its tensors) from its holders.
 
+use crate::cancel::Cancel;
 use crate::client::Client;
 use crate::error::{check, Result};
 use crate::ffi::{created, cstring, init_config, millis, version_arg};
@@ -30,6 +31,9 @@ pub struct FetchRequest<'s> {
     /// that does not match is read again elsewhere. `None`: the library's
     /// default (`TH_DEFAULT_VERIFY`, a sample).
     pub verify: Option<Verify>,
+    /// A token whose [`cancel`](Cancel::cancel), from any thread, ends the
+    /// fetch with [`Status::Canceled`](crate::Status::Canceled).
+    pub cancel: Option<&'s Cancel>,
 }
 
 /// Which chunks a fetch checks against the checksums their publisher declared.
@@ -66,6 +70,7 @@ fn raw_config(request: &FetchRequest<'_>) -> Result<(sys::th_fetch_config, (CStr
     if let Some(verify) = request.verify {
         raw.verify = verify.raw();
     }
+    raw.cancel = request.cancel.map_or(ptr::null_mut(), Cancel::raw);
     Ok((raw, (model, tensor)))
 }
 

@@ -7,6 +7,7 @@
 
 pub mod sys;
 
+mod cancel;
 mod client;
 mod error;
 mod fetch;
@@ -17,6 +18,7 @@ mod server;
 mod stats;
 mod tensor;
 
+pub use cancel::Cancel;
 pub use client::{Client, ClientConfig, Retention};
 pub use error::{Error, Result, Status};
 pub use fetch::{FetchRequest, RangeMut, Verify};

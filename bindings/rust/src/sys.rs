@@ -25,6 +25,7 @@ pub const TH_ERR_UNSUPPORTED: th_status = -12;
 pub const TH_ERR_INTERNAL: th_status = -13;
 pub const TH_ERR_RETAINED: th_status = -14;
 pub const TH_ERR_AUTH: th_status = -15;
+pub const TH_ERR_CANCELED: th_status = -16;
 
 pub type th_dtype = i32;
 pub const TH_DTYPE_UINT8: th_dtype = 0;
@@ -190,6 +191,7 @@ pub struct th_fetch_config {
     pub progress_user_data: *mut std::ffi::c_void,
     pub progress_interval_ms: u32,
     pub verify: th_verify,
+    pub cancel: *mut th_cancel,
 }
 
 /// A strided part of a published tensor and where it lands (frozen layout).
@@ -219,6 +221,10 @@ pub struct th_client {
 }
 #[repr(C)]
 pub struct th_replica {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct th_cancel {
     _private: [u8; 0],
 }
 
@@ -258,6 +264,11 @@ extern "C" {
     pub fn th_replica_begin_mutation(replica: *mut th_replica) -> th_status;
     pub fn th_pin(client: *mut th_client, model: *const c_char, version: u64) -> th_status;
     pub fn th_unpin(client: *mut th_client, model: *const c_char, version: u64) -> th_status;
+
+    pub fn th_cancel_create(out: *mut *mut th_cancel) -> th_status;
+    pub fn th_cancel_signal(cancel: *mut th_cancel);
+    pub fn th_cancel_signalled(cancel: *const th_cancel) -> c_int;
+    pub fn th_cancel_destroy(cancel: *mut th_cancel);
 
     pub fn th_fetch_config_init(cfg: *mut th_fetch_config, size: usize);
     pub fn th_fetch(

@@ -50,7 +50,7 @@ fn sys_declarations_match_the_header() {
                                spill_ahead, copy_threads }
             th_publish_config { struct_size, model, version, shard, num_shards, chunk_bytes, stats, checksums }
             th_fetch_config { struct_size, model, version, shard, timeout_ms, tensor, offset, length, stats,
-                              progress, progress_user_data, progress_interval_ms, verify }
+                              progress, progress_user_data, progress_interval_ms, verify, cancel }
             th_sync_stats { struct_size, version, bytes, seconds, gbps, sources, replans, failed_sources, chunks,
                             bytes_from_publisher, bytes_from_replicas, checksum_mismatches, bytes_one_sided,
                             bytes_waited, bytes_kept }
@@ -58,7 +58,7 @@ fn sys_declarations_match_the_header() {
         consts {
             TH_OK, TH_ERR_INVALID_ARG, TH_ERR_NOT_FOUND, TH_ERR_NOT_COMMITTED, TH_ERR_LAYOUT_MISMATCH,
             TH_ERR_CONFLICT, TH_ERR_TIMEOUT, TH_ERR_UNAVAILABLE, TH_ERR_TRANSPORT, TH_ERR_PROTOCOL,
-            TH_ERR_NO_MEMORY, TH_ERR_CLOSED, TH_ERR_UNSUPPORTED, TH_ERR_INTERNAL, TH_ERR_RETAINED,
+            TH_ERR_NO_MEMORY, TH_ERR_CLOSED, TH_ERR_UNSUPPORTED, TH_ERR_INTERNAL, TH_ERR_RETAINED, TH_ERR_CANCELED,
             TH_DTYPE_UINT8, TH_DTYPE_INT8, TH_DTYPE_INT16, TH_DTYPE_INT32, TH_DTYPE_INT64,
             TH_DTYPE_FLOAT16, TH_DTYPE_BFLOAT16, TH_DTYPE_FLOAT32, TH_DTYPE_FLOAT64, TH_DTYPE_BOOL,
             TH_DTYPE_FLOAT8_E4M3, TH_DTYPE_FLOAT8_E5M2, TH_DTYPE_UINT16, TH_DTYPE_UINT32, TH_DTYPE_UINT64,

@@ -22,6 +22,7 @@ from .._errors import (
 )
 from .._sync import ProgressCallback, ProgressHook
 from .._tensors import _BY_NAME, DType, View, to_c, torch_dtype, view_of
+from ..cancel import Cancel
 from ..client import Client
 from ..replica import Replica
 from ._collect import _synchronize, _what
@@ -91,7 +92,7 @@ class _Fetcher:
 
     def run(self, version: int, timeout: float, plan_for: Callable[[int, bool], _Plan],
             on_done: Callable[[_Plan], None], progress: ProgressCallback | None = None,
-            progress_interval: float | None = None) -> int:
+            progress_interval: float | None = None, cancel: Cancel | None = None) -> int:
         """Fetches `version` (or LATEST) into plan_for(version, fresh)'s
         destination and returns the version delivered; `fresh` asks for a plan
         made from a describe() of that version."""
@@ -123,7 +124,7 @@ class _Fetcher:
             self.version = None
             self._plan = plan
             try:
-                got, replica = self._fetch(target, plan, remaining, progress, progress_interval)
+                got, replica = self._fetch(target, plan, remaining, progress, progress_interval, cancel)
             except LayoutMismatch:
                 # Checked before any byte is written: the plan is older than
                 # the version's layout. Describe the version and check again.
@@ -152,13 +153,13 @@ class _Fetcher:
             return got
 
     def _fetch(self, version: int, plan: _Plan, remaining: float, progress: ProgressCallback | None,
-               progress_interval: float | None) -> tuple[int, Replica | None]:
+               progress_interval: float | None, cancel: Cancel | None) -> tuple[int, Replica | None]:
         # Client.fetch_replica / fetch(serve=False), with the plan's views
         # and C array instead of new ones.
         hook = ProgressHook(progress, None if progress_interval is None else
                             to_ms(progress_interval, "progress_interval"))
         got, replica = self._client._fetch(self.model, version, plan.views, self.shard, remaining,
-                                           serve=self._serve, hook=hook, c_tensors=plan.c_tensors)
+                                           serve=self._serve, hook=hook, c_tensors=plan.c_tensors, cancel=cancel)
         try:
             hook.raise_if_failed()
         except BaseException:

@@ -11,6 +11,7 @@ import torch
 
 from .._common import LATEST, version_arg
 from .._errors import Closed, InvalidArgument, Timeout
+from ..cancel import Cancel
 from ..client import Client
 from ._collect import Rename, Source, _bump_versions, _items, _synchronize, named_tensors
 from ._fetcher import _digest_buffer, _Fetcher, _layout, _match, _Plan
@@ -100,6 +101,7 @@ class Prefetcher:
         self._target_set = 0
         self._outcome: tuple[int, int] | BaseException | None = None
         self._closing = threading.Event()
+        self._cancel = Cancel()  # the running prefetch's; a new one per prefetch()
         self.version: int | None = None
         """The version the module holds (None before the first swap)."""
         self.last_swap_s: float | None = None
@@ -140,6 +142,7 @@ class Prefetcher:
         self._target_set = index
         self._outcome = None
         newer = (self.version or 0) if wait else None
+        self._cancel = Cancel()  # close() ends the fetch it starts
         self._thread = threading.Thread(target=self._background, args=(index, version, newer, wait_timeout, timeout),
                                         name=f"tensorhub-prefetch-{self.model}", daemon=True)
         self._thread.start()
@@ -152,7 +155,7 @@ class Prefetcher:
             started = time.perf_counter()
             tensor_set = self._sets[index]
             got = tensor_set.fetcher.run(version, timeout, lambda v, fresh: self._plan_for(index, v, fresh),
-                                         lambda _: None)
+                                         lambda _: None, cancel=self._cancel)
             self.last_fetch_s = time.perf_counter() - started
             self.last_sync_stats = self._client.last_sync_stats
             self._outcome = (index, got)
@@ -253,10 +256,12 @@ class Prefetcher:
         return self.swap()
 
     def close(self) -> None:
-        """Stops waiting for a version, lets a fetch in flight end (within its
-        deadline) and stops serving both sets. Idempotent. The module keeps the
-        tensors it points at."""
+        """Stops waiting for a version, cancels a fetch in flight (it ends
+        within about 20 ms, and the reads it has in flight land or are
+        closed), and stops serving both sets. Idempotent. The module keeps
+        the tensors it points at."""
         self._closing.set()
+        self._cancel.cancel()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()

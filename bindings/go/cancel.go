@@ -1,0 +1,42 @@
+package tensorhub
+
+/*
+#include "tensorhub/tensorhub.h"
+*/
+import "C"
+
+import "context"
+
+// cancelOnDone returns a th_cancel that is signalled when ctx is done, for a
+// fetch's th_fetch_config.cancel, and stop, to call once the C call returned
+// (it ends the watch and frees the token). A ctx that can never be done gets
+// no token.
+func cancelOnDone(ctx context.Context) (*C.th_cancel, func(), error) {
+	if ctx.Done() == nil {
+		return nil, func() {}, nil
+	}
+	var token *C.th_cancel
+	if err := call(func() C.th_status { return C.th_cancel_create(&token) }); err != nil {
+		return nil, nil, err
+	}
+	select {
+	case <-ctx.Done(): // done already: the fetch ends before its first read
+		C.th_cancel_signal(token)
+		return token, func() { C.th_cancel_destroy(token) }, nil
+	default:
+	}
+	returned, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			C.th_cancel_signal(token)
+		case <-returned:
+		}
+	}()
+	return token, func() {
+		close(returned)
+		<-watched // nothing signals the token after this
+		C.th_cancel_destroy(token)
+	}, nil
+}

@@ -1,0 +1,104 @@
+"""tensorhub.Cancel: a canceled token ends a fetch with Canceled, before it
+started or between transfers, the buffers can be fetched into again, and a
+Prefetcher's close() ends its background fetch instead of waiting it out."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import _workers
+import numpy as np
+import pytest
+from conftest import connect
+
+import tensorhub
+
+
+def weights(version: int, n: int = 4, size: int = 1 << 18) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(version)
+    return {f"w{i}": rng.standard_normal(size).astype(np.float32) for i in range(n)}
+
+
+def empty_like(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.zeros_like(v) for k, v in w.items()}
+
+
+def test_the_token() -> None:
+    token = tensorhub.Cancel()
+    assert not token.canceled
+    token.cancel()
+    token.cancel()  # idempotent
+    assert token.canceled
+    assert tensorhub.Canceled.code == -16
+    assert issubclass(tensorhub.Canceled, tensorhub.TensorHubError)
+
+
+def test_a_token_canceled_before_the_fetch_ends_it_before_its_first_read(pub: tensorhub.Client,
+                                                                        reader: tensorhub.Client) -> None:
+    w = weights(1)
+    pub.publish("m", 1, w)
+    mine = empty_like(w)
+    token = tensorhub.Cancel()
+    token.cancel()
+    with pytest.raises(tensorhub.Canceled, match="canceled before its first read"):
+        reader.fetch("m", into=mine, cancel=token)
+    assert reader.fetch("m", into=mine) == 1
+    assert all(np.array_equal(mine[k], w[k]) for k in w)
+
+
+def test_a_fetch_canceled_from_its_progress_callback_ends_there(pub: tensorhub.Client,
+                                                                 reader: tensorhub.Client) -> None:
+    w = weights(2)
+    pub.publish("m", 2, w, chunk_bytes=64 << 10)  # 64 chunks
+    mine = empty_like(w)
+    token = tensorhub.Cancel()
+    seen: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append(done)
+        if done > 0:
+            token.cancel()
+
+    with pytest.raises(tensorhub.Canceled, match=r"canceled with \d+ of 64 chunks fetched"):
+        reader.fetch("m", into=mine, serve=False, progress=progress, progress_interval=0, cancel=token)
+    assert seen and seen[-1] < sum(v.nbytes for v in w.values())
+    got, replica = reader.fetch_replica("m", into=mine)
+    with replica:
+        assert got == 2 and all(np.array_equal(mine[k], w[k]) for k in w)
+
+
+def test_closing_a_prefetcher_cancels_a_fetch_stuck_on_a_stopped_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import tensorhub.torch as tht
+
+    # Over tcp the holder's CPU answers every read: stopped, it answers none.
+    monkeypatch.setenv("UCX_TLS", "tcp")
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    with tensorhub.Server() as server:
+        holder = ctx.Process(target=_workers.publisher, args=(server.url, 1, ready, stop))
+        holder.start()
+        try:
+            ready.get(timeout=30)
+            assert holder.pid is not None
+            os.kill(holder.pid, signal.SIGSTOP)
+            with tensorhub.Client(server.url, name="rollout", chunk_timeout=30.0) as client:
+                module = {name: torch.zeros(shape) for name, shape in _workers.SHAPES.items()}
+                prefetcher = tht.Prefetcher(client, _workers.MODEL, module)
+                prefetcher.prefetch(1, wait=False, timeout=60.0)
+                time.sleep(0.3)
+                assert not prefetcher.ready, "the fetch from a stopped holder finished"
+                started = time.monotonic()
+                prefetcher.close()
+                # Not a timing claim: without the cancel, close() waits out the
+                # 30 s chunk timeout of the stuck reads.
+                assert time.monotonic() - started < 15
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+            stop.set()
+            holder.join(30)
+            if holder.is_alive():
+                holder.kill()

@@ -1,0 +1,32 @@
+//! A canceled token ends a fetch with `Status::Canceled`; the buffers can be
+//! fetched into again.
+
+mod common;
+
+use common::{cluster, pattern};
+use tensorhub::{Cancel, FetchRequest, PublishConfig, Status, Tensor, TensorMut};
+
+#[test]
+fn a_token_canceled_before_the_fetch_ends_it_before_its_first_read() {
+    let c = cluster();
+    let src = pattern(3, 1 << 16);
+    let _r = c.publisher.publish(&PublishConfig::new("m", 1), &[Tensor::bytes("w0", &src)]).unwrap();
+
+    let token = Cancel::new().unwrap();
+    assert!(!token.is_canceled());
+    // Canceled from another thread: the token is Send + Sync.
+    std::thread::scope(|s| {
+        s.spawn(|| token.cancel());
+    });
+    assert!(token.is_canceled());
+    let mut dst = vec![0u8; src.len()];
+    let request = FetchRequest { cancel: Some(&token), ..FetchRequest::new("m") };
+    let err = c.reader.fetch_with(&request, &mut [TensorMut::bytes("w0", &mut dst)], false).unwrap_err();
+    assert_eq!(err.code, Status::Canceled, "{err}");
+    assert!(err.message.contains("canceled before its first read"), "{err}");
+    assert_eq!(Status::Canceled.to_string(), "canceled");
+
+    let (version, _) = c.reader.fetch("m", None, 0, &mut [TensorMut::bytes("w0", &mut dst)], false).unwrap();
+    assert_eq!(version, 1);
+    assert_eq!(dst, src);
+}

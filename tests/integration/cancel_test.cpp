@@ -1,0 +1,214 @@
+// th_cancel: a fetch given a signalled token ends with TH_ERR_CANCELED,
+// whether it was signalled before, between transfers or from another thread
+// while the only holder is stuck (a worker process); it leaves no replica
+// behind and the buffers can be fetched into again. Public API only.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "harness.hpp"
+
+using namespace th_test;
+
+namespace {
+
+struct Token {
+    th_cancel *c = nullptr;
+    Token() { EXPECT_EQ(th_cancel_create(&c), TH_OK) << th_last_error(); }
+    ~Token() { th_cancel_destroy(c); }
+};
+
+th_fetch_config config(th_cancel *cancel, uint32_t timeout_ms = 30000) {
+    th_fetch_config fc;
+    th_fetch_config_init(&fc, sizeof fc);
+    fc.model = "m";
+    fc.cancel = cancel;
+    fc.timeout_ms = timeout_ms;
+    return fc;
+}
+
+// Replicas of (model "m", version 1) the server lists for worker.
+size_t replicas_of(const std::string &url, uint64_t worker) {
+    nlohmann::json v = version_status(server_status(url), "m", 1);
+    size_t n = 0;
+    for (const auto &shard : v["shards"])
+        for (const auto &r : shard["replicas"])
+            if (r["worker_id"].get<uint64_t>() == worker) ++n;
+    return n;
+}
+
+}  // namespace
+
+TEST(Cancel, TheTokenSaysWhetherItWasSignalled) {
+    Token t;
+    EXPECT_EQ(th_cancel_signalled(t.c), 0);
+    th_cancel_signal(t.c);
+    th_cancel_signal(t.c);  // idempotent
+    EXPECT_EQ(th_cancel_signalled(t.c), 1);
+    EXPECT_EQ(th_cancel_signalled(nullptr), 0);
+    th_cancel_signal(nullptr);
+    th_cancel_destroy(nullptr);
+    EXPECT_EQ(th_cancel_create(nullptr), TH_ERR_INVALID_ARG);
+    EXPECT_STREQ(th_status_str(TH_ERR_CANCELED), "canceled");
+}
+
+TEST(Cancel, ATokenSignalledBeforeTheFetchEndsItBeforeItsFirstRead) {
+    ServerGuard server;
+    const std::string &url = server.url;
+    th_client *pub = connect(url, "pub"), *reader = connect(url, "reader");
+    Shard w(2, 64 << 10, 1), r(2, 64 << 10);
+    th_replica *pr = nullptr;
+    ASSERT_EQ(publish(pub, "m", 1, 0, 1, w, &pr), TH_OK) << th_last_error();
+
+    Token t;
+    th_cancel_signal(t.c);
+    th_fetch_config fc = config(t.c);
+    th_replica *rr = nullptr;
+    EXPECT_EQ(th_fetch(reader, &fc, r.views.data(), r.views.size(), nullptr, &rr), TH_ERR_CANCELED);
+    EXPECT_NE(std::string(th_last_error()).find("canceled before its first read"), std::string::npos) << th_last_error();
+    EXPECT_EQ(rr, nullptr);
+    EXPECT_EQ(replicas_of(url, th_client_worker_id(reader)), 0u);
+
+    // The same buffers, without the token: the version whole.
+    fc.cancel = nullptr;
+    ASSERT_EQ(th_fetch(reader, &fc, r.views.data(), r.views.size(), nullptr, nullptr), TH_OK) << th_last_error();
+    EXPECT_EQ(r.first_wrong(1, 0), -1) << "the fetch after a canceled one delivers the version";
+    th_replica_release(pr);
+    th_client_destroy(reader);
+    th_client_destroy(pub);
+}
+
+namespace {
+
+struct CancelAt {
+    th_cancel *cancel;
+    uint64_t at_bytes;  // signals once this many bytes arrived
+    uint64_t seen = 0;
+};
+
+void cancel_midway(uint64_t done, uint64_t, void *user_data) {
+    auto *c = static_cast<CancelAt *>(user_data);
+    c->seen = done;
+    if (done >= c->at_bytes) th_cancel_signal(c->cancel);
+}
+
+}  // namespace
+
+TEST(Cancel, AFetchCanceledBetweenTransfersEndsThereAndLeavesNoReplica) {
+    ServerGuard server;
+    const std::string &url = server.url;
+    th_client *pub = connect(url, "pub"), *reader = connect(url, "reader");
+    const uint64_t chunk = 64 << 10, total = 4 * (1 << 20);
+    Shard w(4, 1 << 20, 1), r(4, 1 << 20);
+    th_publish_config pc;
+    th_publish_config_init(&pc, sizeof pc);
+    pc.model = "m";
+    pc.version = 1;
+    pc.chunk_bytes = chunk;
+    th_replica *pr = nullptr;
+    ASSERT_EQ(th_publish(pub, &pc, w.views.data(), w.views.size(), &pr), TH_OK) << th_last_error();
+
+    Token t;
+    CancelAt at{t.c, chunk};
+    th_fetch_config fc = config(t.c);
+    fc.progress = cancel_midway;
+    fc.progress_user_data = &at;
+    fc.progress_interval_ms = 0;
+    fc.stats = nullptr;
+    th_replica *rr = nullptr;
+    th_status st = th_fetch(reader, &fc, r.views.data(), r.views.size(), nullptr, &rr);
+    // The callback runs between transfers; the fetch looks at the token before
+    // the next one, so it cannot have run to the end.
+    ASSERT_EQ(st, TH_ERR_CANCELED) << th_last_error() << " (cancelled after " << at.seen << " bytes)";
+    EXPECT_LT(at.seen, total);
+    std::string why = th_last_error();
+    EXPECT_NE(why.find("canceled with "), std::string::npos) << why;
+    EXPECT_NE(why.find(" of 64 chunks fetched"), std::string::npos) << why;
+    EXPECT_EQ(rr, nullptr);
+    // The reader registered itself as a filling replica when it planned: the
+    // end of the fetch took it back.
+    EXPECT_EQ(replicas_of(url, th_client_worker_id(reader)), 0u);
+
+    fc.cancel = nullptr;
+    fc.progress = nullptr;
+    ASSERT_EQ(th_fetch(reader, &fc, r.views.data(), r.views.size(), nullptr, &rr), TH_OK) << th_last_error();
+    EXPECT_EQ(r.first_wrong(1, 0), -1);
+    th_replica_release(rr);
+    th_replica_release(pr);
+    th_client_destroy(reader);
+    th_client_destroy(pub);
+}
+
+namespace {
+
+// Stops the holder once the first bytes arrived, with reads in flight, and
+// has another thread signal the token a moment later.
+struct StopThenCancel {
+    pid_t holder;
+    th_cancel *cancel;
+    std::thread signaller;
+    uint64_t stopped_at = 0;
+};
+
+void stop_then_cancel(uint64_t done, uint64_t total, void *user_data) {
+    auto *s = static_cast<StopThenCancel *>(user_data);
+    if (s->stopped_at != 0 || done == 0 || done == total) return;
+    s->stopped_at = done;
+    kill(s->holder, SIGSTOP);
+    s->signaller = std::thread([c = s->cancel] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        th_cancel_signal(c);
+    });
+}
+
+}  // namespace
+
+TEST(Cancel, ASignalFromAnotherThreadEndsAFetchWhoseOnlyHolderStoppedMidway) {
+    // Over tcp a holder's CPU answers every read: stopped, it answers none,
+    // and without the token the fetch would wait out its chunk timeout, and
+    // then as long again for the reads in flight.
+    struct TcpOnly {
+        const char *before = std::getenv("UCX_TLS");
+        std::string saved = before ? before : "";
+        TcpOnly() { setenv("UCX_TLS", "tcp", 1); }
+        ~TcpOnly() { before ? setenv("UCX_TLS", saved.c_str(), 1) : unsetenv("UCX_TLS"); }
+    } tcp_only;  // for the reader this process makes
+    ServerGuard server;
+    const std::string &url = server.url;
+    Process holder(worker({"publish", "--server", url, "--name", "holder", "--model", "m", "--shard-kb", "65536",
+                           "--chunk-kb", "256"},
+                          {"UCX_TLS=tcp"}));
+    std::string l = holder.line(30000);
+    ASSERT_EQ(l.rfind("ready", 0), 0u) << l;
+
+    th_client_config cc;
+    th_client_config_init(&cc, sizeof cc);
+    cc.server_url = url.c_str();
+    cc.worker_name = "reader";
+    cc.chunk_timeout_ms = 30000;
+    th_client *reader = nullptr;
+    ASSERT_EQ(th_client_create(&reader, &cc), TH_OK) << th_last_error();
+    Shard r(4, 16 << 20);
+
+    Token t;
+    StopThenCancel stc{holder.pid(), t.c, {}};
+    th_fetch_config fc = config(t.c, 60000);
+    fc.progress = stop_then_cancel;
+    fc.progress_user_data = &stc;
+    fc.progress_interval_ms = 0;
+    auto start = std::chrono::steady_clock::now();
+    th_status st = th_fetch(reader, &fc, r.views.data(), r.views.size(), nullptr, nullptr);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (stc.signaller.joinable()) stc.signaller.join();
+    kill(holder.pid(), SIGCONT);
+    ASSERT_NE(stc.stopped_at, 0u) << "the fetch ended before its first progress call";
+    EXPECT_EQ(st, TH_ERR_CANCELED) << th_last_error();
+    // Not a timing claim: the chunk timeout is 30 s and the deadline 60 s;
+    // what ends the fetch well before either is the token.
+    EXPECT_LT(seconds, 15) << "the fetch waited for its stuck reads instead of closing them";
+    th_client_destroy(reader);
+}
