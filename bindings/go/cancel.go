@@ -8,7 +8,7 @@ import "C"
 import "context"
 
 // cancelOnDone returns a th_cancel that is signalled when ctx is done, for a
-// fetch's th_fetch_config.cancel, and stop, to call once the C call returned
+// fetch's th_fetch_config.cancel or a wait, and stop, to call once the C call returned
 // (it ends the watch and frees the token). A ctx that can never be done gets
 // no token.
 func cancelOnDone(ctx context.Context) (*C.th_cancel, func(), error) {

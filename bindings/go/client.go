@@ -216,15 +216,22 @@ func (c *Client) Resolve(model string, version uint64) (uint64, error) {
 // WaitForVersion waits until model has a committed version newer than
 // newerThan (0: any) and returns it. ctx's deadline bounds the wait (the
 // client's Timeout without one); running out yields ErrTimeout, which then
-// also matches context.DeadlineExceeded.
+// also matches context.DeadlineExceeded. A ctx canceled meanwhile ends the
+// wait within about 20 ms with ErrCanceled (which also matches
+// context.Canceled).
 func (c *Client) WaitForVersion(ctx context.Context, model string, newerThan uint64) (uint64, error) {
 	timeout, err := deadline(ctx, c.timeout)
 	if err != nil {
 		return 0, err
 	}
+	token, stop, err := cancelOnDone(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
 	var out C.uint64_t
 	err = c.withModel(model, func(p *C.th_client, m *C.char) C.th_status {
-		return C.th_wait_for_version(p, m, C.uint64_t(newerThan), timeout, &out)
+		return C.th_wait_for_version_cancelable(p, m, C.uint64_t(newerThan), timeout, token, &out)
 	})
 	return uint64(out), withContext(ctx, err)
 }

@@ -194,3 +194,20 @@ func TestAContextCanceledDuringAFetchEndsItWithErrCanceled(t *testing.T) {
 		t.Fatalf("the fetch after a canceled one: %v", err)
 	}
 }
+
+func TestAContextCanceledDuringAWaitEndsIt(t *testing.T) {
+	c := newCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	timer := time.AfterFunc(200*time.Millisecond, cancel)
+	defer timer.Stop()
+	start := time.Now()
+	_, err := c.reader.WaitForVersion(ctx, "m", 0)
+	if !errors.Is(err, tensorhub.ErrCanceled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want ErrCanceled that also matches context.Canceled, got %v", err)
+	}
+	// Not a timing claim: the context's cancel ended a wait that had a minute left.
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}

@@ -613,6 +613,13 @@ TH_API th_status th_resolve(th_client *client, const char *model, uint64_t versi
 TH_API th_status th_wait_for_version(th_client *client, const char *model, uint64_t newer_than,
                                      uint32_t timeout_ms, uint64_t *out_version);
 
+/* th_wait_for_version that also ends, with TH_ERR_CANCELED, within about
+ * 20 ms of cancel being signalled (th_cancel_signal, from any thread): for a
+ * reader idle between versions that shuts down or is preempted. cancel may
+ * be NULL. */
+TH_API th_status th_wait_for_version_cancelable(th_client *client, const char *model, uint64_t newer_than,
+                                                uint32_t timeout_ms, th_cancel *cancel, uint64_t *out_version);
+
 /* Describes a shard of a committed version (a number or TH_LATEST) as JSON, so
  * that a reader can allocate its buffers before fetching:
  * {"model":..., "version":V, "num_shards":N, "shard":S, "chunk_bytes":C,

@@ -489,11 +489,17 @@ th_status th_unpin(th_client *client, const char *model, uint64_t version) {
 
 th_status th_wait_for_version(th_client *client, const char *model, uint64_t newer_than, uint32_t timeout_ms,
                               uint64_t *out_version) {
+    return th_wait_for_version_cancelable(client, model, newer_than, timeout_ms, nullptr, out_version);
+}
+
+th_status th_wait_for_version_cancelable(th_client *client, const char *model, uint64_t newer_than,
+                                         uint32_t timeout_ms, th_cancel *cancel, uint64_t *out_version) {
     return th::guard([&] {
         th::check_not_forked();
         if (client == nullptr || model == nullptr || out_version == nullptr)
             fail(TH_ERR_INVALID_ARG, "client, model and out_version must not be NULL");
-        *out_version = client->impl->wait_for_version(model, newer_than, timeout_ms);
+        *out_version =
+            client->impl->wait_for_version(model, newer_than, timeout_ms, cancel ? &cancel->signalled : nullptr);
     });
 }
 

@@ -103,8 +103,9 @@ void Client::pin(const std::string &model, uint64_t version) { set_pinned(*sessi
 
 void Client::unpin(const std::string &model, uint64_t version) { set_pinned(*session_, model, version, false); }
 
-uint64_t Client::wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms) {
-    return th::wait_for_version(*session_, model, newer_than, timeout_ms);
+uint64_t Client::wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
+                                  const std::atomic<bool> *cancel) {
+    return th::wait_for_version(*session_, model, newer_than, timeout_ms, cancel);
 }
 
 std::string Client::describe_json(const std::string &model, uint64_t version, uint32_t shard) {

@@ -46,7 +46,8 @@ class Client {
     // Keeps (model, version) required until unpin (th_pin / th_unpin).
     void pin(const std::string &model, uint64_t version);
     void unpin(const std::string &model, uint64_t version);
-    uint64_t wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms);
+    uint64_t wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
+                              const std::atomic<bool> *cancel = nullptr);
     std::string describe_json(const std::string &model, uint64_t version, uint32_t shard);
     std::string status_json();
 

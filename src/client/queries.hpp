@@ -14,7 +14,9 @@ namespace th {
 uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version);
 // Waits up to timeout_ms until model has a committed version newer than
 // newer_than, and returns it.
-uint64_t wait_for_version(ServerSession &session, const std::string &model, uint64_t newer_than, uint32_t timeout_ms);
+// cancel (may be null): set by another thread to end the wait with TH_ERR_CANCELED.
+uint64_t wait_for_version(ServerSession &session, const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
+                          const std::atomic<bool> *cancel = nullptr);
 // Keeps (model, version) required, or no longer (th_pin / th_unpin).
 void set_pinned(ServerSession &session, const std::string &model, uint64_t version, bool pinned);
 std::string describe_json(ServerSession &session, const std::string &model, uint64_t version, uint32_t shard);

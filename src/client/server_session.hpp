@@ -96,8 +96,10 @@ class ServerSession {
     // to ahead of the first fetch (HelloReply.connect_ahead); taken once.
     std::vector<UcxWorker::PeerAddress> take_connect_ahead();
     // Waits until `until`, or until an event says model has a version newer
-    // than newer_than, or events were missed.
-    void wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until);
+    // than newer_than, or events were missed, or `cancel` (may be null) is
+    // set (looked at every 20 ms).
+    void wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until,
+                         const std::atomic<bool> *cancel = nullptr);
 
   private:
     wire::Header header();

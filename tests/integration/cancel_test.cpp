@@ -212,3 +212,34 @@ TEST(Cancel, ASignalFromAnotherThreadEndsAFetchWhoseOnlyHolderStoppedMidway) {
     EXPECT_LT(seconds, 15) << "the fetch waited for its stuck reads instead of closing them";
     th_client_destroy(reader);
 }
+
+TEST(Cancel, AWaitForAVersionEndsWhenItsTokenIsSignalled) {
+    ServerGuard server;
+    th_client *reader = connect(server.url, "reader");
+    Token t;
+    std::thread signaller([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        th_cancel_signal(t.c);
+    });
+    uint64_t got = 0;
+    auto start = std::chrono::steady_clock::now();
+    th_status st = th_wait_for_version_cancelable(reader, "m", 0, 60000, t.c, &got);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    signaller.join();
+    EXPECT_EQ(st, TH_ERR_CANCELED) << th_last_error();
+    EXPECT_NE(std::string(th_last_error()).find("canceled while waiting for a version of model 'm' newer than 0"),
+              std::string::npos)
+        << th_last_error();
+    EXPECT_LT(seconds, 30) << "the wait ran to its 60 s timeout";  // not a timing claim: the token ended it
+
+    // Without a token it is th_wait_for_version, and a version ends it.
+    th_client *pub = connect(server.url, "pub");
+    Shard w(1, 4096, 1);
+    th_replica *pr = nullptr;
+    ASSERT_EQ(publish(pub, "m", 1, 0, 1, w, &pr), TH_OK) << th_last_error();
+    EXPECT_EQ(th_wait_for_version_cancelable(reader, "m", 0, 10000, nullptr, &got), TH_OK) << th_last_error();
+    EXPECT_EQ(got, 1u);
+    th_replica_release(pr);
+    th_client_destroy(pub);
+    th_client_destroy(reader);
+}

@@ -276,6 +276,8 @@ _declare("th_fetch", status_t, client_p, POINTER(FetchConfig), POINTER(Tensor), 
 _declare("th_fetch_ranges", status_t, client_p, POINTER(FetchConfig), POINTER(Range), c_size_t, POINTER(c_uint64))
 _declare("th_resolve", status_t, client_p, c_char_p, c_uint64, POINTER(c_uint64))
 _declare("th_wait_for_version", status_t, client_p, c_char_p, c_uint64, c_uint32, POINTER(c_uint64))
+_declare("th_wait_for_version_cancelable", status_t, client_p, c_char_p, c_uint64, c_uint32, c_void_p,
+         POINTER(c_uint64))
 # JSON outputs are char** filled by the library: declared as void** so that
 # ctypes hands back the raw pointer, which must go back to th_free.
 _declare("th_describe_json", status_t, client_p, c_char_p, c_uint64, c_uint32, POINTER(c_void_p))

@@ -540,15 +540,19 @@ class Client(HandleOwner):
             check(lib.th_resolve(ptr, encode(model, "model"), version_arg(version), ctypes.byref(out)))
         return int(out.value)
 
-    def wait_for_version(self, model: str, newer_than: int = 0, timeout: float | None = None) -> int:
+    def wait_for_version(self, model: str, newer_than: int = 0, timeout: float | None = None,
+                         cancel: Cancel | None = None) -> int:
         """Waits until `model` has a committed version newer than `newer_than`
         (0: any) and returns it. The server pushes commits; this does not poll.
 
         Args:
             timeout: seconds; None waits until one appears.
+            cancel: a Cancel token; its cancel(), from any thread, ends the
+                wait within about 20 ms with Canceled.
 
         Raises:
             Timeout: none appeared within `timeout`.
+            Canceled: `cancel` was canceled first.
         """
         model_arg = encode(model, "model")
         newer = version_arg(newer_than, "newer_than")
@@ -557,8 +561,10 @@ class Client(HandleOwner):
         while True:
             remaining = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
             with self._handle.use() as ptr:
-                status = lib.th_wait_for_version(ptr, model_arg, newer, max(0, math.ceil(remaining * 1000)),
-                                                 ctypes.byref(out))
+                status = lib.th_wait_for_version_cancelable(ptr, model_arg, newer,
+                                                            max(0, math.ceil(remaining * 1000)),
+                                                            None if cancel is None else cancel._pointer,
+                                                            ctypes.byref(out))
                 try:
                     check(status)
                     return int(out.value)

@@ -1,12 +1,14 @@
 """tensorhub.Cancel: a canceled token ends a fetch with Canceled, before it
-started or between transfers, the buffers can be fetched into again, and a
-Prefetcher's close() ends its background fetch instead of waiting it out."""
+started or between transfers, the buffers can be fetched into again, it ends
+a wait for a version, and a Prefetcher's close() ends its background fetch
+instead of waiting it out."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import _workers
@@ -102,3 +104,17 @@ def test_closing_a_prefetcher_cancels_a_fetch_stuck_on_a_stopped_holder(monkeypa
             holder.join(30)
             if holder.is_alive():
                 holder.kill()
+
+
+def test_a_wait_for_a_version_ends_when_its_token_is_canceled(reader: tensorhub.Client) -> None:
+    token = tensorhub.Cancel()
+    timer = threading.Timer(0.2, token.cancel)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(tensorhub.Canceled, match="canceled while waiting for a version of model 'm'"):
+            reader.wait_for_version("m", timeout=60, cancel=token)
+    finally:
+        timer.cancel()
+    # Not a timing claim: the token ended a wait that had a minute left.
+    assert time.monotonic() - started < 30

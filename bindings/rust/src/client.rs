@@ -1,5 +1,6 @@
 //! The client: a worker's connection to the server and its data plane.
 
+use crate::cancel::Cancel;
 use crate::error::{check, Result};
 use crate::ffi::{created, cstring, init_config, millis, take_string, version_arg};
 use crate::sys;
@@ -165,10 +166,27 @@ impl Client {
     /// (0: any) and returns it; [`Status::Timeout`](crate::Status::Timeout)
     /// if none appears in time.
     pub fn wait_for_version(&self, model: &str, newer_than: u64, timeout: Duration) -> Result<u64> {
+        self.wait_for_version_cancelable(model, newer_than, timeout, None)
+    }
+
+    /// [`wait_for_version`](Client::wait_for_version) that also ends, with
+    /// [`Status::Canceled`](crate::Status::Canceled), within about 20 ms of
+    /// `cancel`'s [`cancel`](Cancel::cancel) from any thread.
+    pub fn wait_for_version_cancelable(
+        &self,
+        model: &str,
+        newer_than: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<u64> {
         let model = cstring("model", model)?;
         let mut out = 0;
         let ms = millis(timeout);
-        check(unsafe { sys::th_wait_for_version(self.raw(), model.as_ptr(), newer_than, ms, &mut out) })?;
+        let token = cancel.map_or(ptr::null_mut(), Cancel::raw);
+        // SAFETY: the strings and the token outlive the call.
+        check(unsafe {
+            sys::th_wait_for_version_cancelable(self.raw(), model.as_ptr(), newer_than, ms, token, &mut out)
+        })?;
         Ok(out)
     }
 

@@ -294,6 +294,14 @@ extern "C" {
         timeout_ms: u32,
         out_version: *mut u64,
     ) -> th_status;
+    pub fn th_wait_for_version_cancelable(
+        client: *mut th_client,
+        model: *const c_char,
+        newer_than: u64,
+        timeout_ms: u32,
+        cancel: *mut th_cancel,
+        out_version: *mut u64,
+    ) -> th_status;
     pub fn th_describe_json(
         client: *mut th_client,
         model: *const c_char,

@@ -30,3 +30,21 @@ fn a_token_canceled_before_the_fetch_ends_it_before_its_first_read() {
     assert_eq!(version, 1);
     assert_eq!(dst, src);
 }
+
+#[test]
+fn a_wait_for_a_version_ends_when_its_token_is_canceled() {
+    let c = cluster();
+    let token = Cancel::new().unwrap();
+    let start = std::time::Instant::now();
+    let err = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            token.cancel();
+        });
+        c.reader.wait_for_version_cancelable("m", 0, std::time::Duration::from_secs(60), Some(&token)).unwrap_err()
+    });
+    assert_eq!(err.code, Status::Canceled, "{err}");
+    assert!(err.message.contains("canceled while waiting for a version of model 'm'"), "{err}");
+    // Not a timing claim: the token ended a wait that had a minute left.
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .._common import LATEST, version_arg
-from .._errors import Closed, InvalidArgument, Timeout
+from .._errors import Canceled, Closed, InvalidArgument, Timeout
 from ..cancel import Cancel
 from ..client import Client
 from ._collect import Rename, Source, _bump_versions, _items, _synchronize, named_tensors
@@ -100,7 +100,6 @@ class Prefetcher:
         self._thread: threading.Thread | None = None
         self._target_set = 0
         self._outcome: tuple[int, int] | BaseException | None = None
-        self._closing = threading.Event()
         self._cancel = Cancel()  # the running prefetch's; a new one per prefetch()
         self.version: int | None = None
         """The version the module holds (None before the first swap)."""
@@ -163,17 +162,11 @@ class Prefetcher:
             self._outcome = e
 
     def _wait_newer(self, newer: int, wait_timeout: float | None) -> None:
-        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
-        while True:
-            if self._closing.is_set():
-                raise Closed(Closed.code, f"the prefetcher of '{self.model}' was closed while waiting for a version")
-            step = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
-            try:
-                self._client.wait_for_version(self.model, newer_than=newer, timeout=max(0.001, step))
-                return
-            except Timeout:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
+        try:
+            self._client.wait_for_version(self.model, newer_than=newer, timeout=wait_timeout, cancel=self._cancel)
+        except Canceled:
+            raise Closed(Closed.code,
+                         f"the prefetcher of '{self.model}' was closed while waiting for a version") from None
 
     def _plan_for(self, index: int, version: int, fresh: bool) -> _Plan:
         tensor_set = self._sets[index]
@@ -260,7 +253,6 @@ class Prefetcher:
         within about 20 ms, and the reads it has in flight land or are
         closed), and stops serving both sets. Idempotent. The module keeps
         the tensors it points at."""
-        self._closing.set()
         self._cancel.cancel()
         thread, self._thread = self._thread, None
         if thread is not None:
