@@ -470,8 +470,8 @@ TH_API th_status th_unpin(th_client *client, const char *model, uint64_t version
 /* Cancellation                                                               */
 /* ------------------------------------------------------------------------- */
 
-/* A flag that ends the operations it is given to (th_fetch_config.cancel)
- * with TH_ERR_CANCELED once it is signalled: for a reader that shuts down, is
+/* A flag that ends the operations it is given to (th_fetch_config.cancel,
+ * th_wait_for_version_cancelable) with TH_ERR_CANCELED once it is signalled: for a reader that shuts down, is
  * preempted, or no longer wants the version it is fetching. One token may be
  * given to several operations at once; it stays signalled (make a new one for
  * the next operation). */
@@ -532,8 +532,9 @@ typedef struct th_fetch_config {
                              ends the fetch with TH_ERR_CANCELED: at once if it was
                              signalled before, else within about 20 ms once its
                              reads have started (a request to the server in
-                             progress is answered first), after the reads in flight
-                             have landed. Default NULL. */
+                             progress is answered first), once its reads in flight
+                             have landed or, after 200 ms, been closed. Default
+                             NULL. */
 } th_fetch_config;
 
 TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);

@@ -3,6 +3,7 @@
 // control-call timeout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
