@@ -6,6 +6,7 @@ transformers models."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
@@ -138,3 +139,36 @@ def test_registers_with_verl() -> None:
     th_verl.register()  # again: harmless
     engine = CheckpointEngineRegistry.new(th_verl.BACKEND, bucket_size=1 << 20, server_url="tcp://127.0.0.1:1")
     assert isinstance(engine, CheckpointEngine)
+
+
+def test_canceling_a_rollouts_receive_ends_the_wait_it_left_in_a_thread(engines, monkeypatch) -> None:
+    import tensorhub
+
+    made: list[tensorhub.Cancel] = []
+
+    class Recording(tensorhub.Cancel):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(th_verl, "Cancel", Recording)
+    e = engines()
+    e.init_process_group(rank=0, role="rollout", version=5)  # no trainer: version 5 never comes
+
+    async def main() -> None:
+        async def receive() -> None:
+            async for _ in e.receive_weights():
+                pass
+
+        task = asyncio.create_task(receive())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    started = time.monotonic()
+    # asyncio.run returns once its executor's threads have: the wait the
+    # canceled task left behind had 600 s (the engine's timeout) to go.
+    asyncio.run(main())
+    assert made and made[0].canceled
+    assert time.monotonic() - started < 30

@@ -118,3 +118,21 @@ def test_a_wait_for_a_version_ends_when_its_token_is_canceled(reader: tensorhub.
         timer.cancel()
     # Not a timing claim: the token ended a wait that had a minute left.
     assert time.monotonic() - started < 30
+
+
+def test_a_staging_fetch_canceled_raises_canceled_and_the_staging_fetches_again(pub: tensorhub.Client,
+                                                                               reader: tensorhub.Client) -> None:
+    torch = pytest.importorskip("torch")
+    import tensorhub.torch as tht
+
+    w = {k: torch.from_numpy(v) for k, v in weights(3).items()}
+    tht.Publisher(pub, "m", w).publish(3)
+    staging = tht.Staging(reader, "m")
+    token = tensorhub.Cancel()
+    token.cancel()
+    with pytest.raises(tensorhub.Canceled, match="canceled before its first read"):
+        staging.fetch(cancel=token)
+    got = staging.fetch()
+    assert got.version == 3
+    assert all(torch.equal(t, w[n]) for n, t in got)
+    staging.close()

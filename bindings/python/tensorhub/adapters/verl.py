@@ -43,6 +43,7 @@ import torch
 from .. import torch as tht
 from .._common import LATEST
 from .._errors import VersionNotFound
+from ..cancel import Cancel
 from ..client import Client
 
 __all__ = ["BACKEND", "HAVE_VERL", "TensorHubCheckpointEngine", "register"]
@@ -185,8 +186,16 @@ class TensorHubCheckpointEngine(_Base):  # type: ignore[misc,valid-type]
             self._staging = tht.Staging(client, self.model, device=self.device)
         round_version = self._round(global_steps)
         newer_than = round_version - 1 if round_version else self.version or 0
-        await asyncio.to_thread(client.wait_for_version, self.model, newer_than, self.timeout)
-        weights = await asyncio.to_thread(self._staging.fetch, LATEST, timeout=self.timeout)
+        # A task canceled while awaiting a thread leaves the thread running:
+        # the token ends its wait or fetch too, instead of letting it run on
+        # for up to `timeout`.
+        token = Cancel()
+        try:
+            await asyncio.to_thread(client.wait_for_version, self.model, newer_than, self.timeout, token)
+            weights = await asyncio.to_thread(self._staging.fetch, LATEST, timeout=self.timeout, cancel=token)
+        except asyncio.CancelledError:
+            token.cancel()
+            raise
         self.version = weights.version
         for name, tensor in weights:
             yield name, tensor

@@ -12,6 +12,7 @@ import torch
 
 from .._common import LATEST, to_ms, version_arg
 from .._errors import (
+    Canceled,
     Closed,
     LayoutMismatch,
     TensorHubError,
@@ -28,7 +29,7 @@ from ..replica import Replica
 from ._collect import _synchronize, _what
 from .digests import DIGEST_NAME, DigestMismatch, _check_digests
 
-_TORN_ERRORS = (Unavailable, Timeout, TransportError, Closed)
+_TORN_ERRORS = (Unavailable, Timeout, TransportError, Closed, Canceled)
 """Errors that may come after bytes were written into the destination."""
 
 

@@ -9,6 +9,7 @@ import torch
 
 from .._common import LATEST
 from .._sync import ProgressCallback
+from ..cancel import Cancel
 from ..client import Client
 from ._collect import Rename, Source, _bump_versions, _Collector, _synchronize
 from ._fetcher import _Fetcher, _match, _Plan, _still_valid
@@ -62,9 +63,11 @@ class Receiver:
         """The version the module holds (None before the first fetch, or after one that failed midway)."""
 
     def fetch(self, version: int = LATEST, *, timeout: float = 60.0, progress: ProgressCallback | None = None,
-              progress_interval: float | None = None) -> int:
+              progress_interval: float | None = None, cancel: Cancel | None = None) -> int:
         """Fetches `version` (default: the newest committed) into the module.
-        `progress` and `progress_interval` are as Client.fetch's.
+        `progress`, `progress_interval` and `cancel` are as Client.fetch's
+        (canceled, the module may hold parts of two versions, unless it
+        fetches through staging buffers).
 
         Returns:
             The version now in the module.
@@ -76,23 +79,25 @@ class Receiver:
                 contiguous, not CPU/CUDA, overlapping); nothing was written.
             DigestMismatch: the bytes are not the ones the publisher digested.
             VersionNotFound, NotCommitted; and Unavailable, Timeout,
-            TransportError, which say whether the module was partly overwritten.
+            TransportError, Canceled, which say whether the module was partly
+            overwritten.
         """
         if self._staging is not None:
-            return self._fetch_staged(version, timeout, progress, progress_interval)
+            return self._fetch_staged(version, timeout, progress, progress_interval, cancel)
         try:
-            return self._fetcher.run(version, timeout, self._plan_for, self._done, progress, progress_interval)
+            return self._fetcher.run(version, timeout, self._plan_for, self._done, progress, progress_interval,
+                                     cancel=cancel)
         finally:
             # Unchanged when the fetch failed before writing (no such version,
             # a layout mismatch); None once bytes may have landed.
             self.version = self._fetcher.version
 
-    def update(self, *, timeout: float = 60.0) -> int:
+    def update(self, *, timeout: float = 60.0, cancel: Cancel | None = None) -> int:
         """Waits for a version newer than the one held (any, if none is) and
-        fetches the newest. Returns it."""
+        fetches the newest. Returns it. `cancel` ends the wait or the fetch."""
         deadline = time.monotonic() + timeout
-        self._client.wait_for_version(self.model, newer_than=self.version or 0, timeout=timeout)
-        return self.fetch(LATEST, timeout=max(0.001, deadline - time.monotonic()))
+        self._client.wait_for_version(self.model, newer_than=self.version or 0, timeout=timeout, cancel=cancel)
+        return self.fetch(LATEST, timeout=max(0.001, deadline - time.monotonic()), cancel=cancel)
 
     def _local(self) -> tuple[list[tuple[str, torch.Tensor]], dict[str, str]]:
         return self._collector.collect()
@@ -117,7 +122,7 @@ class Receiver:
         _bump_versions(tensors)
 
     def _fetch_staged(self, version: int, timeout: float, progress: ProgressCallback | None,
-                      progress_interval: float | None) -> int:
+                      progress_interval: float | None, cancel: Cancel | None) -> int:
         assert self._staging is not None
         deadline = time.monotonic() + timeout
         local, aliases = self._local()
@@ -129,7 +134,7 @@ class Receiver:
             desc = self._client.describe(self.model, version, self._shard)
             plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")
         weights = self._staging.fetch(version, timeout=max(0.001, deadline - time.monotonic()), progress=progress,
-                                      progress_interval=progress_interval)
+                                      progress_interval=progress_interval, cancel=cancel)
         if weights._layout != plan.layout:  # the version fetched has another layout: check it again
             desc = self._client.describe(self.model, weights.version, self._shard)
             plan = _match(desc, local, aliases, self._strict, f"cannot fetch {self._describe(desc)}")

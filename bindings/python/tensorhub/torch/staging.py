@@ -10,6 +10,7 @@ import torch
 from .._common import LATEST
 from .._sync import ProgressCallback
 from .._tensors import DType, torch_dtype
+from ..cancel import Cancel
 from ..client import Client
 from ._fetcher import _digest_buffer, _Fetcher, _layout, _Plan
 from .digests import DIGEST_NAME
@@ -81,16 +82,17 @@ class Staging:
         return self._fetcher.version
 
     def fetch(self, version: int = LATEST, *, timeout: float = 60.0, progress: ProgressCallback | None = None,
-              progress_interval: float | None = None) -> Weights:
+              progress_interval: float | None = None, cancel: Cancel | None = None) -> Weights:
         """Fetches `version` (default: the newest committed) into the buffers.
-        `progress` and `progress_interval` are as Client.fetch's.
+        `progress`, `progress_interval` and `cancel` are as Client.fetch's.
 
         Raises:
             DigestMismatch, VersionNotFound, NotCommitted, Unavailable,
-            Timeout, TransportError.
+            Timeout, TransportError, Canceled.
         """
         self._weights = None
-        got = self._fetcher.run(version, timeout, self._plan_for, lambda _: None, progress, progress_interval)
+        got = self._fetcher.run(version, timeout, self._plan_for, lambda _: None, progress, progress_interval,
+                                cancel=cancel)
         assert self._plan is not None
         pairs = [(n, t) for n, t in self._plan.pairs if n != DIGEST_NAME]
         self._weights = Weights(got, pairs, self._plan.layout)
