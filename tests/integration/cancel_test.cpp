@@ -190,6 +190,9 @@ TEST(Cancel, ASignalFromAnotherThreadEndsAFetchWhoseOnlyHolderStoppedMidway) {
         TcpOnly() { setenv("UCX_TLS", "tcp", 1); }
         ~TcpOnly() { before ? setenv("UCX_TLS", saved.c_str(), 1) : unsetenv("UCX_TLS"); }
     } tcp_only;  // for the reader this process makes
+    // One chunk a read, 1 ms apart: the first progress call comes early, with
+    // reads still in flight (see AFetchCanceledBetweenTransfers...).
+    setenv("TENSORHUB_FAULT_CHUNK_DELAY_US", "1000", 1);
     ServerGuard server;
     const std::string &url = server.url;
     Process holder(worker({"publish", "--server", url, "--name", "holder", "--model", "m", "--shard-kb", "65536",
