@@ -104,7 +104,7 @@ void Client::pin(const std::string &model, uint64_t version) { set_pinned(*sessi
 void Client::unpin(const std::string &model, uint64_t version) { set_pinned(*session_, model, version, false); }
 
 uint64_t Client::wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
-                                  const std::atomic<bool> *cancel) {
+                                  CancelFlag cancel) {
     return th::wait_for_version(*session_, model, newer_than, timeout_ms, cancel);
 }
 

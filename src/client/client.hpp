@@ -18,6 +18,7 @@
 #include "client/replica.hpp"
 #include "client/server_session.hpp"
 #include "client/sync_stats.hpp"
+#include "common/deadline.hpp"
 #include "transport/worker.hpp"
 
 namespace th {
@@ -47,7 +48,7 @@ class Client {
     void pin(const std::string &model, uint64_t version);
     void unpin(const std::string &model, uint64_t version);
     uint64_t wait_for_version(const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
-                              const std::atomic<bool> *cancel = nullptr);
+                              CancelFlag cancel = nullptr);
     std::string describe_json(const std::string &model, uint64_t version, uint32_t shard);
     std::string status_json();
 

@@ -54,7 +54,7 @@ void Fetch::fail_fetch(th_status code, const std::string &why) {
 
 // The caller's th_cancel, looked at between transfers as the deadline is.
 void Fetch::check_canceled() {
-    if (req_.cancel == nullptr || !req_.cancel->load(std::memory_order_acquire)) return;
+    if (!canceled(req_.cancel)) return;
     fail_fetch(TH_ERR_CANCELED, needed_ == 0 ? std::string("canceled before its first read")
                                               : str("canceled with ", confirmed_, " of ", needed_, " chunks fetched"));
 }
@@ -800,7 +800,7 @@ void Fetch::drain() {
 constexpr std::chrono::milliseconds kCanceledDrain{200};
 
 void Fetch::drain_reads() {
-    bool canceled = req_.cancel != nullptr && req_.cancel->load(std::memory_order_acquire);
+    bool canceled = th::canceled(req_.cancel);
     auto give_up = Clock::now() + (canceled ? kCanceledDrain : std::chrono::milliseconds(cfg_.chunk_timeout_ms) * 2);
     bool closed = false;
     for (;;) {

@@ -4,7 +4,6 @@
 // holds a chunk whole (only such a chunk can be checked against its checksum).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -15,6 +14,7 @@
 #include "client/fetch_source.hpp"
 #include "client/range_selection.hpp"
 #include "client/replica.hpp"
+#include "common/deadline.hpp"
 #include "common/layout.hpp"
 
 namespace th {
@@ -35,8 +35,7 @@ struct FetchRequest {
     std::function<void(uint64_t, uint64_t)> progress;
     uint32_t progress_interval_ms = TH_DEFAULT_PROGRESS_INTERVAL_MS;
     th_verify verify = TH_DEFAULT_VERIFY;  // which chunks are checked against the version's checksums
-    // Set by another thread to end the fetch with TH_ERR_CANCELED; may be null.
-    const std::atomic<bool> *cancel = nullptr;
+    CancelFlag cancel = nullptr;  // ends the fetch with TH_ERR_CANCELED
 };
 
 class FetchTarget {

@@ -17,7 +17,7 @@ void set_pinned(ServerSession &session, const std::string &model, uint64_t versi
 }
 
 uint64_t wait_for_version(ServerSession &session, const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
-                          const std::atomic<bool> *cancel) {
+                          CancelFlag cancel) {
     if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
     Deadline deadline(timeout_ms);
     // Events say when to look; the query is the truth. A catch-up query also
@@ -32,7 +32,7 @@ uint64_t wait_for_version(ServerSession &session, const std::string &model, uint
             if (e.code() != TH_ERR_NOT_FOUND) throw;
         }
         session.wait_for_commit(model, newer_than, deadline.capped(kCatchUpMs), cancel);
-        if (cancel != nullptr && cancel->load(std::memory_order_acquire))
+        if (canceled(cancel))
             fail(TH_ERR_CANCELED, "canceled while waiting for a version of model '", model, "' newer than ", newer_than);
         if (deadline.expired())
             fail(TH_ERR_TIMEOUT, "no version of model '", model, "' newer than ", newer_than, " was committed within ",

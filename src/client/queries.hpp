@@ -3,11 +3,11 @@
 // control-call timeout.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "client/server_session.hpp"
+#include "common/deadline.hpp"
 
 namespace th {
 
@@ -17,7 +17,7 @@ uint64_t resolve(ServerSession &session, const std::string &model, uint64_t vers
 // newer_than, and returns it.
 // cancel (may be null): set by another thread to end the wait with TH_ERR_CANCELED.
 uint64_t wait_for_version(ServerSession &session, const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
-                          const std::atomic<bool> *cancel = nullptr);
+                          CancelFlag cancel = nullptr);
 // Keeps (model, version) required, or no longer (th_pin / th_unpin).
 void set_pinned(ServerSession &session, const std::string &model, uint64_t version, bool pinned);
 std::string describe_json(ServerSession &session, const std::string &model, uint64_t version, uint32_t shard);

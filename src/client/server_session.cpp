@@ -425,20 +425,18 @@ void ServerSession::on_event(const uint8_t *data, size_t size) {
 }
 
 void ServerSession::wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until,
-                                    const std::atomic<bool> *cancel) {
+                                    CancelFlag cancel) {
     std::unique_lock lk(ev_mu_);
     event_gap_ = false;
     auto seen = [&] {
         auto it = latest_seen_.find(model);
         return event_gap_ || (it != latest_seen_.end() && it->second > newer_than);
     };
-    if (cancel == nullptr) {
-        ev_cv_.wait_until(lk, until.at(), seen);
-        return;
+    // Nothing wakes it when the flag is set: with one, it looks every 20 ms.
+    for (;;) {
+        Deadline slice = cancel ? until.capped(20) : until;
+        if (ev_cv_.wait_until(lk, slice.at(), seen) || canceled(cancel) || until.expired()) return;
     }
-    constexpr auto kCancelLook = std::chrono::milliseconds(20);
-    while (!seen() && !cancel->load(std::memory_order_acquire) && !until.expired())
-        ev_cv_.wait_until(lk, std::min(until.at(), Clock::now() + kCancelLook), seen);
 }
 
 // After a server restart (or after being reported unreachable) the server has

@@ -99,7 +99,7 @@ class ServerSession {
     // than newer_than, or events were missed, or `cancel` (may be null) is
     // set (looked at every 20 ms).
     void wait_for_commit(const std::string &model, uint64_t newer_than, const Deadline &until,
-                         const std::atomic<bool> *cancel = nullptr);
+                         CancelFlag cancel = nullptr);
 
   private:
     wire::Header header();

@@ -1,7 +1,9 @@
-// A point in time after which a blocking operation gives up.
+// A point in time after which a blocking operation gives up, and the
+// caller's flag that ends it sooner.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -28,6 +30,11 @@ class Deadline {
   private:
     Clock::time_point at_;
 };
+
+// A caller's cancel token (th_cancel): set by another thread, looked at
+// where the deadline is; null for none.
+using CancelFlag = const std::atomic<bool> *;
+inline bool canceled(CancelFlag flag) { return flag != nullptr && flag->load(std::memory_order_acquire); }
 
 inline uint64_t now_ms() {
     return static_cast<uint64_t>(
