@@ -13,7 +13,7 @@ import numpy as np
 
 from ._common import LATEST, Handle, HandleOwner, close_at_exit, encode, to_ms, u32, u64, version_arg
 from ._errors import InvalidArgument, Retained, TensorHubError, Timeout, check, error_for
-from ._lib import ClientConfig, FetchConfig, PublishConfig, lib, new_config, take_json
+from ._lib import ClientConfig, FetchConfig, PublishConfig, SyncStats, lib, new_config, take_json
 from ._ranges import Range, to_c_ranges
 from ._sync import ProgressCallback, ProgressHook, new_stats, stats_dict, stats_pointer
 from ._tensors import DType, Tensors, TensorLike, View, numpy_dtype, to_c, torch_dtype, view_of, views_of, with_dtype
@@ -60,6 +60,23 @@ def _labels(labels: Labels) -> bytes | None:
 
 def _progress_hook(progress: ProgressCallback | None, interval: float | None) -> ProgressHook:
     return ProgressHook(progress, None if interval is None else to_ms(interval, "progress_interval"))
+
+
+def _fetch_config(model: str, version: int, shard: int, timeout: float | None,
+                  cancel: Cancel | None) -> tuple[FetchConfig, SyncStats]:
+    """What th_fetch and th_fetch_ranges share of their th_fetch_config, and
+    the stats struct it points at (keep both, and `cancel`, through the call)."""
+    cfg = new_config(FetchConfig, lib.th_fetch_config_init)
+    cfg.model = encode(model, "model")
+    cfg.version = version_arg(version)
+    cfg.shard = u32(shard, "shard")
+    # 0 means "the client's default x 6" to the library.
+    cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
+    if cancel is not None:
+        cfg.cancel = cancel._pointer
+    stats = new_stats()
+    cfg.stats = stats_pointer(stats)
+    return cfg, stats
 
 
 class Client(HandleOwner):
@@ -281,22 +298,13 @@ class Client(HandleOwner):
         # The caller raises what the progress callback raised (hook.raise_if_failed)
         # once its own bookkeeping is done. c_tensors: to_c(views), if the
         # caller keeps it across fetches into the same buffers.
-        cfg = new_config(FetchConfig, lib.th_fetch_config_init)
-        cfg.model = encode(model, "model")
-        cfg.version = version_arg(version)
-        cfg.shard = u32(shard, "shard")
-        # 0 means "the client's default x 6" to the library.
-        cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
+        cfg, stats = _fetch_config(model, version, shard, timeout, cancel)
         if tensor is not None:
             cfg.tensor = encode(tensor, "name")
             cfg.offset = version_arg(offset, "offset")
             cfg.length = views[0].nbytes
         if (mode := _verify(verify)) is not None:
             cfg.verify = mode
-        if cancel is not None:
-            cfg.cancel = cancel._pointer  # `cancel` outlives this call
-        stats = new_stats()
-        cfg.stats = stats_pointer(stats)
         if hook is not None:
             cfg.progress = hook.c_function  # the hook outlives this call
             if hook.interval_ms is not None:
@@ -451,15 +459,7 @@ class Client(HandleOwner):
             the message names the range and tensor), and what fetch raises.
         """
         c_ranges, views = to_c_ranges(ranges)
-        cfg = new_config(FetchConfig, lib.th_fetch_config_init)
-        cfg.model = encode(model, "model")
-        cfg.version = version_arg(version)
-        cfg.shard = u32(shard, "shard")
-        cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
-        if cancel is not None:
-            cfg.cancel = cancel._pointer  # `cancel` outlives this call
-        stats = new_stats()
-        cfg.stats = stats_pointer(stats)
+        cfg, stats = _fetch_config(model, version, shard, timeout, cancel)
         hook = _progress_hook(progress, progress_interval)
         if progress is not None:
             cfg.progress = hook.c_function
