@@ -60,20 +60,19 @@ keep() {
         libcuda.so*|libnvidia-ml.so*|libuc[mpst]*.so*) return 1 ;;
     esac
 }
-for elf in "$bundle"/bin/* "$bundle"/lib/libtensorhub.so "$bundle"/ucx/lib/ucx/*.so.0; do
-    LD_LIBRARY_PATH="$bundle/ucx/lib" ldd "$elf" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r dep; do
-        case "$dep" in "$bundle"/*) continue ;; esac
-        if keep "$dep" && [ ! -e "$bundle/lib/$(basename "$dep")" ]; then cp -L "$dep" "$bundle/lib/"; fi
-    done
-done
+# What the bundle's programs and libraries load from outside it, and keep()
+# would pack, with LD_LIBRARY_PATH=$1.
+from_outside() {
+    for elf in "$bundle"/bin/* "$bundle"/lib/libtensorhub.so "$bundle"/ucx/lib/*.so.0 "$bundle"/ucx/lib/ucx/*.so.0; do
+        env -u LD_PRELOAD LD_LIBRARY_PATH="$1" ldd "$elf" |
+            awk -v b="$bundle/" '$2 == "=>" && $3 ~ /^\// && index($3, b) != 1 {print $3}'
+    done | sort -u | while read -r dep; do keep "$dep" && echo "$dep"; done || true
+}
+from_outside "$bundle/ucx/lib" | while read -r dep; do cp -nL "$dep" "$bundle/lib/"; done
 strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/*.so* 2>/dev/null || true
 
-# What the GPU machine must not be asked for: a library found outside the
-# bundle that keep() would have packed.
-outside=$(for elf in "$bundle"/bin/* "$bundle"/lib/libtensorhub.so "$bundle"/ucx/lib/*.so.0 "$bundle"/ucx/lib/ucx/*.so.0; do
-    env -u LD_PRELOAD LD_LIBRARY_PATH="$bundle/lib:$bundle/ucx/lib" ldd "$elf" |
-        awk -v b="$bundle/" '$2 == "=>" && $3 ~ /^\// && index($3, b) != 1 {print $3}'
-done | sort -u | while read -r dep; do keep "$dep" && echo "$dep"; done || true)
+# What the GPU machine must not be asked for.
+outside=$(from_outside "$bundle/lib:$bundle/ucx/lib")
 if [ -n "$outside" ]; then
     echo "pack.sh: the bundle would load these from this machine:" $outside >&2
     exit 1
