@@ -38,6 +38,7 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     static constexpr Setting kSettings[] = {
         {"TCP_TX_SEG_SIZE", "64K", false},
         {"TCP_RX_SEG_SIZE", "256K", false},
+        {"TCP_CONN_NB", "y", false},
         {"POSIX_ERROR_HANDLING", "y", true},
         {"SYSV_ERROR_HANDLING", "y", true},
         {"CMA_MEMORY_INVALIDATE", "y", true},

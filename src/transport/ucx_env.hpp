@@ -11,7 +11,18 @@ namespace th {
 
 // TCP_TX_SEG_SIZE=64K, TCP_RX_SEG_SIZE=256K: about twice the throughput
 // over tcp (loopback ~1.3 -> ~2.5 GB/s), and an answer of a read piece fits
-// one receive segment. With UCX >= 1.19 also POSIX_ERROR_HANDLING=y,
+// one receive segment. TCP_CONN_NB=y: tcp connects without blocking. A
+// blocking connect that fails at once (the peer's process is gone, its host
+// refuses) leaves UCX (1.13 to 1.22 at least) with an endpoint it has
+// already scheduled for destruction when it had taken over a connection the
+// peer had opened first: the endpoint UCP holds is freed under it, its
+// error callback never called, and the process crashes later on it
+// (tcp_ep.c, uct_tcp_ep_connect -> uct_tcp_ep_handle_io_err -> reconnect
+// -> uct_tcp_ep_set_failed before the endpoint can send). Without blocking,
+// the failure arrives through the connection's progress, on an endpoint
+// that can report it, and the endpoint fails as any other does
+// (Transport.AnEndpointToAWorkerThatDiedJustAfterConnectingFails).
+// With UCX >= 1.19 also POSIX_ERROR_HANDLING=y,
 // SYSV_ERROR_HANDLING=y and CMA_MEMORY_INVALIDATE=y: shared memory and cma
 // then accept endpoints with peer error handling, so processes on one host
 // read each other over cma instead of tcp loopback; and

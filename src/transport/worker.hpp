@@ -181,6 +181,9 @@ class UcxWorker {
 
     // "1.22.0 (one-sided reads)" or "1.13.1 (active-message reads)".
     static std::string describe_ucx();
+    // A UCX context with tensorhub's settings (ucx_env.hpp) and options'
+    // transports, as every worker's; the caller owns it (ucp_cleanup).
+    static ucp_context_h create_context(const UcxOptions &options);
 
   private:
     friend class Peer;  // its error handler fails the reads in flight on it
@@ -202,7 +205,6 @@ class UcxWorker {
     };
 
     // worker.cpp
-    static ucp_context_h create_context(const UcxOptions &options);
     // Flushes every endpoint and progresses a little longer, until `until`
     // at most: at the worker's end, before its endpoints are force-closed,
     // on a UCX that aborts otherwise (ucx_env.hpp). Caller holds mu_.

@@ -60,7 +60,7 @@ class TestChild {
             int status = 0;
             for (int i = 0; i < 500 && waitpid(pid_, &status, WNOHANG) == 0; ++i)
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            kill(pid_, SIGKILL);
+            ::kill(pid_, SIGKILL);
             waitpid(pid_, &status, WNOHANG);
         }
         std::system(("rm -rf " + dir_).c_str());
@@ -69,6 +69,14 @@ class TestChild {
     TestChild &operator=(const TestChild &) = delete;
 
     bool started() const { return pid_ > 0; }
+    // Kills the child (SIGKILL) and waits until it is gone.
+    void kill() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGKILL);
+        int status = 0;
+        waitpid(pid_, &status, 0);
+        pid_ = -1;
+    }
     const std::string &dir() const { return dir_; }
 
   private:
