@@ -21,7 +21,10 @@ namespace th {
 // -> uct_tcp_ep_set_failed before the endpoint can send). Without blocking,
 // the failure arrives through the connection's progress, on an endpoint
 // that can report it, and the endpoint fails as any other does
-// (Transport.AnEndpointToAWorkerThatDiedJustAfterConnectingFails).
+// (Transport.AnEndpointToAWorkerThatDiedJustAfterConnectingFails). Nor
+// does a connect to a host that does not answer hold the worker's lock, and
+// so every read of the process, for the kernel's SYN retries (over two
+// minutes; Transport.AHostThatDoesNotAnswerHoldsUpNoOtherRead).
 // With UCX >= 1.19 also POSIX_ERROR_HANDLING=y,
 // SYSV_ERROR_HANDLING=y and CMA_MEMORY_INVALIDATE=y: shared memory and cma
 // then accept endpoints with peer error handling, so processes on one host

@@ -38,8 +38,9 @@ inline void write_file(const std::string &path, const std::string &text) {
 class TestChild {
   public:
     // Runs the disabled tests matching filter ("Suite.*"), with env_var set
-    // to dir().
-    TestChild(const std::string &filter, const std::string &env_var) {
+    // to dir(); under prefix, a command that runs the rest of its arguments
+    // (e.g. {"ip", "netns", "exec", "ns1"}), when one is given.
+    TestChild(const std::string &filter, const std::string &env_var, const std::vector<std::string> &prefix = {}) {
         char tmpl[] = "/tmp/th-test-child-XXXXXX";
         if (mkdtemp(tmpl) == nullptr) return;
         dir_ = tmpl;
@@ -48,9 +49,15 @@ class TestChild {
         for (char **e = environ; *e != nullptr; ++e) env.push_back(*e);
         env.push_back(var.data());
         env.push_back(nullptr);
-        std::string exe = "/proc/self/exe", only = "--gtest_filter=" + filter, disabled = "--gtest_also_run_disabled_tests";
-        char *argv[] = {exe.data(), only.data(), disabled.data(), nullptr};
-        if (posix_spawn(&pid_, exe.c_str(), nullptr, nullptr, argv, env.data()) != 0) pid_ = -1;
+        char self[4096] = {};
+        if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return;
+        std::vector<std::string> args = prefix;
+        for (std::string a : {std::string(self), "--gtest_filter=" + filter, std::string("--gtest_also_run_disabled_tests")})
+            args.push_back(a);
+        std::vector<char *> argv;
+        for (std::string &a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        if (posix_spawnp(&pid_, argv[0], nullptr, nullptr, argv.data(), env.data()) != 0) pid_ = -1;
     }
     // Tells the child to end ("done" in dir()), gives it 5 s, then kills it.
     ~TestChild() {
