@@ -30,7 +30,7 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     struct Setting {
         const char *name;  // without the UCX_ prefix
         const char *value;
-        bool one_sided_only;
+        bool from_1_19;  // only with UCX >= 1.19 (ucx_one_sided_reads())
         // Only where UCX has the transport (its module loaded): a setting
         // UCX does not know is skipped, not an error.
         bool if_known = false;
@@ -38,7 +38,7 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     static constexpr Setting kSettings[] = {
         {"TCP_TX_SEG_SIZE", "64K", false},
         {"TCP_RX_SEG_SIZE", "256K", false},
-        {"TCP_CONN_NB", "y", false},
+        {"TCP_CONN_NB", "y", true},
         {"POSIX_ERROR_HANDLING", "y", true},
         {"SYSV_ERROR_HANDLING", "y", true},
         {"CMA_MEMORY_INVALIDATE", "y", true},
@@ -48,7 +48,7 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     bool one_sided = ucx_one_sided_reads();
     for (const Setting &s : kSettings) {
         std::string var = std::string("UCX_") + s.name;
-        if ((s.one_sided_only && !one_sided) || std::getenv(var.c_str()) != nullptr) continue;
+        if ((s.from_1_19 && !one_sided) || std::getenv(var.c_str()) != nullptr) continue;
         if (!one_sided) {
             // UCX before 1.19 takes transport settings from the environment
             // only (ucp_config_modify accepts them, then warns on stdout that
