@@ -87,6 +87,17 @@ void Holdings::remember(Replica *r) {
     held_[r->id()] = r;
 }
 
+void Holdings::drop_unreleased(Replica &r) {
+    {
+        std::lock_guard lk(mu_);
+        auto it = held_.find(r.id());
+        if (it == held_.end() || it->second != &r) return;
+    }
+    TH_LOG(Warn, "replica ", r.id(), " of '", r.model(), "' version ", r.version(),
+           " was destroyed without being released: withdrawn here only");
+    forget(r);
+}
+
 void Holdings::forget(Replica &r) {
     drop_ahead(r.id());
     {

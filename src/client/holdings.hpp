@@ -55,6 +55,10 @@ class Holdings : public SessionListener {
     void declare(Replica &r, const Deadline &deadline, bool recover = true, bool again = false);
     // Held: released at shutdown and declared again on re-registration.
     void remember(Replica *r);
+    // A replica's handle destroyed without release: it stops being held here
+    // (its control word tells readers it is gone) and the server forgets it
+    // with this worker's lease or at the next re-registration.
+    void drop_unreleased(Replica &r);
     // What the memory for owned copies holds now.
     SpillPool::Usage spill_usage() const { return pool_.usage(); }
     // Owned copies made ahead (spill_ahead) and not yet taken or dropped,

@@ -1,5 +1,6 @@
 #include "client/replica.hpp"
 
+#include "client/holdings.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -39,6 +40,9 @@ Replica::Replica(Holdings &holder, uint64_t id, std::string model, uint32_t shar
 // still uses them (docs/security.md): the rkeys handed out for it stop working.
 Replica::~Replica() {
     if (holder_ == nullptr) return;  // detached at shutdown
+    // An owned copy is destroyed by its holdings, which forgot it first (and
+    // may hold their lock meanwhile); a handle may be dropped unreleased.
+    if (!owned()) holder_->drop_unreleased(*this);
     drop_successions();
     regions_.clear();
     ucx_->withdraw_unused();

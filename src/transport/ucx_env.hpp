@@ -9,39 +9,37 @@
 
 namespace th {
 
-// TCP_TX_SEG_SIZE=64K, TCP_RX_SEG_SIZE=256K: about twice the throughput
-// over tcp (loopback ~1.3 -> ~2.5 GB/s), and an answer of a read piece fits
-// one receive segment. With UCX >= 1.19, TCP_CONN_NB=y: tcp connects
-// without blocking. A
-// blocking connect that fails at once (the peer's process is gone, its host
-// refuses) leaves UCX (1.13 to 1.22 at least) with an endpoint it has
+// TCP_TX_SEG_SIZE=64K, TCP_RX_SEG_SIZE=256K: about twice the throughput over
+// tcp (loopback ~1.3 -> ~2.5 GB/s), and an answer of a read piece fits one
+// receive segment. With UCX >= 1.19, TCP_CONN_NB=y: tcp connects without
+// blocking. A blocking connect that fails at once (the peer's process is gone,
+// its host refuses) leaves UCX (1.13 to 1.22 at least) with an endpoint it has
 // already scheduled for destruction when it had taken over a connection the
-// peer had opened first: the endpoint UCP holds is freed under it, its
-// error callback never called, and the process crashes later on it
-// (tcp_ep.c, uct_tcp_ep_connect -> uct_tcp_ep_handle_io_err -> reconnect
-// -> uct_tcp_ep_set_failed before the endpoint can send). Without blocking,
-// the failure arrives through the connection's progress, on an endpoint
-// that can report it, and the endpoint fails as any other does
-// (Transport.AnEndpointToAWorkerThatDiedJustAfterConnectingFails). Nor
-// does a connect to a host that does not answer hold the worker's lock, and
-// so every read of the process, for the kernel's SYN retries (over two
-// minutes; Transport.AHostThatDoesNotAnswerHoldsUpNoOtherRead). Not before
-// 1.19: UCX 1.13's non-blocking connects failed endpoints between live
-// processes under load (the unit tests under AddressSanitizer: 6 runs of
-// 26 had one; none of 8 with blocking connects), so there it keeps UCX's
-// default, and its crash.
-// With UCX >= 1.19 also POSIX_ERROR_HANDLING=y,
-// SYSV_ERROR_HANDLING=y and CMA_MEMORY_INVALIDATE=y: shared memory and cma
-// then accept endpoints with peer error handling, so processes on one host
-// read each other over cma instead of tcp loopback; and
-// MEMTYPE_REG_WHOLE_ALLOC_TYPES= (empty): a CUDA buffer is registered as
-// given, not as the whole allocation around it. Finding that allocation
-// made device registrations fail now and then with UCX 1.22 on an H200
-// ("failed to insert region [0x0..0x0]"; the same tests pass without it).
-// Where UCX has cuda_ipc, CUDA_IPC_ENABLE_GET_ZCOPY=y: UCX's "auto" turned
-// one-sided GETs over cuda_ipc off on an H200, and device reads then went
-// through the holder's CPU at ~0.7 GB/s instead of ~530 GB/s (measured with
-// tensorhub-fetch-bench's cuda lane).
+// peer had opened first: the endpoint UCP holds is freed under it, its error
+// callback never called, and the process crashes later on it (tcp_ep.c,
+// uct_tcp_ep_connect -> uct_tcp_ep_handle_io_err -> reconnect ->
+// uct_tcp_ep_set_failed before the endpoint can send). Without blocking, the
+// failure arrives through the connection's progress, on an endpoint that can
+// report it, and the endpoint fails as any other does
+// (Transport.AnEndpointToAWorkerThatDiedJustAfterConnectingFails). Nor does a
+// connect to a host that does not answer hold the worker's lock, and so every
+// read of the process, for the kernel's SYN retries (over two minutes;
+// Transport.AHostThatDoesNotAnswerHoldsUpNoOtherRead). Not before 1.19: UCX
+// 1.13's non-blocking connects failed endpoints between live processes under
+// load (the unit tests under AddressSanitizer: 6 runs of 26 had one; none of 8
+// with blocking connects), so there it keeps UCX's default, and its crash.
+//
+// With UCX >= 1.19 also POSIX_ERROR_HANDLING=y, SYSV_ERROR_HANDLING=y and
+// CMA_MEMORY_INVALIDATE=y: shared memory and cma then accept endpoints with
+// peer error handling, so processes on one host read each other over cma
+// instead of tcp loopback; and MEMTYPE_REG_WHOLE_ALLOC_TYPES= (empty): a CUDA
+// buffer is registered as given, not as the whole allocation around it.
+// Finding that allocation made device registrations fail now and then with UCX
+// 1.22 on an H200 ("failed to insert region [0x0..0x0]"; the same tests pass
+// without it). Where UCX has cuda_ipc, CUDA_IPC_ENABLE_GET_ZCOPY=y: UCX's
+// "auto" turned one-sided GETs over cuda_ipc off on an H200, and device reads
+// then went through the holder's CPU at ~0.7 GB/s instead of ~530 GB/s
+// (measured with tensorhub-fetch-bench's cuda lane).
 // Returns false with the name of the setting UCX refused in *refused.
 bool apply_ucx_defaults(ucp_config_t *config, const char **refused);
 

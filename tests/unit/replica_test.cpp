@@ -85,3 +85,18 @@ TEST(ReplicaSucceed, NeedsACopyOfTheSameBuffers) {
     }
     EXPECT_EQ(h.ucx.successions(), 0u);
 }
+
+// A held replica whose handle is destroyed without release stops being held:
+// its control word tells readers still on it that it is gone, and the
+// client's shutdown, which releases what is held, does not reach it.
+TEST(Replica, DestroyedWithoutReleaseIsNoLongerHeld) {
+    Holder h;
+    std::vector<uint8_t> a(1 << 16, 1);
+    std::unique_ptr<Replica> r = h.replica(a);
+    h.holdings.remember(r.get());
+    ControlWord *word = r->control_word();
+    uint64_t g = generation_of(*r);
+    r.reset();
+    EXPECT_GT(word->generation.load(), g);
+    h.holdings.withdraw_all();  // nothing held: no release of freed memory
+}
