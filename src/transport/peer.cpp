@@ -238,6 +238,7 @@ void UcxWorker::greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop) {
         }
         ps = std::move(next);
     }
+    for (const PeerRef &p : ps) p->greeted_ = true;
 }
 
 size_t UcxWorker::connect_ahead(const std::vector<PeerAddress> &workers, const std::atomic<bool> *stop) {
@@ -254,7 +255,7 @@ size_t UcxWorker::connect_ahead(const std::vector<PeerAddress> &workers, const s
 }
 
 bool UcxWorker::wired_up(const PeerRef &p, const std::atomic<bool> *stop) {
-    if (p->path_ == ReadPath::ActiveMessage) return !p->failed();  // greeted
+    if (p->path_ == ReadPath::ActiveMessage) return p->greeted_ && !p->failed();
     // One-sided lanes wire up on first use: a flush makes them.
     constexpr auto kLimit = std::chrono::milliseconds(1000);
     for (size_t slot = 0; slot < p->eps_.size(); ++slot) {

@@ -98,6 +98,10 @@ class Peer {
     std::atomic<int> status_{UCS_OK};
     std::mutex mu_;
     std::mutex greeting_;  // held while its creator greets it (UcxWorker::greet)
+    // It answered the greeting on every lane. A greeting can fail before the
+    // endpoint's error handler runs (a connection that failed in progress):
+    // not failed() yet, but not up either.
+    std::atomic<bool> greeted_{false};
 };
 using PeerRef = std::shared_ptr<Peer>;
 

@@ -14,6 +14,10 @@ unsigned loaded_version() {
     return UCP_VERSION(major, minor);
 }
 
+// The first UCX whose tcp connects without blocking between live processes
+// as reliably as blocking ones (ucx_env.hpp).
+constexpr unsigned kTcpConnNbSince = UCP_VERSION(1, 14);
+
 }  // namespace
 
 bool ucx_one_sided_reads() {
@@ -24,31 +28,33 @@ bool ucx_one_sided_reads() {
 #endif
 }
 
+bool ucx_tcp_connects_without_blocking() { return loaded_version() >= kTcpConnNbSince; }
+
 bool ucx_aborts_on_a_failed_wireup_reply() { return loaded_version() < UCP_VERSION(1, 14); }
 
 bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
     struct Setting {
         const char *name;  // without the UCX_ prefix
         const char *value;
-        bool from_1_19;  // only with UCX >= 1.19 (ucx_one_sided_reads())
+        bool applies;  // with the UCX loaded
         // Only where UCX has the transport (its module loaded): a setting
         // UCX does not know is skipped, not an error.
         bool if_known = false;
     };
-    static constexpr Setting kSettings[] = {
-        {"TCP_TX_SEG_SIZE", "64K", false},
-        {"TCP_RX_SEG_SIZE", "256K", false},
-        {"TCP_CONN_NB", "y", true},
-        {"POSIX_ERROR_HANDLING", "y", true},
-        {"SYSV_ERROR_HANDLING", "y", true},
-        {"CMA_MEMORY_INVALIDATE", "y", true},
-        {"MEMTYPE_REG_WHOLE_ALLOC_TYPES", "", true},
-        {"CUDA_IPC_ENABLE_GET_ZCOPY", "y", true, true},
-    };
     bool one_sided = ucx_one_sided_reads();
-    for (const Setting &s : kSettings) {
+    const Setting settings[] = {
+        {"TCP_TX_SEG_SIZE", "64K", true},
+        {"TCP_RX_SEG_SIZE", "256K", true},
+        {"TCP_CONN_NB", "y", ucx_tcp_connects_without_blocking()},
+        {"POSIX_ERROR_HANDLING", "y", one_sided},
+        {"SYSV_ERROR_HANDLING", "y", one_sided},
+        {"CMA_MEMORY_INVALIDATE", "y", one_sided},
+        {"MEMTYPE_REG_WHOLE_ALLOC_TYPES", "", one_sided},
+        {"CUDA_IPC_ENABLE_GET_ZCOPY", "y", one_sided, true},
+    };
+    for (const Setting &s : settings) {
         std::string var = std::string("UCX_") + s.name;
-        if ((s.from_1_19 && !one_sided) || std::getenv(var.c_str()) != nullptr) continue;
+        if (!s.applies || std::getenv(var.c_str()) != nullptr) continue;
         if (!one_sided) {
             // UCX before 1.19 takes transport settings from the environment
             // only (ucp_config_modify accepts them, then warns on stdout that
