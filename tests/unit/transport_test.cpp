@@ -2,8 +2,6 @@
 // at a time: which read path each lane takes, that the bytes arrive, and that
 // a released region cannot be read; with a CUDA device, the same between
 // device and host memory on the CUDA lanes.
-#include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "common/deadline.hpp"
+#include "scoped_env.hpp"
 #include "test_child.hpp"
 #include "transport/memory_kind.hpp"
 #include "transport/ucx_env.hpp"
@@ -397,8 +396,8 @@ TEST(Transport, ConnectingAheadStopsWhenTold) {
 // Over tcp, UCX pairs a new endpoint with a connection the peer opened to
 // this worker first, if one is waiting. When the peer dies after opening it
 // and before the endpoint is made, the connection request sent on it fails
-// and UCX connects again; a blocking connect fails at once, and UCX (1.13,
-// 1.22) then frees the endpoint UCP still holds without telling it: no error
+// and UCX connects again; a blocking connect fails at once, and UCX (1.13
+// to 1.22) then frees the endpoint UCP still holds without telling it: no error
 // callback, and the process crashes later on it (ucx_env.hpp, TCP_CONN_NB).
 // The peer is the disabled test below, run by a child of this binary: it
 // connects to the test's worker and never progresses again (it reads
@@ -441,34 +440,15 @@ TEST(Transport, AnEndpointToAWorkerThatDiedJustAfterConnectingFails) {
     self.close(ep);
 }
 
-// Sets an environment variable for the scope (UCX reads it as a context is made).
-struct ScopedEnv {
-    ScopedEnv(const char *name, const std::string &value) : name_(name) {
-        const char *before = std::getenv(name);
-        had_ = before != nullptr;
-        if (had_) before_ = before;
-        setenv(name, value.c_str(), 1);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            setenv(name_, before_.c_str(), 1);
-        else
-            unsetenv(name_);
-    }
-    const char *name_;
-    bool had_ = false;
-    std::string before_;
-};
-
-// A network namespace joined to this one by a veth pair (root only). Its
-// far end can be made silent: its address removed while a permanent
-// neighbour entry keeps sending frames there, which nothing answers (a host
-// that went away with its network, not a process that died on a live host).
-// Two network namespaces joined by a veth pair: the silent host's
-// ("thu<pid>", its end 10.78.x.2) and the reader's ("thu<pid>r", 10.78.x.1).
-// Nothing changes in this process's own namespace: a device appearing there
-// would be taken up by the UCX workers of tests running beside this one
-// (UCX_NET_DEVICES=all), and their connections over it reset when it goes.
+// Two network namespaces joined by a veth pair (root only): the silent
+// host's ("thu<pid>", its end 10.78.x.2) and the reader's ("thu<pid>r",
+// 10.78.x.1). The host can be made silent: its address removed while a
+// permanent neighbour entry keeps sending frames there, which nothing
+// answers (a host that went away with its network, not a process that died
+// on a live host). Nothing changes in this process's own namespace: a
+// device appearing there would be taken up by the UCX workers of tests
+// running beside this one (UCX_NET_DEVICES=all), and their connections over
+// it reset when it goes.
 class SilentHost {
   public:
     SilentHost() {
@@ -517,7 +497,7 @@ class SilentHost {
   private:
     std::unique_ptr<test::TestChild> run(const std::string &ns, const std::string &device, const std::string &filter,
                                          const std::string &env_var) {
-        ScopedEnv only_its_nic("UCX_NET_DEVICES", device);
+        test::ScopedEnv only_its_nic("UCX_NET_DEVICES", device.c_str());
         return std::make_unique<test::TestChild>(filter, env_var, std::vector<std::string>{"ip", "netns", "exec", ns});
     }
     // Waits up to 5 s for the device to carry traffic: UCX does not offer a

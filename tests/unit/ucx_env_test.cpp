@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scoped_env.hpp"
 #include "transport/ucx_env.hpp"
 
 namespace th {
@@ -34,23 +35,13 @@ std::string value_of(ucp_config_t *config, const std::string &name) {
 // Applies the defaults to a configuration read with UCX_<name> set to
 // `user` in the environment (unset when null); returns the value it ends with.
 std::string applied(const std::string &name, const char *user) {
-    std::string var = "UCX_" + name;
-    const char *before = std::getenv(var.c_str());
-    std::string saved = before ? before : "";
-    if (user)
-        setenv(var.c_str(), user, 1);
-    else
-        unsetenv(var.c_str());
+    test::ScopedEnv as_the_user("UCX_" + name, user);
     ucp_config_t *config = nullptr;
     EXPECT_EQ(ucp_config_read(nullptr, nullptr, &config), UCS_OK);
     const char *refused = nullptr;
     EXPECT_TRUE(apply_ucx_defaults(config, &refused)) << (refused ? refused : "");
     std::string v = value_of(config, name);
     ucp_config_release(config);
-    if (before)
-        setenv(var.c_str(), saved.c_str(), 1);
-    else
-        unsetenv(var.c_str());
     return v;
 }
 
