@@ -37,8 +37,10 @@
 //                         [--copy-threads 2] [--lanes tcp,sm[,cuda]] [--smoke]
 //
 // Prints a table per lane and, last, one JSON line: the largest size of each
-// lane, with fetch_gbps, raw_gbps, ratio, transport and one_sided (the share
-// of tensorhub's bytes read one-sided).
+// lane, with fetch_gbps, raw_gbps, ratio, transport, one_sided (the share
+// of tensorhub's bytes read one-sided), server_ms (how long a fetch waited
+// for the server: its plan and end report, th_sync_stats.server_seconds) and
+// ratio_without_server (the ratio with that fixed cost left out).
 #include <signal.h>
 
 #include <algorithm>
@@ -256,7 +258,7 @@ int run_reader(const std::string &url, const Options &o) {
              check(th_fetch(client.get(), &fc, s->views.data(), s->views.size(), &got, nullptr), "fetching");
              double secs = std::chrono::duration<double>(Clock::now() - t0).count();
              if (got != fc.version) fail("asked for version ", fc.version, ", got ", got);
-             return str(secs, " ", stats.bytes_one_sided);
+             return str(secs, " ", stats.bytes_one_sided, " ", stats.server_seconds);
          }},
         {"get",
          [&](const std::vector<std::string> &a) {
@@ -290,6 +292,9 @@ struct Result {
     std::string transport;  // the lane's name (Lane)
     Memory memory = Memory::Host;
     std::vector<double> fetch_gbps, raw_gbps;  // raw: reads of a chunk,
+    // Of each default fetch, the seconds it waited for the server (the plan,
+    // the end report: th_sync_stats.server_seconds), and its rate without them.
+    std::vector<double> server_s, fetch_without_server_gbps;
     std::vector<double> raw_long_gbps;           // and of --raw-long-kb, if longer
     uint64_t chunk_read = 0, long_read = 0;      // their sizes
     std::vector<double> verify_all_gbps;  // tensorhub, every chunk checked
@@ -312,6 +317,10 @@ struct Result {
     double raw() const { return long_won() ? median(raw_long_gbps) : median(raw_gbps); }
     uint64_t raw_read() const { return long_won() ? long_read : chunk_read; }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
+    // What the fetch's reads alone reach: the fixed cost of its round trips
+    // to the server left out (they do not grow with the shard).
+    double ratio_without_server() const { return raw() > 0 ? median(fetch_without_server_gbps) / raw() : 0; }
+    double server_ms() const { return 1e3 * median(server_s); }
     // The median of each repetition's ratio to the raw pair measured right
     // after it: the machine's speed drifts over a run (a VM's neighbours),
     // and a pair measured together drifts together.
@@ -399,7 +408,11 @@ class Bench {
         verify("a-raw-read");
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
             double holder0 = holder_->cpu_seconds();
-            r.fetch_gbps.push_back(bytes / fetch_once("", &r.reader_cpu_s) / 1e9);
+            auto fetched = fetch_reply("", &r.reader_cpu_s);
+            double secs = seconds(fetched), server = std::stod(fetched.at(2));
+            r.fetch_gbps.push_back(bytes / secs / 1e9);
+            r.server_s.push_back(server);
+            if (secs > server) r.fetch_without_server_gbps.push_back(bytes / (secs - server) / 1e9);
             // One holder process serves both pairs: the end of one span is
             // the start of the next.
             double target0 = holder_->cpu_seconds();
@@ -456,8 +469,8 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
     std::printf("tensorhub read %.0f%% one-sided; reader copy threads %u; the raw pair reads from %u worker(s), each with a "
                 "thread\n", 100 * first.one_sided, o.copy_threads, first.raw_workers);
-    std::printf("%10s %15s %10s %9s %7s %7s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size", "tensorhub GB/s",
-                "raw GB/s", "raw read", "ratio", "paired", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
+    std::printf("%10s %15s %10s %9s %7s %7s %10s %14s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size",
+                "tensorhub GB/s", "raw GB/s", "raw read", "ratio", "paired", "server ms", "ratio - server", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
                 "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)",
                 "pages contiguous (holder, reader)");
     std::fflush(stdout);
@@ -468,9 +481,9 @@ void print_row(const Result &r) {
     std::string reader = str(std::fixed, std::setprecision(3), r.per_gib(r.reader_cpu_s), " (", r.per_gib(r.raw_reader_cpu_s), ")");
     auto share = [](double f) { return f < 0 ? std::string("-") : str(std::fixed, std::setprecision(0), 100 * f, "%"); };
     std::string pages = share(r.holder_contiguous) + ", " + share(r.reader_contiguous);
-    std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s   %s\n",
+    std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f %10.3f %14.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s   %s\n",
                 human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
-                r.ratio(), r.paired_ratio(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
+                r.ratio(), r.paired_ratio(), r.server_ms(), r.ratio_without_server(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
                 cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str(), pages.c_str());
     std::fflush(stdout);
 }
@@ -484,12 +497,12 @@ std::string json_fields(const Result &r) {
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
                   "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f,"
                   "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f,\"raw_workers\":%u,"
-                  "\"one_sided\":%.3f",
+                  "\"one_sided\":%.3f,\"server_ms\":%.3f,\"ratio_without_server\":%.3f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
                   static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(), r.paired_ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
                   r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s), r.holder_contiguous,
-                  r.reader_contiguous, r.raw_workers, r.one_sided);
+                  r.reader_contiguous, r.raw_workers, r.one_sided, r.server_ms(), r.ratio_without_server());
     return buf;
 }
 

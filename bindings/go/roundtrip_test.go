@@ -192,8 +192,13 @@ func TestStatsSayWhatASyncDid(t *testing.T) {
 		// Read from a complete replica: nothing waited for.
 		fstats.BytesWaited != 0 || pstats.BytesWaited != 0 ||
 		// Nothing changed under the reader: nothing had to be kept.
-		fstats.BytesKept != 0 || pstats.BytesKept != 0 {
+		fstats.BytesKept != 0 || pstats.BytesKept != 0 ||
+		// The plan and the end report: round trips to the server.
+		fstats.ServerSeconds <= 0 || fstats.ServerSeconds >= fstats.Seconds {
 		t.Fatalf("fetch stats %+v", fstats)
+	}
+	if pstats.ServerSeconds <= 0 || pstats.ServerSeconds > pstats.Seconds {
+		t.Fatalf("publish stats %+v: the declaration is a round trip", pstats)
 	}
 }
 

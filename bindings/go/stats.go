@@ -35,6 +35,10 @@ type SyncStats struct {
 	// changed (a mutation or release) and were kept: its holder let them
 	// finish before the change (the active-message path). 0 for a publish.
 	BytesKept uint64
+	// ServerSeconds is how much of Seconds the call waited for the metadata
+	// server's replies: a fetch's plan and end report, a publish's
+	// declaration (a fixed cost per call, whatever its size).
+	ServerSeconds float64
 }
 
 // cStats is a th_sync_stats the library fills. It lives in C memory: a config
@@ -78,5 +82,6 @@ func (s cStats) copyTo(out *SyncStats) {
 		BytesOneSided:      uint64(s.p.bytes_one_sided),
 		BytesWaited:        uint64(s.p.bytes_waited),
 		BytesKept:          uint64(s.p.bytes_kept),
+		ServerSeconds:      float64(s.p.server_seconds),
 	}
 }

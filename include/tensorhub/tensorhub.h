@@ -378,6 +378,14 @@ typedef struct th_sync_stats {
                                       Elsewhere such bytes are read again. Few:
                                       a quick answer is confirmed as it lands.
                                       0 for publish */
+    double server_seconds;         /* of seconds, the time the call waited for the
+                                      metadata server's replies: for a fetch the
+                                      plan before its first read, plans it could
+                                      not read without, reports of failed sources
+                                      and the end-of-fetch report (plans asked
+                                      while reads went on are not counted); for
+                                      publish, the declaration. A fetch's fixed
+                                      cost: a round trip each, whatever the size */
 } th_sync_stats;
 
 /* Zeroes stats (pass sizeof *stats as size) and sets stats->struct_size. */

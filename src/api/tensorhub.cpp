@@ -91,6 +91,7 @@ void write_stats(th_sync_stats *out, const th::SyncStats &st) {
     full.bytes_one_sided = st.bytes_one_sided;
     full.bytes_waited = st.bytes_waited;
     full.bytes_kept = st.bytes_kept;
+    full.server_seconds = st.server_seconds;
     std::memcpy(static_cast<void *>(out), &full, std::min(given, sizeof full));
 }
 

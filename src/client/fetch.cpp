@@ -150,6 +150,7 @@ Fetch::PlanCall Fetch::plan_call(uint32_t lo, uint32_t count, PlanMode mode, boo
 
 // Touches nothing of the fetch but the call: it may run on another thread.
 void Fetch::call_plan(ServerSession &session, UcxWorker &ucx, PlanCall &c, const Deadline &deadline) {
+    const auto asked = Clock::now();
     for (;;) {
         try {
             c.reply = session.call(
@@ -180,6 +181,7 @@ void Fetch::call_plan(ServerSession &session, UcxWorker &ucx, PlanCall &c, const
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
     }
+    c.server_seconds = seconds_since(asked);
     const Envelope *env = GetEnvelope(c.reply.data());
     if (env->body_type() != Body::PlanReply) fail(TH_ERR_PROTOCOL, "unexpected reply to PlanFetch");
     const PlanReply *p = env->body_as_PlanReply();
@@ -198,6 +200,7 @@ void Fetch::ask(const Deadline &deadline, uint32_t lo, uint32_t count, PlanMode 
     trace::event("plan_ask", lo, count, static_cast<uint64_t>(mode));
     PlanCall c = plan_call(lo, count, mode, replan);
     call_plan(session_, ucx_, c, deadline);
+    server_seconds_ += c.server_seconds;
     apply_plan(c);
 }
 
@@ -651,7 +654,9 @@ void Fetch::retire_failed_sources() {
 }
 
 void Fetch::report(const FetchSource &s) {
+    const auto asked = Clock::now();
     session_.report_source(s.worker, s.replica, s.why, s.mismatched, Deadline(cfg_.timeout_ms));
+    server_seconds_ += seconds_since(asked);
 }
 
 // Stripe levels first: a reader that sees the leading run cover a chunk
@@ -769,7 +774,8 @@ SyncStats Fetch::stats() const {
     SyncStats st;
     st.version = version_;
     st.bytes = bytes_done_;
-    st.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    st.seconds = seconds_since(started_);
+    st.server_seconds = server_seconds_;
     st.replans = plans_ > 0 ? plans_ - 1 : 0;
     st.failed_sources = failed_sources_;
     st.chunks = needed_;
@@ -839,6 +845,7 @@ void Fetch::finish(bool ok) {
     }
     uint64_t rid = serving_ ? serving_->replica().id() : 0;
     if (ok && serving_) serving_->complete(target_.layout().num_chunks());
+    const auto asked = Clock::now();
     try {
         session_.call(
             [&](Builder &b, const Header &h) {
@@ -853,6 +860,7 @@ void Fetch::finish(bool ok) {
     } catch (const std::exception &e) {
         TH_LOG(Warn, "reporting the end of a fetch failed: ", e.what());
     }
+    server_seconds_ += seconds_since(asked);
     if (!serving_) return;
     if (!ok) {
         serving_->abandon();

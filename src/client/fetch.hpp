@@ -85,6 +85,7 @@ class Fetch {
         bool partial = false;
         wire::Bytes reply;
         std::vector<UcxWorker::PeerOrError> peers;
+        double server_seconds = 0;  // waiting for the server's reply
     };
     PlanCall plan_call(uint32_t lo, uint32_t count, wire::PlanMode mode, bool replan) const;
     static void call_plan(ServerSession &session, UcxWorker &ucx, PlanCall &c, const Deadline &deadline);
@@ -180,6 +181,7 @@ class Fetch {
     uint64_t bytes_one_sided_ = 0;        // of those, read one-sided (ReadPath::OneSided)
     uint64_t bytes_waited_ = 0;           // of those, read with waiting reads
     uint64_t bytes_kept_ = 0;             // of those, from sources that changed (keep_what_was_sent)
+    double server_seconds_ = 0;           // the fetch's thread waiting for the server (SyncStats)
     std::vector<bool> waited_;            // per chunk: its last read was a waiting read
     uint32_t plans_ = 0, failed_sources_ = 0;
     std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none

@@ -141,12 +141,14 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
     if (checksums) r->set_checksums(th::checksums(r->chunk_pieces()));
     r->control_word()->chunks_done.store(layout.num_chunks());
     r->mark_complete();
+    const auto declared = Clock::now();
     try {
         declare(*r, Deadline(cfg_.timeout_ms));
     } catch (...) {
         abandon(std::move(r));
         throw;
     }
+    const double server_seconds = seconds_since(declared);
     // The last shard's publish commits the version: the other shards held
     // here learn it too.
     if (r->committed()) {
@@ -162,11 +164,12 @@ std::unique_ptr<Replica> Holdings::publish(const std::string &model, uint64_t ve
         if (cfg_.spill_ahead) start_ahead(*r, layout.total_bytes());
     }
     SyncStats st;
+    st.server_seconds = server_seconds;
     st.version = version;
     st.moved = false;
     st.bytes = layout.total_bytes();
     st.chunks = layout.num_chunks();
-    st.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    st.seconds = seconds_since(started);
     TH_LOG(Info, "published '", model, "' v", version, " shard ", shard, "/", num_shards, ": ", st.bytes, " bytes, ",
            st.chunks, " chunks in ", st.seconds, " s");
     if (stats) *stats = st;

@@ -21,12 +21,13 @@ struct SyncStats {
     uint64_t bytes_one_sided = 0;      // of bytes, read with one-sided GETs (not through the holder's CPU)
     uint64_t bytes_waited = 0;         // of bytes, read with waiting reads (FetchSource::waiting)
     uint64_t bytes_kept = 0;           // of bytes, from sources that changed, kept (Fetch::keep_what_was_sent)
+    double server_seconds = 0;         // of seconds, the call waiting for the metadata server's replies
     // False for a publish: its bytes are declared, not moved.
     bool moved = true;
 
     // bytes / seconds in GB/s (0 for a publish, or when nothing took time).
     double gbps() const { return moved && seconds > 0 ? bytes / seconds / 1e9 : 0; }
-    // "v7 shard 0: 64.0 MiB in 0.031 s (2.17 GB/s) from 2 sources (...)".
+    // "v7 shard 0: 64.0 MiB in 0.031 s (2.17 GB/s) from 2 sources (...), 0.001 s waiting for the server".
     std::string fetch_summary(uint32_t shard) const;
 };
 

@@ -11,6 +11,8 @@ namespace th {
 
 using Clock = std::chrono::steady_clock;
 
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 class Deadline {
   public:
     explicit Deadline(uint32_t ms) : at_(Clock::now() + std::chrono::milliseconds(ms)) {}

@@ -9,6 +9,8 @@
 //                                      arriving meanwhile are answered first
 //   TENSORHUB_FAULT_HEARTBEAT_DELAY_US=N  (server) sleep N us before handling a Heartbeat: a live
 //                                      server whose answers come too late for some calls
+//   TENSORHUB_FAULT_PLAN_ANSWER_DELAY_US=N  (server) sleep N us before handling a PlanFetch: a slow
+//                                      or distant server
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@ struct Faults {
     uint32_t spill_delay_us = 0;
     uint32_t hello_delay_us = 0;
     uint32_t heartbeat_delay_us = 0;
+    uint32_t plan_answer_delay_us = 0;
 };
 
 inline const Faults &faults() {
@@ -38,6 +41,7 @@ inline const Faults &faults() {
         out.spill_delay_us = us("TENSORHUB_FAULT_SPILL_DELAY_US");
         out.hello_delay_us = us("TENSORHUB_FAULT_HELLO_DELAY_US");
         out.heartbeat_delay_us = us("TENSORHUB_FAULT_HEARTBEAT_DELAY_US");
+        out.plan_answer_delay_us = us("TENSORHUB_FAULT_PLAN_ANSWER_DELAY_US");
         return out;
     }();
     return f;

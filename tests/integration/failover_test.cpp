@@ -206,26 +206,6 @@ TEST(Failover, AReaderPausedMidFetchStartsAfreshAndBlamesNoSource) {
 
 namespace {
 
-// A tensorhub-server process; url() once it listens.
-struct ServerProc {
-    Process proc;
-    std::string url;
-    // env: extra environment variables (fault hooks).
-    explicit ServerProc(bool standby = false, const std::vector<std::string> &env = {}) : proc(argv(standby, env)) {
-        std::string l = proc.line(10000);
-        EXPECT_EQ(l.rfind("listening on ", 0), 0u) << l;
-        url = l.substr(13);
-    }
-    uint64_t epoch() { return server_status(url)["server_epoch"].get<uint64_t>(); }
-    static std::vector<std::string> argv(bool standby, const std::vector<std::string> &env) {
-        std::vector<std::string> out = {"/usr/bin/env"};
-        out.insert(out.end(), env.begin(), env.end());
-        out.insert(out.end(), {TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"});
-        if (standby) out.push_back("--standby");
-        return out;
-    }
-};
-
 // A primary and a standby listed after it; new clients start on the primary
 // (the newer epoch).
 struct PrimaryAndStandby {

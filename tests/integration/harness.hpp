@@ -76,7 +76,7 @@ inline th_client *connect(const std::string &url, const char *name, uint32_t tim
 }
 
 inline th_status publish(th_client *c, const char *model, uint64_t version, uint32_t shard, uint32_t num_shards, Shard &s,
-                  th_replica **out) {
+                  th_replica **out, th_sync_stats *stats = nullptr) {
     th_publish_config pc;
     th_publish_config_init(&pc, sizeof pc);
     pc.model = model;
@@ -84,6 +84,7 @@ inline th_status publish(th_client *c, const char *model, uint64_t version, uint
     pc.shard = shard;
     pc.num_shards = num_shards;
     pc.chunk_bytes = 64 << 10;
+    pc.stats = stats;
     return th_publish(c, &pc, s.views.data(), s.views.size(), out);
 }
 
@@ -131,6 +132,27 @@ inline nlohmann::json server_status(const std::string &url) {
     th_free(out);
     return j;
 }
+
+// A tensorhub-server process (TH_SERVER_BIN) listening on a free port;
+// its url once it listens.
+struct ServerProc {
+    Process proc;
+    std::string url;
+    // env: extra environment variables (fault hooks).
+    explicit ServerProc(bool standby = false, const std::vector<std::string> &env = {}) : proc(argv(standby, env)) {
+        std::string l = proc.line(10000);
+        EXPECT_EQ(l.rfind("listening on ", 0), 0u) << l;
+        url = l.substr(13);
+    }
+    uint64_t epoch() { return server_status(url)["server_epoch"].get<uint64_t>(); }
+    static std::vector<std::string> argv(bool standby, const std::vector<std::string> &env) {
+        std::vector<std::string> out = {"/usr/bin/env"};
+        out.insert(out.end(), env.begin(), env.end());
+        out.insert(out.end(), {TH_SERVER_BIN, "--listen", "tcp://127.0.0.1:0", "--lease-ms", "3000"});
+        if (standby) out.push_back("--standby");
+        return out;
+    }
+};
 
 // The status entry of one version, or null.
 inline nlohmann::json version_status(const nlohmann::json &s, const std::string &model, uint64_t v) {

@@ -1,4 +1,5 @@
-// The server's Prometheus endpoint reports what happened.
+// The server's Prometheus endpoint reports what happened, and a client says
+// how long its calls waited for the server.
 #include <gtest/gtest.h>
 
 #include "harness.hpp"
@@ -41,4 +42,36 @@ TEST(Metrics, ThePrometheusEndpointReportsCommitsBytesAndLatencies) {
     th_client_destroy(reader);
     th_client_destroy(pub);
     th_server_destroy(server);
+}
+
+// A fetch's stats say how long it waited for the server: here a server that
+// takes 300 ms to answer each plan.
+TEST(Metrics, AFetchsStatsSayHowLongItWaitedForTheServer) {
+    constexpr double kDelay = 0.3;
+    ServerProc server(false, {"TENSORHUB_FAULT_PLAN_ANSWER_DELAY_US=300000"});
+    th_client *pub = connect(server.url, "pub"), *reader = connect(server.url, "reader");
+    Shard w(2, 256 << 10, 1), got(2, 256 << 10);
+
+    th_sync_stats ps;
+    th_sync_stats_init(&ps, sizeof ps);
+    th_replica *r = nullptr;
+    ASSERT_EQ(publish(pub, "m", 1, 0, 1, w, &r, &ps), TH_OK) << th_last_error();
+    EXPECT_GT(ps.server_seconds, 0);
+    EXPECT_LE(ps.server_seconds, ps.seconds);
+
+    th_sync_stats fs;
+    th_sync_stats_init(&fs, sizeof fs);
+    th_fetch_config fc;
+    th_fetch_config_init(&fc, sizeof fc);
+    fc.model = "m";
+    fc.stats = &fs;
+    ASSERT_EQ(th_fetch(reader, &fc, got.views.data(), got.views.size(), nullptr, nullptr), TH_OK) << th_last_error();
+    EXPECT_EQ(got.first_wrong(1, 0), -1);
+    EXPECT_EQ(fs.replans, 0u);
+    EXPECT_GE(fs.server_seconds, kDelay) << "one plan, answered " << kDelay << " s late";
+    EXPECT_LE(fs.server_seconds, fs.seconds);
+
+    th_replica_release(r);
+    th_client_destroy(reader);
+    th_client_destroy(pub);
 }

@@ -45,14 +45,8 @@ TEST(Observability, StatsSayWhereTheBytesCameFromAndProgressEndsAtTheTotal) {
 
     th_sync_stats ps;
     th_sync_stats_init(&ps, sizeof ps);
-    th_publish_config pc;
-    th_publish_config_init(&pc, sizeof pc);
-    pc.model = "m";
-    pc.version = 1;
-    pc.chunk_bytes = 64 << 10;
-    pc.stats = &ps;
     th_replica *pr = nullptr;
-    ASSERT_EQ(th_publish(pub, &pc, w.views.data(), w.views.size(), &pr), TH_OK) << th_last_error();
+    ASSERT_EQ(publish(pub, "m", 1, 0, 1, w, &pr, &ps), TH_OK) << th_last_error();
     EXPECT_EQ(ps.struct_size, sizeof ps);
     EXPECT_EQ(ps.version, 1u);
     EXPECT_EQ(ps.bytes, total);
@@ -61,6 +55,8 @@ TEST(Observability, StatsSayWhereTheBytesCameFromAndProgressEndsAtTheTotal) {
     EXPECT_GT(ps.seconds, 0);
     EXPECT_EQ(ps.gbps, 0) << "a publish moves no bytes";
     EXPECT_EQ(ps.bytes_one_sided, 0u);
+    EXPECT_GT(ps.server_seconds, 0) << "the declaration is a round trip";
+    EXPECT_LE(ps.server_seconds, ps.seconds);
 
     // The first reader can only read from the publisher.
     th_sync_stats fs;
@@ -79,6 +75,8 @@ TEST(Observability, StatsSayWhereTheBytesCameFromAndProgressEndsAtTheTotal) {
     if (auto one_sided = reads_one_sided()) EXPECT_EQ(fs.bytes_one_sided, *one_sided ? total : 0);
     EXPECT_GT(fs.seconds, 0);
     EXPECT_NEAR(fs.gbps, fs.bytes / fs.seconds / 1e9, 1e-9);
+    EXPECT_GT(fs.server_seconds, 0) << "the plan and the end report are round trips";
+    EXPECT_LT(fs.server_seconds, fs.seconds);
     ASSERT_FALSE(log.calls.empty());
     EXPECT_EQ(log.calls.back(), std::make_pair(total, total));
     EXPECT_EQ(log.thread, std::this_thread::get_id());

@@ -179,6 +179,7 @@ class SyncStats(Structure):
         ("bytes_one_sided", c_uint64),
         ("bytes_waited", c_uint64),
         ("bytes_kept", c_uint64),
+        ("server_seconds", c_double),
     ]
 
 

@@ -26,6 +26,7 @@ def stats_dict(op: str, model: str, shard: int, s: SyncStats) -> dict[str, Any]:
         "bytes_from_publisher": int(s.bytes_from_publisher), "bytes_from_replicas": int(s.bytes_from_replicas),
         "checksum_mismatches": int(s.checksum_mismatches), "bytes_one_sided": int(s.bytes_one_sided),
         "bytes_waited": int(s.bytes_waited), "bytes_kept": int(s.bytes_kept),
+        "server_seconds": float(s.server_seconds),
     }
 
 

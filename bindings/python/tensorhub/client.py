@@ -184,16 +184,18 @@ class Client(HandleOwner):
         {"op": "fetch" | "publish", "model", "shard", "version", "bytes",
         "seconds", "gbps", "sources", "replans", "failed_sources", "chunks",
         "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches",
-        "bytes_one_sided", "bytes_waited", "bytes_kept"}
+        "bytes_one_sided", "bytes_waited", "bytes_kept", "server_seconds"}
 
         bytes_one_sided is how many of the bytes were read with one-sided
         GETs (no CPU of the holder touched them); bytes_waited how many were
         asked for from a reader still receiving them and sent the moment it
         had them (a chain of readers over tcp); bytes_kept how many came from
         a source whose replica then changed and were kept (its holder let
-        them finish first). For a publish, bytes and chunks are what was
-        declared, and gbps, sources and the bytes_* counts of how bytes
-        moved are 0 (nothing moved)."""
+        them finish first); server_seconds how much of seconds the call
+        waited for the metadata server's replies (a fetch's plan and end
+        report, a publish's declaration: a fixed cost per call). For a
+        publish, bytes and chunks are what was declared, and gbps, sources
+        and the bytes_* counts of how bytes moved are 0 (nothing moved)."""
         stats: dict[str, Any] | None = getattr(self._last, "stats", None)
         return dict(stats) if stats is not None else None
 

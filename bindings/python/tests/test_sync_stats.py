@@ -13,7 +13,7 @@ from conftest import connect, empty_like, weights
 
 KEYS = {"op", "model", "shard", "version", "bytes", "seconds", "gbps", "sources", "replans", "failed_sources",
         "chunks", "bytes_from_publisher", "bytes_from_replicas", "checksum_mismatches",
-        "bytes_one_sided", "bytes_waited", "bytes_kept"}
+        "bytes_one_sided", "bytes_waited", "bytes_kept", "server_seconds"}
 
 
 def nbytes(state: dict[str, np.ndarray]) -> int:
@@ -43,6 +43,8 @@ def test_publish_and_fetch_leave_a_plain_dict(pub: tensorhub.Client, reader: ten
     assert s["bytes_kept"] == 0 and p["bytes_kept"] == 0
     assert s["chunks"] >= 1 and s["seconds"] > 0
     assert s["gbps"] == pytest.approx(s["bytes"] / s["seconds"] / 1e9)
+    # The plan and the end report, the declaration: round trips to the server.
+    assert 0 < s["server_seconds"] < s["seconds"] and 0 < p["server_seconds"] <= p["seconds"]
 
 
 def test_the_summary_is_per_thread(pub: tensorhub.Client, reader: tensorhub.Client) -> None:

@@ -33,6 +33,10 @@ pub struct SyncStats {
     /// mutation or release) and were kept: its holder let them finish before
     /// the change (the active-message path). 0 for a publish.
     pub bytes_kept: u64,
+    /// Of `seconds`, how long the call waited for the metadata server's
+    /// replies: a fetch's plan and end report, a publish's declaration (a
+    /// fixed cost per call, whatever its size).
+    pub server_seconds: f64,
 }
 
 /// A `th_sync_stats` ready to be filled by the library.
@@ -62,6 +66,7 @@ impl From<&sys::th_sync_stats> for SyncStats {
             bytes_one_sided: s.bytes_one_sided,
             bytes_waited: s.bytes_waited,
             bytes_kept: s.bytes_kept,
+            server_seconds: s.server_seconds,
         }
     }
 }

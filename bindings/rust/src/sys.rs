@@ -169,6 +169,7 @@ pub struct th_sync_stats {
     pub bytes_one_sided: u64,
     pub bytes_waited: u64,
     pub bytes_kept: u64,
+    pub server_seconds: f64,
 }
 
 /// th_fetch_config.progress: called with (bytes_done, bytes_total, user_data).

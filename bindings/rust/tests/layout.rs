@@ -53,7 +53,7 @@ fn sys_declarations_match_the_header() {
                               progress, progress_user_data, progress_interval_ms, verify, cancel }
             th_sync_stats { struct_size, version, bytes, seconds, gbps, sources, replans, failed_sources, chunks,
                             bytes_from_publisher, bytes_from_replicas, checksum_mismatches, bytes_one_sided,
-                            bytes_waited, bytes_kept }
+                            bytes_waited, bytes_kept, server_seconds }
         }
         consts {
             TH_OK, TH_ERR_INVALID_ARG, TH_ERR_NOT_FOUND, TH_ERR_NOT_COMMITTED, TH_ERR_LAYOUT_MISMATCH,

@@ -164,6 +164,9 @@ fn fetch_and_publish_report_what_they_did() {
     assert_eq!((s.bytes_waited, p.bytes_waited), (0, 0), "read from a complete replica");
     assert_eq!((s.bytes_kept, p.bytes_kept), (0, 0), "nothing changed under the reader");
     assert!(s.seconds > 0.0 && s.gbps > 0.0);
+    // The plan and the end report, the declaration: round trips to the server.
+    assert!(s.server_seconds > 0.0 && s.server_seconds < s.seconds, "{s:?}");
+    assert!(p.server_seconds > 0.0 && p.server_seconds <= p.seconds, "{p:?}");
     assert_eq!(bufs, src);
 }
 
