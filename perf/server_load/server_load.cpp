@@ -20,9 +20,20 @@
 //                         [--reps 9] [--mix 1,1,1,0] [--tensors 16] [--labels racks|none]
 //                         [--server-cpus 0] [--client-cpus 1] [--markdown] [--smoke]
 //
+// Then, one request at a time, the round trip of the client library's
+// request path (th::RpcClient) to the echo server, back to back and after
+// 5 ms idle (as a fetch's plan and end report come), next to a plain TCP
+// ping-pong of the same bytes between the same two processes: a thread
+// blocked in read() at each end, the floor of any control path on this
+// machine.
+//
 // Prints a table (and a markdown table with --markdown) and, last, one JSON
 // line. Exits non-zero when any request failed or got a wrong reply.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,6 +59,9 @@ using namespace th_load;
 namespace {
 
 constexpr Millis kCommandLimit{120000};
+// Round trips: request bytes (about a PlanFetch's) and the idle gaps before each.
+constexpr size_t kPingBytes = 256;
+const unsigned kIdleGapsUs[] = {0, 5000};
 constexpr Millis kIdleLimit{60 * 60 * 1000};
 const Kind kMeasured[] = {Kind::Plan, Kind::Resolve, Kind::Progress, Kind::Heartbeat};
 
@@ -91,6 +105,39 @@ void default_split(Options &o) {
     if (o.client_cpus.empty()) o.client_cpus = n >= 2 ? range(n / 2, n - 1) : "none";
 }
 
+// Plain TCP on loopback, for the ping-pong.
+int listen_tcp() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(fd, 1) != 0)
+        fail("cannot listen for the tcp ping-pong");
+    return fd;
+}
+
+int bound_port(int fd) {
+    sockaddr_in a{};
+    socklen_t n = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr *>(&a), &n);
+    return ntohs(a.sin_port);
+}
+
+void no_delay(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// Sends or receives one whole kPingBytes message; false once the peer is gone.
+bool exchange(int fd, char *buf, bool send) {
+    for (size_t done = 0; done < kPingBytes;) {
+        ssize_t n = send ? write(fd, buf + done, kPingBytes - done) : read(fd, buf + done, kPingBytes - done);
+        if (n <= 0) return false;
+        done += size_t(n);
+    }
+    return true;
+}
+
 // ---------------------------------------------------------------------------
 // The server process.
 
@@ -130,7 +177,29 @@ int run_servers(const Options &o) {
         sized.store(true, std::memory_order_release);
         return std::string();
     };
-    return serve("server", handlers, kIdleLimit);
+    // A plain TCP echo of kPingBytes messages for one connection, a thread
+    // blocked in read(): the floor the round trips are measured against.
+    int echo_fd = -1;
+    std::thread tcp_echo;
+    handlers["tcp-echo"] = [&](const std::vector<std::string> &) {
+        if (echo_fd >= 0) fail("the tcp ping-pong is already up");
+        echo_fd = listen_tcp();
+        tcp_echo = std::thread([fd = echo_fd] {
+            int c = accept(fd, nullptr, nullptr);
+            if (c < 0) return;
+            no_delay(c);
+            char buf[kPingBytes];
+            while (exchange(c, buf, false) && exchange(c, buf, true)) {
+            }
+            close(c);
+        });
+        return str(bound_port(echo_fd));
+    };
+    int rc = serve("server", handlers, kIdleLimit);
+    if (echo_fd >= 0) shutdown(echo_fd, SHUT_RDWR);  // ends an accept still waiting
+    if (tcp_echo.joinable()) tcp_echo.join();
+    if (echo_fd >= 0) close(echo_fd);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------
@@ -254,6 +323,54 @@ class Load {
 
 std::string fmt_rate(double r) { return str(uint64_t(r + 0.5)); }
 
+// Round trips after one idle gap, in microseconds.
+struct Trips {
+    unsigned idle_us = 0;
+    std::vector<float> library, tcp;
+};
+
+// n round trips per idle gap, one request at a time: the client library's
+// request path to the echo server and the plain TCP ping-pong, alternating.
+std::vector<Trips> round_trips(Child &child, const std::string &echo_url, unsigned n) {
+    int port = static_cast<int>(to_u64(child.call("tcp-echo", kCommandLimit).at(0)));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) fail("cannot connect to the tcp ping-pong");
+    no_delay(fd);
+    th::RpcClient rpc(echo_url);
+    const th::wire::Bytes request(kPingBytes, 0x5a);
+    char buf[kPingBytes] = {};
+    auto library_trip = [&] {
+        if (rpc.call(request, th::Deadline(10000)).empty()) fail("the echo server answered nothing");
+    };
+    auto tcp_trip = [&] {
+        if (!exchange(fd, buf, true) || !exchange(fd, buf, false)) fail("the tcp ping-pong broke off");
+    };
+    library_trip();  // connected, warm
+    tcp_trip();
+    auto timed = [](auto trip, unsigned idle_us) {
+        std::this_thread::sleep_for(std::chrono::microseconds(idle_us));
+        auto t0 = Clock::now();
+        trip();
+        return std::chrono::duration<float, std::micro>(Clock::now() - t0).count();
+    };
+    std::vector<Trips> out;
+    for (unsigned idle : kIdleGapsUs) {
+        Trips t;
+        t.idle_us = idle;
+        for (unsigned i = 0; i < n; ++i) {
+            t.library.push_back(timed(library_trip, idle));
+            t.tcp.push_back(timed(tcp_trip, idle));
+        }
+        out.push_back(std::move(t));
+    }
+    close(fd);
+    return out;
+}
+
 int run_parent(const Options &o) {
     std::vector<std::string> child_args = {"tensorhub-server-load", "--role", "server", "--server-cpus", o.server_cpus};
     Child child("server", child_args);
@@ -302,6 +419,7 @@ int run_parent(const Options &o) {
             }
         }
     }
+    std::vector<Trips> trips = round_trips(child, urls[0], o.smoke ? 20 : 400);
     child.finish(kCommandLimit);
 
     Figures echo = targets[0].all();
@@ -321,6 +439,12 @@ int run_parent(const Options &o) {
     bool met = top.rps >= 0.9 * echo.rps && top.p99_us < 2000;
     std::printf("\ngoal (W=%llu: >= 0.9x echo req/s, p99 < 2 ms): %s (%.3fx, p99 %.0f us)\n",
                 (unsigned long long)big.workers, met ? "met" : "missed", top.rps / echo.rps, top.p99_us);
+    std::printf("\nround trip, one request at a time (p50 / p90 us over %zu):\n%-12s %-32s %s\n", trips[0].tcp.size(),
+                "idle before", "library (RpcClient -> echo)", "plain TCP ping-pong");
+    for (Trips &t : trips)
+        std::printf("%7u us   %-32s %s\n", t.idle_us,
+                    str(std::fixed, std::setprecision(1), quantile(t.library, 0.5), " / ", quantile(t.library, 0.9)).c_str(),
+                    str(std::fixed, std::setprecision(1), quantile(t.tcp, 0.5), " / ", quantile(t.tcp, 0.9)).c_str());
     if (o.markdown) {
         std::printf("\n| target | request | req/s | p50 µs | p99 µs | vs echo |\n|---|---|---:|---:|---:|---:|\n");
         for (Target &t : targets) {
@@ -350,6 +474,11 @@ int run_parent(const Options &o) {
         }
         std::printf("}");
     }
+    std::printf("],\"round_trip\":[");
+    for (size_t i = 0; i < trips.size(); ++i)
+        std::printf("%s{\"idle_us\":%u,\"library_p50_us\":%.1f,\"library_p90_us\":%.1f,\"tcp_p50_us\":%.1f,\"tcp_p90_us\":%.1f}",
+                    i ? "," : "", trips[i].idle_us, quantile(trips[i].library, 0.5), quantile(trips[i].library, 0.9),
+                    quantile(trips[i].tcp, 0.5), quantile(trips[i].tcp, 0.9));
     std::printf("],\"goal_met\":%s}\n", met ? "true" : "false");
     return 0;
 }
