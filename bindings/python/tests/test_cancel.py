@@ -1,16 +1,19 @@
 """tensorhub.Cancel: a canceled token ends a fetch with Canceled (between
 transfers too: tests/integration/cancel_test.cpp), the buffers can be
-fetched into again, it ends a wait for a version, and a Prefetcher's close()
-ends its background fetch, stuck on a stopped holder, instead of waiting it
-out."""
+fetched into again, it ends a wait for a version, and a Prefetcher's,
+Staging's or engine adapter's close ends a fetch stuck on a stopped holder
+on another thread instead of waiting it out."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import _workers
 import numpy as np
@@ -52,11 +55,11 @@ def test_a_token_canceled_before_the_fetch_ends_it_before_its_first_read(pub: te
     assert all(np.array_equal(mine[k], w[k]) for k in w)
 
 
-def test_closing_a_prefetcher_cancels_a_fetch_stuck_on_a_stopped_holder(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
-    import tensorhub.torch as tht
-
-    # Over tcp the holder's CPU answers every read: stopped, it answers none.
+@contextlib.contextmanager
+def stopped_holder(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A server whose only holder of _workers.MODEL version 1 is stopped
+    (SIGSTOP): over tcp its CPU answers every read, so a fetch of it hangs
+    until its chunk timeout. Yields the server's URL."""
     monkeypatch.setenv("UCX_TLS", "tcp")
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
@@ -67,23 +70,81 @@ def test_closing_a_prefetcher_cancels_a_fetch_stuck_on_a_stopped_holder(monkeypa
             ready.get(timeout=30)
             assert holder.pid is not None
             os.kill(holder.pid, signal.SIGSTOP)
-            with tensorhub.Client(server.url, name="rollout", chunk_timeout=30.0) as client:
-                module = {name: torch.zeros(shape) for name, shape in _workers.SHAPES.items()}
-                prefetcher = tht.Prefetcher(client, _workers.MODEL, module)
-                prefetcher.prefetch(1, wait=False, timeout=60.0)
-                time.sleep(0.3)
-                assert not prefetcher.ready, "the fetch from a stopped holder finished"
-                started = time.monotonic()
-                prefetcher.close()
-                # Not a timing claim: without the cancel, close() waits out the
-                # 30 s chunk timeout of the stuck reads.
-                assert time.monotonic() - started < 15
+            yield server.url
         finally:
+            assert holder.pid is not None
             os.kill(holder.pid, signal.SIGCONT)
             stop.set()
             holder.join(30)
             if holder.is_alive():
                 holder.kill()
+
+
+def closing_ends_the_fetch(fetch: Callable[[], object], close: Callable[[], None]) -> BaseException | None:
+    """Runs fetch() on a thread, stuck on the stopped holder, then close() on
+    this one; returns what fetch() raised. Not a timing claim: without the
+    cancel, close() waits out the 30 s chunk timeout of the stuck reads."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fetch()
+            raised.append(None)
+        except BaseException as e:  # handed to the test
+            raised.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.5)
+    assert not raised, f"the fetch from a stopped holder ended: {raised}"
+    started = time.monotonic()
+    close()
+    assert time.monotonic() - started < 15
+    thread.join(15)
+    assert not thread.is_alive() and raised
+    return raised[0]
+
+
+def test_closing_a_prefetcher_cancels_a_fetch_stuck_on_a_stopped_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import tensorhub.torch as tht
+
+    with stopped_holder(monkeypatch) as url, tensorhub.Client(url, name="rollout", chunk_timeout=30.0) as client:
+        module = {name: torch.zeros(shape) for name, shape in _workers.SHAPES.items()}
+        prefetcher = tht.Prefetcher(client, _workers.MODEL, module)
+        prefetcher.prefetch(1, wait=False, timeout=60.0)
+        time.sleep(0.3)
+        assert not prefetcher.ready, "the fetch from a stopped holder finished"
+        started = time.monotonic()
+        prefetcher.close()
+        # Not a timing claim: without the cancel, close() waits out the
+        # 30 s chunk timeout of the stuck reads.
+        assert time.monotonic() - started < 15
+
+
+def test_closing_a_staging_ends_its_fetch_on_another_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    import tensorhub.torch as tht
+
+    with stopped_holder(monkeypatch) as url, tensorhub.Client(url, name="rollout", chunk_timeout=30.0) as client:
+        staging = tht.Staging(client, _workers.MODEL)
+        raised = closing_ends_the_fetch(lambda: staging.fetch(1, timeout=60.0), staging.close)
+        assert isinstance(raised, tensorhub.Canceled), raised
+        assert staging.version is None
+
+
+def test_shutting_a_vllm_engine_down_mid_update_ends_its_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from tensorhub.adapters import vllm as th_vllm
+
+    with stopped_holder(monkeypatch) as url:
+        engine = th_vllm.TensorHubWeightTransferEngine(SimpleNamespace(backend=th_vllm.BACKEND), SimpleNamespace())
+        engine.init_transfer_engine(th_vllm.TensorHubInitInfo(server_url=url, model=_workers.MODEL, timeout=60.0))
+        engine.start_weight_update()
+        raised = closing_ends_the_fetch(lambda: engine.receive_weights(th_vllm.TensorHubUpdateInfo(version=1)),
+                                        engine.shutdown)
+        assert isinstance(raised, tensorhub.Canceled), raised
+        assert engine.weight_version is None
 
 
 def test_a_wait_for_a_version_ends_when_its_token_is_canceled(reader: tensorhub.Client) -> None:

@@ -3,6 +3,7 @@ matching a layout against local tensors, and the fetch-and-retry loop."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -73,7 +74,8 @@ class _Fetcher:
     """The retry loop Receiver, Staging and Prefetcher share: fetch a planned
     destination, re-plan when the version's layout changed, fetch the newest
     version again when every holder of the one asked for went away, verify
-    digests."""
+    digests. A fetch in flight on one thread ends (Canceled) when another
+    calls cancel_running(): what the owners' close() does."""
 
     def __init__(self, client: Client, model: str, shard: int, verify: bool, serve: bool, what: str) -> None:
         self._client = client
@@ -85,6 +87,24 @@ class _Fetcher:
         self._replica: Replica | None = None
         self._plan: _Plan | None = None  # what the last fetch wrote into
         self.version: int | None = None
+        self._ended = threading.Condition()
+        self._running: Cancel | None = None  # the token of the fetch in flight
+        self._runner: int | None = None  # and its thread
+
+    def cancel_running(self) -> None:
+        """Ends the fetch in flight on another thread, if any, and waits until
+        it has: it raises Canceled there (its token, the caller's if it gave
+        one, is signalled), within about 20 ms, or once its reads in flight
+        landed or were closed (200 ms). Called from the fetching thread (a
+        progress callback), it only signals."""
+        with self._ended:
+            if self._running is None:
+                return
+            self._running.cancel()
+            if self._runner == threading.get_ident():
+                return
+            while self._running is not None:
+                self._ended.wait()
 
     def release(self) -> None:
         if self._replica is not None:
@@ -98,6 +118,19 @@ class _Fetcher:
         destination and returns the version delivered; `fresh` asks for a plan
         made from a describe() of that version."""
         version_arg(version)
+        token = cancel if cancel is not None else Cancel()
+        with self._ended:
+            self._running, self._runner = token, threading.get_ident()
+        try:
+            return self._run(version, timeout, plan_for, on_done, progress, progress_interval, token)
+        finally:
+            with self._ended:
+                self._running = self._runner = None
+                self._ended.notify_all()
+
+    def _run(self, version: int, timeout: float, plan_for: Callable[[int, bool], _Plan],
+             on_done: Callable[[_Plan], None], progress: ProgressCallback | None,
+             progress_interval: float | None, cancel: Cancel) -> int:
         deadline = time.monotonic() + timeout
         fresh = False
         layout_retries = 0

@@ -159,7 +159,11 @@ class Receiver:
             self._staging.release()
 
     def close(self) -> None:
-        """Stops serving. Idempotent."""
+        """Stops serving. A fetch in flight on another thread ends first: it
+        raises Canceled there. Idempotent."""
+        self._fetcher.cancel_running()
+        if self._staging is not None:
+            self._staging.close()
         self.stop_serving()
 
     def __enter__(self) -> Receiver:

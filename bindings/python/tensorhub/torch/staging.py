@@ -124,7 +124,10 @@ class Staging:
         self._fetcher.release()
 
     def close(self) -> None:
-        """Stops serving and drops the buffers."""
+        """Stops serving and drops the buffers. A fetch in flight on another
+        thread ends first: it raises Canceled there (an engine shutting down
+        mid-update does not wait out the fetch's timeout)."""
+        self._fetcher.cancel_running()
         self.release()
         self._plan = None
         self._weights = None
