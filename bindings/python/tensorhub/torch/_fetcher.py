@@ -94,9 +94,9 @@ class _Fetcher:
     def cancel_running(self) -> None:
         """Ends the fetch in flight on another thread, if any, and waits until
         it has: it raises Canceled there (its token, the caller's if it gave
-        one, is signalled), within about 20 ms, or once its reads in flight
-        landed or were closed (200 ms). Called from the fetching thread (a
-        progress callback), it only signals."""
+        one, is signalled) about 20 ms after the signal, plus up to 200 ms
+        for its reads in flight to land or be closed. Called from the
+        fetching thread (a progress callback), it only signals."""
         with self._ended:
             if self._running is None:
                 return
