@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "harness.hpp"
+#include "scoped_env.hpp"
 
 using namespace th_test;
 
@@ -184,12 +185,7 @@ TEST(Cancel, ASignalFromAnotherThreadEndsAFetchWhoseOnlyHolderStoppedMidway) {
     // Over tcp a holder's CPU answers every read: stopped, it answers none,
     // and without the token the fetch would wait out its chunk timeout, and
     // then as long again for the reads in flight.
-    struct TcpOnly {
-        const char *before = std::getenv("UCX_TLS");
-        std::string saved = before ? before : "";
-        TcpOnly() { setenv("UCX_TLS", "tcp", 1); }
-        ~TcpOnly() { before ? setenv("UCX_TLS", saved.c_str(), 1) : unsetenv("UCX_TLS"); }
-    } tcp_only;  // for the reader this process makes
+    th_support::ScopedEnv tcp_only("UCX_TLS", "tcp");  // for the reader this process makes
     // One chunk a read, 1 ms apart: the first progress call comes early, with
     // reads still in flight (see AFetchCanceledBetweenTransfers...).
     setenv("TENSORHUB_FAULT_CHUNK_DELAY_US", "1000", 1);

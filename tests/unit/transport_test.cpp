@@ -497,7 +497,7 @@ class SilentHost {
   private:
     std::unique_ptr<test::TestChild> run(const std::string &ns, const std::string &device, const std::string &filter,
                                          const std::string &env_var) {
-        test::ScopedEnv only_its_nic("UCX_NET_DEVICES", device.c_str());
+        th_support::ScopedEnv only_its_nic("UCX_NET_DEVICES", device.c_str());
         return std::make_unique<test::TestChild>(filter, env_var, std::vector<std::string>{"ip", "netns", "exec", ns});
     }
     // Waits up to 5 s for the device to carry traffic: UCX does not offer a

@@ -35,7 +35,7 @@ std::string value_of(ucp_config_t *config, const std::string &name) {
 // Applies the defaults to a configuration read with UCX_<name> set to
 // `user` in the environment (unset when null); returns the value it ends with.
 std::string applied(const std::string &name, const char *user) {
-    test::ScopedEnv as_the_user("UCX_" + name, user);
+    th_support::ScopedEnv as_the_user("UCX_" + name, user);
     ucp_config_t *config = nullptr;
     EXPECT_EQ(ucp_config_read(nullptr, nullptr, &config), UCS_OK);
     const char *refused = nullptr;

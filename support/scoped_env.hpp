@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-namespace th::test {
+namespace th_support {
 
 class ScopedEnv {
   public:
@@ -35,4 +35,4 @@ class ScopedEnv {
     std::string before_;
 };
 
-}  // namespace th::test
+}  // namespace th_support
