@@ -162,9 +162,9 @@ class Receiver:
         """Stops serving. A fetch in flight on another thread ends first: it
         raises Canceled there. Idempotent."""
         self._fetcher.cancel_running()
+        self._fetcher.release()
         if self._staging is not None:
-            self._staging.close()
-        self.stop_serving()
+            self._staging.close()  # ends its fetch too, stops serving, drops its buffers
 
     def __enter__(self) -> Receiver:
         return self
