@@ -470,9 +470,9 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
     std::printf("tensorhub read %.0f%% one-sided; reader copy threads %u; the raw pair reads from %u worker(s), each with a "
                 "thread\n", 100 * first.one_sided, o.copy_threads, first.raw_workers);
     std::printf("%10s %15s %10s %9s %7s %7s %10s %14s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size",
-                "tensorhub GB/s", "raw GB/s", "raw read", "ratio", "paired", "server ms", "ratio - server", "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)",
-                "verify-all GB/s", "verify-off GB/s", "publish s/GiB", "reader CPU s/GiB (raw)",
-                "pages contiguous (holder, reader)");
+                "tensorhub GB/s", "raw GB/s", "raw read", "ratio", "paired", "server ms", "ratio - server",
+                "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s", "verify-off GB/s",
+                "publish s/GiB", "reader CPU s/GiB (raw)", "pages contiguous (holder, reader)");
     std::fflush(stdout);
 }
 
@@ -483,7 +483,8 @@ void print_row(const Result &r) {
     std::string pages = share(r.holder_contiguous) + ", " + share(r.reader_contiguous);
     std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f %10.3f %14.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s   %s\n",
                 human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
-                r.ratio(), r.paired_ratio(), r.server_ms(), r.ratio_without_server(), range(r.fetch_gbps).c_str(), range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
+                r.ratio(), r.paired_ratio(), r.server_ms(), r.ratio_without_server(), range(r.fetch_gbps).c_str(),
+                range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
                 cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str(), pages.c_str());
     std::fflush(stdout);
 }

@@ -105,12 +105,18 @@ void default_split(Options &o) {
     if (o.client_cpus.empty()) o.client_cpus = n >= 2 ? range(n / 2, n - 1) : "none";
 }
 
-// Plain TCP on loopback, for the ping-pong.
-int listen_tcp() {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+// Plain TCP on loopback, for the ping-pong (port 0: any).
+sockaddr_in loopback(uint16_t port) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    return a;
+}
+
+int listen_tcp() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = loopback(0);
     if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(fd, 1) != 0)
         fail("cannot listen for the tcp ping-pong");
     return fd;
@@ -332,12 +338,9 @@ struct Trips {
 // n round trips per idle gap, one request at a time: the client library's
 // request path to the echo server and the plain TCP ping-pong, alternating.
 std::vector<Trips> round_trips(Child &child, const std::string &echo_url, unsigned n) {
-    int port = static_cast<int>(to_u64(child.call("tcp-echo", kCommandLimit).at(0)));
+    auto port = static_cast<uint16_t>(to_u64(child.call("tcp-echo", kCommandLimit).at(0)));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in a = loopback(port);
     if (fd < 0 || connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) fail("cannot connect to the tcp ping-pong");
     no_delay(fd);
     th::RpcClient rpc(echo_url);
