@@ -2,8 +2,8 @@
 // transport's ceiling.
 //
 // A child process (pinned to its own CPUs) runs a real th::Server per worker
-// count and a bare echo server: the same RpcServer (same NNG REP socket,
-// same contexts) whose handler only returns a reply of the size the real
+// count and a bare echo server: the same RpcServer (same sockets, same
+// threads) whose handler only returns a reply of the size the real
 // server gives to a request of that size. The parent (pinned to the other
 // CPUs) simulates the workers, with no data plane: it registers W workers
 // (Hello), publishes one shard and lets every other worker take a replica of

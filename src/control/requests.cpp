@@ -2,19 +2,26 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "control/close.hpp"
+#include "control/plain_socket.hpp"
 #include "control/rpc.hpp"
 #include "control/sp_stream.hpp"
 
@@ -26,18 +33,18 @@ namespace {
 // reply starts with the same four bytes.
 constexpr uint32_t kIdBit = 0x80000000u;
 
-// NNG's REQ protocol over a byte stream (control/sp_stream.hpp). The
-// dialer's thread greets and reads replies; callers queue their requests and
-// wait for their replies. A request is sent on every connection it has not
-// been sent on yet until its reply comes or its caller gives up, as NNG's REQ
-// sockets resend on a new connection. Requests go out one at a time and
-// whole, whatever their callers' deadlines: a message cut short would leave
-// the server's NNG receiving one as the connection closes, the very bug this
-// class keeps away from the client.
-class StreamRequests final : public Requests {
+// NNG's REQ protocol on a plain socket (control/plain_socket.hpp). One
+// thread dials, greets and reads replies, handing each to its waiting
+// caller; callers write their requests themselves, one at a time. A request
+// is sent on every connection it has not been sent on yet until its reply
+// comes or its caller gives up, as NNG's REQ sockets resend on a new
+// connection. A write cut short by its caller's deadline leaves half a
+// message on the connection, which is then closed (its other requests go
+// out again on the next one).
+class PlainRequests final : public Requests {
   public:
-    StreamRequests(const std::string &url, bool ipc);
-    ~StreamRequests() override;
+    PlainRequests(const std::string &url, bool ipc);
+    ~PlainRequests() override;
     bool connected() const override { return connected_.load(); }
     std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) override;
 
@@ -45,29 +52,21 @@ class StreamRequests final : public Requests {
     struct Call {
         std::optional<wire::Bytes> reply;
     };
-    // One connection: greets, then reads replies until it fails.
-    bool serve(nng_stream *stream, nng_aio *aio);
-    // Queues call id's frame on connection `connection` if that is still
-    // the current one.
-    bool queue(uint32_t id, const std::vector<uint8_t> &frame, uint64_t connection);
-    // Takes call id's frame out of the queue if it is not being sent yet.
-    void unqueue(uint32_t id);
-    // Under send_mu_: sends the next frame queued, or the rest of the one in
-    // flight (more), unless one is being sent.
-    void send_next(bool more = false);
-    static void on_sent(void *self);
+    void run();
+    // One connection: greets, then reads replies until it fails; true if
+    // it was greeted.
+    bool serve(int fd);
+    // Writes frame on connection `connection` if that is still the current
+    // one; false if it is gone or the write failed.
+    bool send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline);
 
     std::string url_;
     bool ipc_;
+    plain::Fd wake_;  // an eventfd, readable once stopping: ends the thread's waits
 
-    std::mutex send_mu_;  // guards what follows
-    nng_aio *send_aio_ = nullptr;
-    nng_stream *sending_on_ = nullptr;  // the greeted connection
-    uint64_t sending_number_ = 0;       // and its number
-    std::deque<std::pair<uint32_t, std::vector<uint8_t>>> outbox_;  // by call id
-    std::vector<uint8_t> in_flight_;  // the frame being sent: kept until its send ended
-    size_t in_flight_sent_ = 0;
-    bool sending_ = false;
+    std::mutex send_mu_;    // one request written at a time; guards what follows
+    int sending_fd_ = -1;   // the greeted connection
+    uint64_t sending_number_ = 0;  // and its number
 
     mutable std::mutex mu_;  // guards what follows
     std::condition_variable cv_;
@@ -77,31 +76,44 @@ class StreamRequests final : public Requests {
     uint64_t connections_ = 0;
     bool warned_ = false;  // about a peer that is not a REP socket (once)
     std::atomic<bool> connected_{false};
-    std::unique_ptr<sp::Dialer> dialer_;  // last: stopped before the rest goes
+    std::thread thread_;  // last: started once the rest is set up
 };
 
-StreamRequests::StreamRequests(const std::string &url, bool ipc)
+// A connection attempt, greeting included, gives up after this.
+constexpr uint32_t kGreetingTimeoutMs = 5000;
+
+PlainRequests::PlainRequests(const std::string &url, bool ipc)
     : url_(url), ipc_(ipc), next_id_(static_cast<uint32_t>(std::random_device{}())) {
-    if (int rv = nng_aio_alloc(&send_aio_, &StreamRequests::on_sent, this); rv != 0)
-        fail(TH_ERR_NO_MEMORY, "nng_aio_alloc: ", nng_error(rv));
-    nng_aio_set_timeout(send_aio_, NNG_DURATION_INFINITE);
-    try {
-        dialer_ = std::make_unique<sp::Dialer>(url, "the server",
-                                               [this](nng_stream *stream, nng_aio *aio) { return serve(stream, aio); });
-    } catch (...) {
-        nng_aio_free(send_aio_);
-        throw;
-    }
+    plain::check_url(url);
+    wake_ = plain::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!wake_) fail(TH_ERR_INTERNAL, "eventfd: ", std::strerror(errno));
+    thread_ = std::thread([this] { run(); });
 }
 
 // No call is in flight (RpcClient's callers hold it while they call).
-StreamRequests::~StreamRequests() {
-    dialer_.reset();
-    nng_aio_free(send_aio_);
+PlainRequests::~PlainRequests() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+    thread_.join();
 }
 
-bool StreamRequests::serve(nng_stream *stream, nng_aio *aio) {
-    if (!sp::greet(stream, aio, sp::kReq, sp::kRep, url_, "request socket", &warned_)) return false;
+void PlainRequests::run() {
+    auto retry = sp::kFirstRetry;
+    for (;;) {
+        std::string why;
+        plain::Fd fd = plain::dial(url_, Deadline(kGreetingTimeoutMs), wake_.get(), &why);
+        if (fd && serve(fd.get())) retry = sp::kFirstRetry;
+        fd.reset();
+        // Lost or not reached: try again, backing off like NNG's dialers.
+        Deadline next(static_cast<uint32_t>(retry.count()));
+        if (plain::wait(wake_.get(), POLLIN, -1, &next) == plain::Ready::Yes) return;
+        retry = std::min(retry * 2, sp::kLastRetry);
+    }
+}
+
+bool PlainRequests::serve(int fd) {
+    if (!plain::greet(fd, sp::kReq, sp::kRep, Deadline(kGreetingTimeoutMs), wake_.get(), url_, "request socket", &warned_))
+        return false;
     uint64_t number = 0;
     {
         std::lock_guard lk(mu_);
@@ -109,7 +121,7 @@ bool StreamRequests::serve(nng_stream *stream, nng_aio *aio) {
     }
     {
         std::lock_guard lk(send_mu_);
-        sending_on_ = stream;
+        sending_fd_ = fd;
         sending_number_ = number;
     }
     {
@@ -118,25 +130,27 @@ bool StreamRequests::serve(nng_stream *stream, nng_aio *aio) {
         connected_ = true;
     }
     cv_.notify_all();  // callers send (again) on it
-    // Between replies the receive waits without a timeout: NNG 1.5's timer
-    // thread spins up to a millisecond on every timeout that fires.
-    nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
+    plain::Inbox inbox(ipc_, wire::kMaxMessageBytes + 4);
     std::vector<uint8_t> msg;
-    for (bool malformed = false;;) {
-        if (!sp::receive(stream, aio, ipc_, wire::kMaxMessageBytes + 4, msg, &malformed)) {
-            if (malformed) TH_LOG(Warn, "dropping the connection to ", url_, ": a reply longer than any or not framed as one");
-            break;
+    for (;;) {
+        if (plain::wait(fd, POLLIN, wake_.get(), nullptr) != plain::Ready::Yes) break;
+        plain::Inbox::Read read = inbox.read_from(fd);
+        bool broken = false;
+        while (inbox.next(msg)) {
+            if (msg.size() < 4 || (msg[0] & 0x80) == 0) {
+                TH_LOG(Warn, "dropping the connection to ", url_, ": a message that is not a reply");
+                broken = true;
+                break;
+            }
+            uint32_t id = uint32_t(msg[0]) << 24 | uint32_t(msg[1]) << 16 | uint32_t(msg[2]) << 8 | msg[3];
+            std::lock_guard lk(mu_);
+            auto it = calls_.find(id);
+            if (it == calls_.end() || it->second->reply) continue;  // its caller gave up, or a reply sent twice
+            it->second->reply.emplace(msg.begin() + 4, msg.end());
+            cv_.notify_all();
         }
-        if (msg.size() < 4 || (msg[0] & 0x80) == 0) {
-            TH_LOG(Warn, "dropping the connection to ", url_, ": a message that is not a reply");
-            break;
-        }
-        uint32_t id = uint32_t(msg[0]) << 24 | uint32_t(msg[1]) << 16 | uint32_t(msg[2]) << 8 | msg[3];
-        std::lock_guard lk(mu_);
-        auto it = calls_.find(id);
-        if (it == calls_.end() || it->second->reply) continue;  // its caller gave up, or a reply sent twice
-        it->second->reply.emplace(msg.begin() + 4, msg.end());
-        cv_.notify_all();
+        if (inbox.malformed()) TH_LOG(Warn, "dropping the connection to ", url_, ": a reply longer than any or not framed as one");
+        if (broken || inbox.malformed() || read != plain::Inbox::Read::More) break;
     }
     {
         std::lock_guard lk(mu_);
@@ -144,59 +158,22 @@ bool StreamRequests::serve(nng_stream *stream, nng_aio *aio) {
         connected_ = false;
     }
     cv_.notify_all();
-    {
-        std::lock_guard lk(send_mu_);
-        sending_on_ = nullptr;
-        sending_number_ = 0;
-        outbox_.clear();
-    }
-    nng_stream_close(stream);  // ends a send in flight on it
-    nng_aio_wait(send_aio_);   // and its callback, before the stream is freed
+    ::shutdown(fd, SHUT_RDWR);  // ends a write in flight on it
+    std::lock_guard lk(send_mu_);  // which ends before the descriptor closes
+    sending_fd_ = -1;
+    sending_number_ = 0;
     return true;
 }
 
-bool StreamRequests::queue(uint32_t id, const std::vector<uint8_t> &frame, uint64_t connection) {
+bool PlainRequests::send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline) {
     std::lock_guard lk(send_mu_);
-    if (sending_on_ == nullptr || sending_number_ != connection) return false;
-    outbox_.emplace_back(id, frame);
-    send_next();
-    return true;
+    if (sending_fd_ < 0 || sending_number_ != connection) return false;
+    if (plain::write_all(sending_fd_, frame.data(), frame.size(), &deadline, wake_.get())) return true;
+    ::shutdown(sending_fd_, SHUT_RDWR);  // half a request on it, or it failed: the reading thread moves on
+    return false;
 }
 
-void StreamRequests::unqueue(uint32_t id) {
-    std::lock_guard lk(send_mu_);
-    std::erase_if(outbox_, [id](const auto &f) { return f.first == id; });
-}
-
-void StreamRequests::send_next(bool more) {
-    if (sending_on_ == nullptr) return;
-    if (!more) {
-        if (sending_ || outbox_.empty()) return;
-        in_flight_ = std::move(outbox_.front().second);
-        outbox_.pop_front();
-        in_flight_sent_ = 0;
-    }
-    sending_ = true;
-    nng_iov iov{in_flight_.data() + in_flight_sent_, in_flight_.size() - in_flight_sent_};
-    nng_aio_set_iov(send_aio_, 1, &iov);
-    nng_stream_send(sending_on_, send_aio_);
-}
-
-void StreamRequests::on_sent(void *arg) {
-    auto *self = static_cast<StreamRequests *>(arg);
-    std::lock_guard lk(self->send_mu_);
-    self->sending_ = false;
-    if (nng_aio_result(self->send_aio_) != 0) {
-        // The connection is of no use: its receive is made to end too, and
-        // the requests waiting go out on the next one.
-        if (self->sending_on_ != nullptr) nng_stream_close(self->sending_on_);
-        return;
-    }
-    self->in_flight_sent_ += nng_aio_count(self->send_aio_);
-    self->send_next(/*more=*/self->in_flight_sent_ < self->in_flight_.size());
-}
-
-std::variant<wire::Bytes, RequestFailure> StreamRequests::exchange(const wire::Bytes &request, const Deadline &deadline) {
+std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::Bytes &request, const Deadline &deadline) {
     auto call = std::make_shared<Call>();
     std::unique_lock lk(mu_);
     uint32_t id = next_id_++ | kIdBit;
@@ -215,16 +192,14 @@ std::variant<wire::Bytes, RequestFailure> StreamRequests::exchange(const wire::B
         uint64_t now_on = connection_;
         if (now_on != 0 && now_on != sent_on && !deadline.expired()) {
             lk.unlock();
-            bool queued = queue(id, frame, now_on);
+            bool sent = send(frame, now_on, deadline);
             lk.lock();
-            if (queued) sent_on = now_on;
-            continue;  // else that connection is gone already: the next one
+            if (sent) sent_on = now_on;
+            else if (connection_ == now_on) cv_.wait_until(lk, deadline.at());  // until the reading thread let it go
+            continue;
         }
         if (deadline.expired()) {
             calls_.erase(id);
-            lk.unlock();
-            unqueue(id);  // a request nobody waits for is not sent
-            lk.lock();
             // Never sent, or its connection is gone: whether a server listens is for the caller to find out.
             if (sent_on == 0 || connection_ == 0) return RequestFailure{RequestFailure::Unreachable, ""};
             return RequestFailure{RequestFailure::NoAnswer, ""};
@@ -233,13 +208,13 @@ std::variant<wire::Bytes, RequestFailure> StreamRequests::exchange(const wire::B
     }
 }
 
-// NNG's REQ socket, for the schemes a stream is not dialled for here.
-class SocketRequests final : public Requests {
+// NNG's REQ socket, for the schemes not dialled on plain sockets here.
+class NngRequests final : public Requests {
   public:
-    explicit SocketRequests(const std::string &url);
+    explicit NngRequests(const std::string &url);
     // The close is bounded (control/close.hpp); its pipe callbacks count
     // into pipes_, which the closing thread keeps.
-    ~SocketRequests() override { close_socket(sock_, "the connection to the server", pipes_); }
+    ~NngRequests() override { close_socket(sock_, "the connection to the server", pipes_); }
     bool connected() const override { return pipes_->load() > 0; }
     std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) override;
 
@@ -251,7 +226,7 @@ class SocketRequests final : public Requests {
     std::shared_ptr<std::atomic<int>> pipes_ = std::make_shared<std::atomic<int>>(0);
 };
 
-SocketRequests::SocketRequests(const std::string &url) {
+NngRequests::NngRequests(const std::string &url) {
     if (int rv = nng_req0_open(&sock_); rv != 0) fail(TH_ERR_INTERNAL, "nng_req0_open: ", nng_error(rv));
     nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, wire::kMaxMessageBytes);
     nng_socket_set_ms(sock_, NNG_OPT_RECONNMINT, static_cast<nng_duration>(sp::kFirstRetry.count()));
@@ -259,21 +234,21 @@ SocketRequests::SocketRequests(const std::string &url) {
     // A request is re-sent when its connection is re-established; a timer-based
     // resend would duplicate slow requests, so it is left long.
     nng_socket_set_ms(sock_, NNG_OPT_REQ_RESENDTIME, 60000);
-    nng_pipe_notify(sock_, NNG_PIPE_EV_ADD_POST, &SocketRequests::on_pipe, pipes_.get());
-    nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &SocketRequests::on_pipe, pipes_.get());
+    nng_pipe_notify(sock_, NNG_PIPE_EV_ADD_POST, &NngRequests::on_pipe, pipes_.get());
+    nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &NngRequests::on_pipe, pipes_.get());
     if (int rv = nng_dial(sock_, url.c_str(), nullptr, NNG_FLAG_NONBLOCK); rv != 0) {
         nng_close(sock_);
         fail(TH_ERR_INVALID_ARG, "cannot dial server URL '", url, "': ", nng_error(rv));
     }
 }
 
-void SocketRequests::on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes) {
+void NngRequests::on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes) {
     auto *n = static_cast<std::atomic<int> *>(pipes);
     if (ev == NNG_PIPE_EV_ADD_POST) ++*n;
     else if (ev == NNG_PIPE_EV_REM_POST) --*n;
 }
 
-std::variant<wire::Bytes, RequestFailure> SocketRequests::exchange(const wire::Bytes &request, const Deadline &deadline) {
+std::variant<wire::Bytes, RequestFailure> NngRequests::exchange(const wire::Bytes &request, const Deadline &deadline) {
     nng_ctx ctx = NNG_CTX_INITIALIZER;
     if (int rv = nng_ctx_open(&ctx, sock_); rv != 0) return RequestFailure{RequestFailure::Closed, nng_error(rv)};
     nng_aio *aio = nullptr;
@@ -323,8 +298,8 @@ std::variant<wire::Bytes, RequestFailure> SocketRequests::exchange(const wire::B
 
 std::unique_ptr<Requests> dial_requests(const std::string &url) {
     bool ipc = false;
-    if (sp::stream_url(url, &ipc)) return std::make_unique<StreamRequests>(url, ipc);
-    return std::make_unique<SocketRequests>(url);
+    if (sp::stream_url(url, &ipc)) return std::make_unique<PlainRequests>(url, ipc);
+    return std::make_unique<NngRequests>(url);
 }
 
 }  // namespace th

@@ -1,7 +1,8 @@
-// Request/reply over NNG's REQ/REP protocol: the client side sends a request
-// and waits for the reply under a deadline (over tcp:// and ipc:// on a byte
-// stream it reads itself, control/requests.hpp); the server side answers many
-// requests concurrently through NNG contexts, calling one handler for each.
+// Request/reply in NNG's REQ/REP protocol: the client side sends a request
+// and waits for the reply under a deadline (control/requests.hpp); the
+// server side answers many requests concurrently, calling one handler for
+// each (control/replies.hpp). Over tcp:// and ipc:// both ends use plain
+// sockets, over other schemes NNG's sockets.
 #pragma once
 
 #include <atomic>
@@ -59,32 +60,26 @@ class RpcClient {
     std::atomic<bool> abandoned_{false};
 };
 
+class Replies;
+
 class RpcServer {
   public:
-    // Produces the reply to one request. Must not throw; runs on NNG threads,
-    // possibly several at once.
+    // Produces the reply to one request. Must not throw; runs on the
+    // server's threads, possibly several at once.
     using Handler = std::function<wire::Bytes(const uint8_t *data, size_t size)>;
 
     // Listens on url ("tcp://host:0" picks a free port) and serves with
-    // `parallel` requests in flight.
+    // `parallel` requests in flight (control/replies.hpp: how).
     RpcServer(const std::string &url, Handler handler, int parallel = 16);
     ~RpcServer();
     RpcServer(const RpcServer &) = delete;
     RpcServer &operator=(const RpcServer &) = delete;
 
     // The URL with the port actually bound.
-    const std::string &url() const { return url_; }
+    const std::string &url() const;
 
   private:
-    struct Slot;
-    static void on_io(void *slot);
-    void step(Slot &slot);
-
-    std::string url_;
-    Handler handler_;
-    nng_socket sock_ = NNG_SOCKET_INITIALIZER;
-    std::vector<std::unique_ptr<Slot>> slots_;
-    std::atomic<bool> stopping_{false};
+    std::unique_ptr<Replies> replies_;
 };
 
 // Error text for an NNG error code.

@@ -15,14 +15,6 @@ constexpr nng_duration kGreetingTimeoutMs = 5000;
 
 bool has_scheme(const std::string &url, const char *scheme) { return url.rfind(scheme, 0) == 0; }
 
-// The SP wire mapping (the same for TCP and IPC): each end sends
-// 0x00 'S' 'P' 0x00, its protocol number (16 bits, big-endian) and two zero
-// bytes.
-void greeting(Protocol p, uint8_t out[8]) {
-    const uint8_t g[8] = {0x00, 'S', 'P', 0x00, static_cast<uint8_t>(p >> 8), static_cast<uint8_t>(p & 0xff), 0x00, 0x00};
-    std::copy(g, g + 8, out);
-}
-
 // Sends or receives (op) all of data on stream with aio (whose timeout
 // applies to each step); false when the stream failed or the aio was stopped.
 bool whole(nng_stream *stream, nng_aio *aio, void (*op)(nng_stream *, nng_aio *), void *data, size_t size) {
@@ -47,19 +39,29 @@ bool stream_url(const std::string &url, bool *ipc) {
     return *ipc || has_scheme(url, "tcp://") || has_scheme(url, "tcp4://") || has_scheme(url, "tcp6://");
 }
 
-bool greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer, const std::string &url, const char *what,
-           bool *warned) {
-    uint8_t mine[8], theirs[8], expected[8];
-    greeting(self, mine);
+void greeting(Protocol p, uint8_t out[8]) {
+    const uint8_t g[8] = {0x00, 'S', 'P', 0x00, static_cast<uint8_t>(p >> 8), static_cast<uint8_t>(p & 0xff), 0x00, 0x00};
+    std::copy(g, g + 8, out);
+}
+
+bool greeted_by(const uint8_t theirs[8], Protocol peer, const std::string &url, const char *what, bool *warned) {
+    uint8_t expected[8];
     greeting(peer, expected);
-    if (!whole(stream, aio, nng_stream_send, mine, sizeof mine) || !whole(stream, aio, nng_stream_recv, theirs, sizeof theirs))
-        return false;
     if (std::equal(theirs, theirs + 8, expected)) return true;
     if (!*warned)
         TH_LOG(Warn, "what listens at ", url, " is not a tensorhub server's ", what, " (it did not greet as NNG ",
                peer == kPub ? "PUB" : peer == kRep ? "REP" : "SP", ")");
     *warned = true;
     return false;
+}
+
+bool greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer, const std::string &url, const char *what,
+           bool *warned) {
+    uint8_t mine[8], theirs[8];
+    greeting(self, mine);
+    if (!whole(stream, aio, nng_stream_send, mine, sizeof mine) || !whole(stream, aio, nng_stream_recv, theirs, sizeof theirs))
+        return false;
+    return greeted_by(theirs, peer, url, what, warned);
 }
 
 bool receive(nng_stream *stream, nng_aio *aio, bool ipc, uint64_t max, std::vector<uint8_t> &msg, bool *malformed) {

@@ -31,6 +31,15 @@ enum Protocol : uint16_t { kPub = 32, kSub = 33, kReq = 48, kRep = 49 };
 // length). Other schemes (ws://, tls+tcp://) are left to NNG's sockets.
 bool stream_url(const std::string &url, bool *ipc);
 
+// The SP wire mapping (the same for TCP and IPC): each end first sends
+// 0x00 'S' 'P' 0x00, its protocol number (16 bits, big-endian) and two zero
+// bytes.
+void greeting(Protocol p, uint8_t out[8]);
+
+// Whether the greeting received (theirs) is that of `peer`. One that is not
+// is warned about once (*warned) as what listens at url for `what`.
+bool greeted_by(const uint8_t theirs[8], Protocol peer, const std::string &url, const char *what, bool *warned);
+
 // Exchanges greetings as `self`; true if the other end is `peer`. One that
 // is not is warned about once (*warned) as what listens at url for `what`.
 bool greet(nng_stream *stream, nng_aio *aio, Protocol self, Protocol peer, const std::string &url, const char *what,

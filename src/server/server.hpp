@@ -1,6 +1,7 @@
-// The metadata server runtime: the Service behind an NNG REP socket, an NNG
-// PUB socket for events, and a timer thread that expires worker leases. Used
-// by th_server_* and by the tensorhub-server binary.
+// The metadata server runtime: the Service behind an RpcServer
+// (control/rpc.hpp), an NNG PUB socket for events, and a timer thread that
+// expires worker leases. Used by th_server_* and by the tensorhub-server
+// binary.
 #pragma once
 
 #include <condition_variable>

@@ -1,5 +1,6 @@
-// Request/reply over NNG (control/rpc.hpp): calls sharing a connection, sent
-// again to a server that comes back, clients ending while late replies arrive,
+// Request/reply (control/rpc.hpp): calls sharing a connection, sent again to
+// a server that comes back, clients ending while late replies arrive, NNG's
+// sockets on the other end, what a server drops, ipc socket files,
 // giving up a connection while other threads are still calling on it; asking
 // a server for its epoch (control/ping.hpp);
 // the event stream's receiving end (control/subscriber.hpp).
@@ -22,9 +23,15 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "common/error.hpp"
 #include "control/close.hpp"
+#include "control/plain_socket.hpp"
 #include "control/ping.hpp"
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
@@ -128,18 +135,71 @@ TEST(Rpc, AbandonRacesWithCallsSafely) {
 
 namespace {
 
-// Whether NNG in this process still closes a socket with a live connection
-// at once (a lost reaper makes every close wait out its bound): a server's
-// REP socket, after a call on it.
-bool nng_still_closes_sockets() {
-    auto server = std::make_unique<RpcServer>("tcp://127.0.0.1:0", echo);
-    {
-        RpcClient client(server->url());
-        if (client.call({1, 2, 3}, Deadline(5000)).size() != 3) return false;
+// An NNG REP socket answering each request with the request and one byte
+// more, on a thread of its own: what an RpcClient meets in a server that
+// predates plain sockets.
+class NngEchoServer {
+  public:
+    explicit NngEchoServer(const std::string &where) {
+        EXPECT_EQ(nng_rep0_open(&sock_), 0);
+        nng_listener listener;
+        EXPECT_EQ(nng_listen(sock_, where.c_str(), &listener, 0), 0);
+        url_ = where;
+        int port = 0;
+        if (where.rfind("tcp://", 0) == 0 && nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+            url_ = where.substr(0, where.rfind(':')) + ":" + std::to_string(port);
+        thread_ = std::thread([this] {
+            for (;;) {
+                nng_msg *msg = nullptr;
+                if (nng_recvmsg(sock_, &msg, 0) != 0) return;
+                nng_msg_append(msg, "\x01", 1);
+                if (nng_sendmsg(sock_, msg, 0) != 0) nng_msg_free(msg);
+            }
+        });
+    }
+    ~NngEchoServer() { close(); }
+    // True if the close ended within a second (a lost reaper waits forever).
+    bool close() {
+        if (!thread_.joinable()) return true;
         auto t0 = std::chrono::steady_clock::now();
-        server.reset();
+        nng_close(sock_);
+        thread_.join();
         return std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1);
     }
+    const std::string &url() const { return url_; }
+
+  private:
+    nng_socket sock_ = NNG_SOCKET_INITIALIZER;
+    std::string url_;
+    std::thread thread_;
+};
+
+// What an NNG REQ socket gets back for `request` from the server at url.
+wire::Bytes ask_with_nng(const std::string &url, const wire::Bytes &request) {
+    nng_socket req = NNG_SOCKET_INITIALIZER;
+    EXPECT_EQ(nng_req0_open(&req), 0);
+    nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, 5000);
+    EXPECT_EQ(nng_dial(req, url.c_str(), nullptr, 0), 0) << url;
+    wire::Bytes reply;
+    if (nng_send(req, const_cast<uint8_t *>(request.data()), request.size(), 0) == 0) {
+        void *buf = nullptr;
+        size_t size = 0;
+        if (nng_recv(req, &buf, &size, NNG_FLAG_ALLOC) == 0) {
+            reply.assign(static_cast<uint8_t *>(buf), static_cast<uint8_t *>(buf) + size);
+            nng_free(buf, size);
+        }
+    }
+    nng_close(req);
+    return reply;
+}
+
+// Whether NNG in this process still closes a socket with a live connection
+// at once (a lost reaper makes every close wait out its bound): a REP
+// socket, after a request on it.
+bool nng_still_closes_sockets() {
+    NngEchoServer server("tcp://127.0.0.1:0");
+    if (ask_with_nng(server.url(), {1, 2, 3}).size() != 4) return false;
+    return server.close();
 }
 
 }  // namespace
@@ -211,6 +271,85 @@ TEST(Rpc, ACallIsSentAgainWhenItsServerComesBack) {
         EXPECT_EQ(reply, (wire::Bytes{4, 5, 6, 2})) << where;
     }
     std::remove((std::string(dir) + "/rpc").c_str());
+    rmdir(dir);
+}
+
+// The requests' plain sockets speak NNG's REQ/REP protocol: an NNG REQ
+// socket is answered by an RpcServer, an RpcClient by an NNG REP socket
+// (clients and servers of earlier releases), over tcp and over ipc. Over
+// other schemes (ws://) both ends are NNG's sockets.
+TEST(Rpc, PlainSocketsAndNngSocketsSpeakTheSameProtocol) {
+    char dir[] = "/tmp/th-rpc-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    for (std::string where : {std::string("tcp://127.0.0.1:0"), "ipc://" + std::string(dir) + "/rpc"}) {
+        {
+            RpcServer server(where, echo);
+            EXPECT_EQ(ask_with_nng(server.url(), {7, 8, 9}), (wire::Bytes{7, 8, 9})) << where;
+        }
+        NngEchoServer nng(where);
+        RpcClient client(nng.url());
+        EXPECT_EQ(client.call({7, 8, 9}, Deadline(10000)), (wire::Bytes{7, 8, 9, 1})) << where;
+    }
+    RpcServer ws("ws://127.0.0.1:0/rpc", echo);
+    EXPECT_NE(ws.url(), "ws://127.0.0.1:0/rpc") << "the port bound is not said";
+    RpcClient client(ws.url());
+    EXPECT_EQ(client.call({4, 2}, Deadline(10000)), (wire::Bytes{4, 2})) << ws.url();
+    rmdir(dir);
+}
+
+// A connection that does not speak REQ (another protocol's greeting, a
+// message longer than any) is dropped by the server, which goes on
+// answering the others.
+TEST(Rpc, AServerDropsWhatIsNotARequestAndAnswersTheRest) {
+    RpcServer server("tcp://127.0.0.1:0", echo);
+    RpcClient client(server.url());
+    std::string why;
+    auto dropped = [&](const std::vector<uint8_t> &bytes) {
+        plain::Fd fd = plain::dial(server.url(), Deadline(5000), -1, &why);
+        EXPECT_TRUE(fd) << why;
+        EXPECT_TRUE(plain::write_all(fd.get(), bytes.data(), bytes.size(), nullptr));
+        // Its greeting (8 bytes), then the end of the stream.
+        uint8_t greeting[8];
+        EXPECT_TRUE(plain::read_all(fd.get(), greeting, sizeof greeting, Deadline(5000)));
+        uint8_t more;
+        Deadline deadline(10000);
+        return plain::wait(fd.get(), POLLIN, -1, &deadline) == plain::Ready::Yes && ::recv(fd.get(), &more, 1, 0) == 0;
+    };
+    uint8_t req[8], sub[8];
+    sp::greeting(sp::kReq, req);
+    sp::greeting(sp::kSub, sub);
+    std::vector<uint8_t> too_long(req, req + 8);
+    for (uint8_t b : {0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x80, 0, 0, 1}) too_long.push_back(b);
+    EXPECT_TRUE(dropped(std::vector<uint8_t>(sub, sub + 8)));
+    EXPECT_TRUE(dropped(too_long));
+    EXPECT_EQ(client.call({1, 2}, Deadline(10000)), (wire::Bytes{1, 2}));
+}
+
+// A socket file that nothing accepts on (its server ended without removing
+// it) is listened on again; one a server still accepts on is not.
+TEST(Rpc, AServerListensOnAStaleIpcSocketFileButNotOnALiveOne) {
+    char dir[] = "/tmp/th-rpc-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string path = std::string(dir) + "/rpc";
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un un{};
+    un.sun_family = AF_UNIX;
+    std::snprintf(un.sun_path, sizeof un.sun_path, "%s", path.c_str());
+    ASSERT_EQ(bind(stale, reinterpret_cast<sockaddr *>(&un), sizeof un), 0);
+    ::close(stale);  // the file stays
+    {
+        RpcServer server("ipc://" + path, echo);
+        RpcClient client(server.url());
+        EXPECT_EQ(client.call({3}, Deadline(10000)), (wire::Bytes{3}));
+        try {
+            RpcServer second("ipc://" + path, echo);
+            ADD_FAILURE() << "a second server listens where the first does";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.code(), TH_ERR_UNAVAILABLE) << e.what();
+            EXPECT_NE(std::string(e.what()).find("in use"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_NE(access(path.c_str(), F_OK), 0) << "the server left its socket file";
     rmdir(dir);
 }
 

@@ -1,0 +1,107 @@
+// NNG's SP mapping (control/sp_stream.hpp) spoken on plain sockets: what the
+// requests to the metadata server travel on over tcp:// and ipc://. A
+// request then wakes one thread at each end, the one blocked on the socket
+// (the server's handler runs on the thread that read it), where NNG hands it
+// from its poller to a task thread to the waiting caller on both sides; on
+// an idle machine each such hand-off is a sleeping CPU woken
+// (perf/server_load/NOTES.md). The events stay on NNG (control/subscriber.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/deadline.hpp"
+#include "control/sp_stream.hpp"
+
+namespace th::plain {
+
+// A descriptor, closed with the object.
+class Fd {
+  public:
+    Fd() = default;
+    explicit Fd(int fd) : fd_(fd) {}
+    ~Fd() { reset(); }
+    Fd(Fd &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    Fd &operator=(Fd &&o) noexcept {
+        if (this != &o) {
+            reset();
+            fd_ = o.fd_;
+            o.fd_ = -1;
+        }
+        return *this;
+    }
+    Fd(const Fd &) = delete;
+    Fd &operator=(const Fd &) = delete;
+    int get() const { return fd_; }
+    explicit operator bool() const { return fd_ >= 0; }
+    void reset();
+
+  private:
+    int fd_ = -1;
+};
+
+// Throws TH_ERR_INVALID_ARG for a URL that is not a tcp:// or ipc:// one
+// with an address (host names are resolved at each dial).
+void check_url(const std::string &url);
+
+// Connects to url (one sp::stream_url accepts) before deadline, without
+// blocking past it; a readable `wake` descriptor (-1: none) ends the wait
+// too. The socket is non-blocking. On failure returns an empty Fd and sets
+// *why (e.g. "Connection refused", "no connection in time", a host name
+// that does not resolve). Throws TH_ERR_INVALID_ARG for a malformed URL.
+Fd dial(const std::string &url, const Deadline &deadline, int wake, std::string *why);
+inline constexpr const char *kNoConnectionInTime = "no connection in time";
+
+// Listens on url ("tcp://host:0" picks a free port; "tcp://*:p" and
+// "tcp://:p" every address) and returns the non-blocking socket; *bound is
+// url with the port actually bound. A stale ipc socket file (nothing accepts
+// on it) is replaced. Throws TH_ERR_UNAVAILABLE when the address is in use,
+// TH_ERR_INVALID_ARG when it cannot be listened on.
+Fd listen(const std::string &url, std::string *bound);
+
+// Until fd is ready for `events` (POLLIN, POLLOUT), `wake` is readable or
+// the deadline passes (null: none).
+enum class Ready { Yes, Woken, TimedOut };
+Ready wait(int fd, short events, int wake, const Deadline *deadline);
+
+// Writes all of data on a non-blocking socket before deadline (null: none)
+// unless `wake` becomes readable; false if the connection failed or the
+// write was cut short (the connection then carries half a message and is of
+// no use).
+bool write_all(int fd, const uint8_t *data, size_t size, const Deadline *deadline, int wake = -1);
+
+// Reads exactly size bytes before deadline unless `wake` becomes readable.
+bool read_all(int fd, uint8_t *data, size_t size, const Deadline &deadline, int wake = -1);
+
+// Exchanges greetings on a new connection as `self`: true if the other end
+// is `peer`. One that is not is warned about once (*warned).
+bool greet(int fd, sp::Protocol self, sp::Protocol peer, const Deadline &deadline, int wake, const std::string &url,
+           const char *what, bool *warned);
+
+// Bytes arriving on a connection, cut into SP messages.
+class Inbox {
+  public:
+    Inbox(bool ipc, uint64_t max) : ipc_(ipc), max_(max) {}
+    enum class Read { More, Closed, Failed };
+    // Reads what the non-blocking fd holds now: Closed at the end of the
+    // stream, Failed on an error.
+    Read read_from(int fd);
+    // Takes the next whole message into msg. False when none is whole yet,
+    // or when what arrived is not a message (malformed() then says so: the
+    // connection is of no use).
+    bool next(std::vector<uint8_t> &msg);
+    bool malformed() const { return malformed_; }
+    // Takes the 8-byte greeting that comes first; false until it is whole.
+    bool greeting(uint8_t out[8]);
+
+  private:
+    void compact();
+    bool ipc_;
+    uint64_t max_;
+    bool malformed_ = false;
+    std::vector<uint8_t> buf_;
+    size_t start_ = 0;  // what before it was taken already
+};
+
+}  // namespace th::plain
