@@ -4,6 +4,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -117,6 +118,7 @@ bool PlainReplies::arm(int fd, void *tag, bool add) {
 }
 
 void PlainReplies::run() {
+    pthread_setname_np(pthread_self(), "th-replies");
     for (;;) {
         epoll_event ev{};
         int n = epoll_wait(epoll_.get(), &ev, 1, -1);

@@ -3,6 +3,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,13 +35,17 @@ namespace {
 constexpr uint32_t kIdBit = 0x80000000u;
 
 // NNG's REQ protocol on a plain socket (control/plain_socket.hpp). One
-// thread dials, greets and reads replies, handing each to its waiting
-// caller; callers write their requests themselves, one at a time. A request
-// is sent on every connection it has not been sent on yet until its reply
-// comes or its caller gives up, as NNG's REQ sockets resend on a new
-// connection. A write cut short by its caller's deadline leaves half a
-// message on the connection, which is then closed (its other requests go
-// out again on the next one).
+// thread dials and greets, then only watches the connection for its end; the
+// callers write their requests and read the replies themselves. Of the
+// callers waiting for a reply one at a time reads the socket (the reader),
+// the others wait to be handed theirs, so a lone call's reply wakes its
+// caller and no other thread. Callers write one at a time. A request is sent
+// on every connection it has not been sent on yet until its reply comes or
+// its caller gives up, as NNG's REQ sockets resend on a new connection. A
+// write cut short by its caller's deadline leaves half a message on the
+// connection, which is then closed (its other requests go out again on the
+// next one). Replies to calls that gave up are read, and dropped, by the
+// next reader.
 class PlainRequests final : public Requests {
   public:
     PlainRequests(const std::string &url, bool ipc);
@@ -53,12 +58,15 @@ class PlainRequests final : public Requests {
         std::optional<wire::Bytes> reply;
     };
     void run();
-    // One connection: greets, then reads replies until it fails; true if
-    // it was greeted.
-    bool serve(int fd);
+    // One greeted connection: published, watched until it ends, retired.
+    void serve(int fd);
     // Writes frame on connection `connection` if that is still the current
     // one; false if it is gone or the write failed.
     bool send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline);
+    // As the reader (under lk, which it lets go meanwhile): waits until the
+    // connection has bytes or deadline, reads them and hands out the replies
+    // whole among them.
+    void read_replies(std::unique_lock<std::mutex> &lk, const Deadline &deadline);
 
     std::string url_;
     bool ipc_;
@@ -69,11 +77,14 @@ class PlainRequests final : public Requests {
     uint64_t sending_number_ = 0;  // and its number
 
     mutable std::mutex mu_;  // guards what follows
-    std::condition_variable cv_;
+    std::condition_variable cv_;  // a reply handed out, the reader's place free, a connection gone or come
     std::unordered_map<uint32_t, std::shared_ptr<Call>> calls_;
     uint32_t next_id_;
     uint64_t connection_ = 0;  // the number of the greeted connection; 0: none
     uint64_t connections_ = 0;
+    int fd_ = -1;              // the greeted connection's descriptor
+    bool reading_ = false;     // a caller is the reader
+    plain::Inbox inbox_;       // what was read of the connection; the reader's alone while it reads
     bool warned_ = false;  // about a peer that is not a REP socket (once)
     std::atomic<bool> connected_{false};
     std::thread thread_;  // last: started once the rest is set up
@@ -82,8 +93,13 @@ class PlainRequests final : public Requests {
 // A connection attempt, greeting included, gives up after this.
 constexpr uint32_t kGreetingTimeoutMs = 5000;
 
+// A connection ending: how long its reader may take to leave it before the
+// connection is shut down under it.
+constexpr uint32_t kReaderLeavesMs = 100;
+
 PlainRequests::PlainRequests(const std::string &url, bool ipc)
-    : url_(url), ipc_(ipc), next_id_(static_cast<uint32_t>(std::random_device{}())) {
+    : url_(url), ipc_(ipc), next_id_(static_cast<uint32_t>(std::random_device{}())),
+      inbox_(ipc, wire::kMaxMessageBytes + 4) {
     plain::check_url(url);
     wake_ = plain::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_) fail(TH_ERR_INTERNAL, "eventfd: ", std::strerror(errno));
@@ -98,11 +114,16 @@ PlainRequests::~PlainRequests() {
 }
 
 void PlainRequests::run() {
+    pthread_setname_np(pthread_self(), "th-requests");
     auto retry = sp::kFirstRetry;
     for (;;) {
         std::string why;
         plain::Fd fd = plain::dial(url_, Deadline(kGreetingTimeoutMs), wake_.get(), &why);
-        if (fd && serve(fd.get())) retry = sp::kFirstRetry;
+        if (fd && plain::greet(fd.get(), sp::kReq, sp::kRep, Deadline(kGreetingTimeoutMs), wake_.get(), url_,
+                               "request socket", &warned_)) {
+            serve(fd.get());
+            retry = sp::kFirstRetry;
+        }
         fd.reset();
         // Lost or not reached: try again, backing off like NNG's dialers.
         Deadline next(static_cast<uint32_t>(retry.count()));
@@ -111,9 +132,7 @@ void PlainRequests::run() {
     }
 }
 
-bool PlainRequests::serve(int fd) {
-    if (!plain::greet(fd, sp::kReq, sp::kRep, Deadline(kGreetingTimeoutMs), wake_.get(), url_, "request socket", &warned_))
-        return false;
+void PlainRequests::serve(int fd) {
     uint64_t number = 0;
     {
         std::lock_guard lk(mu_);
@@ -127,50 +146,71 @@ bool PlainRequests::serve(int fd) {
     {
         std::lock_guard lk(mu_);
         connection_ = number;
+        fd_ = fd;
+        inbox_ = plain::Inbox(ipc_, wire::kMaxMessageBytes + 4);
         connected_ = true;
     }
     cv_.notify_all();  // callers send (again) on it
-    plain::Inbox inbox(ipc_, wire::kMaxMessageBytes + 4);
-    std::vector<uint8_t> msg;
-    for (;;) {
-        if (plain::wait(fd, POLLIN, wake_.get(), nullptr) != plain::Ready::Yes) break;
-        plain::Inbox::Read read = inbox.read_from(fd);
-        bool broken = false;
-        while (inbox.next(msg)) {
-            if (msg.size() < 4 || (msg[0] & 0x80) == 0) {
-                TH_LOG(Warn, "dropping the connection to ", url_, ": a message that is not a reply");
-                broken = true;
-                break;
-            }
-            uint32_t id = uint32_t(msg[0]) << 24 | uint32_t(msg[1]) << 16 | uint32_t(msg[2]) << 8 | msg[3];
-            std::lock_guard lk(mu_);
-            auto it = calls_.find(id);
-            if (it == calls_.end() || it->second->reply) continue;  // its caller gave up, or a reply sent twice
-            it->second->reply.emplace(msg.begin() + 4, msg.end());
-            cv_.notify_all();
-        }
-        if (inbox.malformed()) TH_LOG(Warn, "dropping the connection to ", url_, ": a reply longer than any or not framed as one");
-        if (broken || inbox.malformed() || read != plain::Inbox::Read::More) break;
-    }
-    {
-        std::lock_guard lk(mu_);
-        connection_ = 0;
-        connected_ = false;
-    }
+    // Its end: the server closed it or reset it, or a caller shut it down
+    // (half a request written on it, a reply not framed as one). Data
+    // arriving does not wake this thread: the readers take it.
+    plain::wait(fd, POLLRDHUP, wake_.get(), nullptr);
+    std::unique_lock lk(mu_);
+    connection_ = 0;
+    connected_ = false;
     cv_.notify_all();
-    ::shutdown(fd, SHUT_RDWR);  // ends a write in flight on it
-    std::lock_guard lk(send_mu_);  // which ends before the descriptor closes
+    // Its reader reads what is left and the end of the stream; one that
+    // does not (a half-open connection) is made to.
+    if (!cv_.wait_for(lk, std::chrono::milliseconds(kReaderLeavesMs), [this] { return !reading_; })) {
+        ::shutdown(fd, SHUT_RDWR);
+        cv_.wait(lk, [this] { return !reading_; });
+    }
+    fd_ = -1;
+    lk.unlock();
+    ::shutdown(fd, SHUT_RDWR);     // ends a write in flight on it
+    std::lock_guard send_lk(send_mu_);  // which ends before the descriptor closes
     sending_fd_ = -1;
     sending_number_ = 0;
-    return true;
 }
 
 bool PlainRequests::send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline) {
     std::lock_guard lk(send_mu_);
     if (sending_fd_ < 0 || sending_number_ != connection) return false;
     if (plain::write_all(sending_fd_, frame.data(), frame.size(), &deadline, wake_.get())) return true;
-    ::shutdown(sending_fd_, SHUT_RDWR);  // half a request on it, or it failed: the reading thread moves on
+    ::shutdown(sending_fd_, SHUT_RDWR);  // half a request on it, or it failed: the connection ends
     return false;
+}
+
+void PlainRequests::read_replies(std::unique_lock<std::mutex> &lk, const Deadline &deadline) {
+    reading_ = true;
+    const int fd = fd_;
+    lk.unlock();
+    std::vector<std::vector<uint8_t>> replies;
+    bool broken = false;
+    if (plain::wait(fd, POLLIN, -1, &deadline) == plain::Ready::Yes) {
+        plain::Inbox::Read read = inbox_.read_from(fd);
+        std::vector<uint8_t> msg;
+        while (inbox_.next(msg)) {
+            if (msg.size() < 4 || (msg[0] & 0x80) == 0) {
+                TH_LOG(Warn, "dropping the connection to ", url_, ": a message that is not a reply");
+                broken = true;
+                break;
+            }
+            replies.push_back(std::move(msg));
+        }
+        if (inbox_.malformed()) TH_LOG(Warn, "dropping the connection to ", url_, ": a reply longer than any or not framed as one");
+        broken = broken || inbox_.malformed() || read != plain::Inbox::Read::More;
+    }
+    if (broken) ::shutdown(fd, SHUT_RDWR);  // the watching thread retires it
+    lk.lock();
+    reading_ = false;
+    for (const auto &r : replies) {
+        uint32_t id = uint32_t(r[0]) << 24 | uint32_t(r[1]) << 16 | uint32_t(r[2]) << 8 | r[3];
+        auto it = calls_.find(id);
+        if (it == calls_.end() || it->second->reply) continue;  // its caller gave up, or a reply sent twice
+        it->second->reply.emplace(r.begin() + 4, r.end());
+    }
+    cv_.notify_all();  // replies handed out, the reader's place free
 }
 
 std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::Bytes &request, const Deadline &deadline) {
@@ -195,7 +235,7 @@ std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::By
             bool sent = send(frame, now_on, deadline);
             lk.lock();
             if (sent) sent_on = now_on;
-            else if (connection_ == now_on) cv_.wait_until(lk, deadline.at());  // until the reading thread let it go
+            else if (connection_ == now_on) cv_.wait_until(lk, deadline.at());  // until that connection is retired
             continue;
         }
         if (deadline.expired()) {
@@ -203,6 +243,10 @@ std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::By
             // Never sent, or its connection is gone: whether a server listens is for the caller to find out.
             if (sent_on == 0 || connection_ == 0) return RequestFailure{RequestFailure::Unreachable, ""};
             return RequestFailure{RequestFailure::NoAnswer, ""};
+        }
+        if (now_on != 0 && now_on == sent_on && !reading_) {
+            read_replies(lk, deadline);
+            continue;
         }
         cv_.wait_until(lk, deadline.at());
     }

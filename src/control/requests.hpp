@@ -1,9 +1,10 @@
 // How RpcClient's requests travel (control/rpc.hpp): over tcp:// and ipc://
-// a byte stream that speaks NNG's REQ protocol itself (control/sp_stream.hpp:
-// a client closes it while late replies may be arriving, which NNG 1.5's
+// on a plain socket that speaks NNG's REQ protocol (control/plain_socket.hpp;
+// the calling threads write requests and read replies themselves, and a
+// client closes it while late replies may be arriving, which NNG 1.5's
 // sockets cannot survive); over other schemes (ws://, tls+tcp://) NNG's REQ
-// socket. Either way the server is an NNG REP socket and the messages on the
-// wire are the same.
+// socket. Either way the messages on the wire are NNG's REQ/REP ones
+// (control/replies.hpp: the server's end).
 #pragma once
 
 #include <memory>
@@ -37,8 +38,8 @@ class Requests {
     virtual std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) = 0;
 };
 
-// Dials url in the background, again after every loss: as a stream where
-// sp::stream_url says so, else through NNG's REQ socket. Throws
+// Dials url in the background, again after every loss: on a plain socket
+// where sp::stream_url says so, else through NNG's REQ socket. Throws
 // TH_ERR_INVALID_ARG for a URL that cannot be dialled.
 std::unique_ptr<Requests> dial_requests(const std::string &url);
 
