@@ -1,6 +1,5 @@
 #include "control/plain_socket.hpp"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -71,6 +70,9 @@ Parsed parse(const std::string &url, bool passive, std::string *why = nullptr, b
     if (colon == std::string::npos || colon + 1 == rest.size())
         fail(TH_ERR_INVALID_ARG, "'", url, "' has no port (tcp://host:port)");
     std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
+    if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoul(port) > 65535)
+        fail(TH_ERR_INVALID_ARG, "'", url, "': '", port, "' is not a port number");
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     bool any = host.empty() || host == "*";
     if (any && !passive) fail(TH_ERR_INVALID_ARG, "'", url, "' names no host to connect to");

@@ -352,6 +352,28 @@ TEST(Rpc, AServerDropsWhatIsNotARequestAndAnswersTheRest) {
     EXPECT_EQ(client.call({1, 2}, Deadline(10000)), (wire::Bytes{1, 2}));
 }
 
+// An address that cannot be one is refused at once, saying what is wrong
+// with it, by a client and by a server.
+TEST(Rpc, AMalformedAddressIsRefusedAtOnceSayingWhy) {
+    struct Case {
+        std::string url, says;
+        bool server;
+    };
+    for (const Case &c : {Case{"tcp://127.0.0.1:http", "is not a port number", false},
+                          Case{"tcp://127.0.0.1:99999", "is not a port number", true},
+                          Case{"tcp://127.0.0.1", "has no port", false}, Case{"tcp://:7070", "names no host", false},
+                          Case{"ipc://", "socket path is empty", true}}) {
+        try {
+            if (c.server) RpcServer server(c.url, echo);
+            else RpcClient client(c.url);
+            ADD_FAILURE() << c.url << " accepted";
+        } catch (const Error &e) {
+            EXPECT_EQ(e.code(), TH_ERR_INVALID_ARG) << c.url;
+            EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+        }
+    }
+}
+
 // A socket file that nothing accepts on (its server ended without removing
 // it) is listened on again; one a server still accepts on is not.
 TEST(Rpc, AServerListensOnAStaleIpcSocketFileButNotOnALiveOne) {
