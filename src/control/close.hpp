@@ -1,11 +1,9 @@
 // Closing NNG sockets without hanging. NNG 1.5.2's nng_close can wait
 // forever on its reaper thread: when a message is arriving on a pipe as it
 // closes, its TCP transport resubmits a read that is dropped, and the reaper
-// waits for it (fixed in NNG 1.6.0). Clients read events over tcp and ipc
-// without an NNG socket for that reason (control/sp_stream.hpp), and requests
-// travel on plain sockets there (control/plain_socket.hpp); what still
-// closes NNG sockets (the server's event socket; requests over other
-// schemes) does it with a bound:
+// waits for it (fixed in NNG 1.6.0). Over tcp and ipc the control plane
+// uses no NNG socket for that reason (control/sp_stream.hpp); what still
+// closes NNG sockets (requests over other schemes) does it with a bound:
 // past it, the close is left to finish (or not) on a thread of its own and the
 // caller goes on, with a warning.
 #pragma once

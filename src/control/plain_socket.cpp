@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,8 +14,10 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace th::plain {
 
@@ -119,6 +122,37 @@ void Fd::reset() {
     fd_ = -1;
 }
 
+Signal::Signal() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (!fd_) fail(TH_ERR_INTERNAL, "eventfd: ", std::strerror(errno));
+}
+
+void Signal::raise() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd_.get(), &one, sizeof one);
+}
+
+Fd accept_greeted(int listener, bool ipc, sp::Protocol self, const std::string &url) {
+    uint8_t greeting[8];
+    sp::greeting(self, greeting);
+    for (;;) {
+        Fd fd(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+        if (!fd) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                TH_LOG(Warn, "cannot accept a connection on ", url, ": ", std::strerror(errno));
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+            return {};
+        }
+        if (!ipc) {
+            int one = 1;
+            setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        }
+        // A new socket takes 8 bytes at once; one that does not is gone.
+        if (::send(fd.get(), greeting, sizeof greeting, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof greeting)) return fd;
+    }
+}
+
 Ready wait(int fd, short events, int wake, const Deadline *deadline) {
     for (;;) {
         if (deadline != nullptr && deadline->expired()) return Ready::TimedOut;
@@ -163,7 +197,24 @@ Fd dial(const std::string &url, const Deadline &deadline, int wake, std::string 
     return {};
 }
 
-Fd listen(const std::string &url, std::string *bound) {
+void keep_dialing(const std::string &url, int wake, const std::function<bool(int fd)> &serve) {
+    auto retry = sp::kFirstRetry;
+    for (;;) {
+        std::string why;
+        Fd fd = dial(url, Deadline(kGreetingTimeoutMs), wake, &why);
+        if (fd && serve(fd.get())) retry = sp::kFirstRetry;
+        fd.reset();
+        Deadline next(static_cast<uint32_t>(retry.count()));
+        if (wait(wake, POLLIN, -1, &next) == Ready::Yes) return;
+        retry = std::min(retry * 2, sp::kLastRetry);
+    }
+}
+
+Listener::~Listener() {
+    if (!file_.empty() && fd_) ::unlink(file_.c_str());
+}
+
+Listener listen(const std::string &url, std::string *bound) {
     Parsed p = parse(url, true);
     std::string why = "no address";
     int code = EINVAL;
@@ -203,7 +254,8 @@ Fd listen(const std::string &url, std::string *bound) {
                                                      : reinterpret_cast<sockaddr_in *>(&at)->sin_port);
             *bound = url.substr(0, url.rfind(':')) + ":" + std::to_string(port);
         }
-        return fd;
+        const bool file = a.family == AF_UNIX && un->sun_path[0] != '\0';
+        return Listener(std::move(fd), file ? std::string(un->sun_path) : std::string());
     }
     fail(code == EADDRINUSE ? TH_ERR_UNAVAILABLE : TH_ERR_INVALID_ARG, "cannot listen on '", url, "': ",
          code == EADDRINUSE ? "Address in use" : std::strerror(code));

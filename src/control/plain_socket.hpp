@@ -1,13 +1,14 @@
 // NNG's SP mapping (control/sp_stream.hpp) spoken on plain sockets: what the
-// requests to the metadata server travel on over tcp:// and ipc://. A
-// request then wakes one thread at each end, the one blocked on the socket
-// (the server's handler runs on the thread that read it), where NNG hands it
-// from its poller to a task thread to the waiting caller on both sides; on
-// an idle machine each such hand-off is a sleeping CPU woken
-// (perf/server_load/NOTES.md). The events stay on NNG (control/subscriber.hpp).
+// requests to the metadata server and its events travel on over tcp:// and
+// ipc://. A request then wakes one thread at each end, the one blocked on
+// the socket (the server's handler runs on the thread that read it), where
+// NNG hands it from its poller to a task thread to the waiting caller on
+// both sides; on an idle machine each such hand-off is a sleeping CPU woken
+// (perf/server_load/NOTES.md).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,18 @@ class Fd {
     int fd_ = -1;
 };
 
+// What ends the waits of a socket's threads: an eventfd that, once raised,
+// stays readable (every wait given it returns).
+class Signal {
+  public:
+    Signal();  // throws TH_ERR_INTERNAL when the kernel has no eventfd to give
+    void raise();
+    int fd() const { return fd_.get(); }
+
+  private:
+    Fd fd_;
+};
+
 // Throws TH_ERR_INVALID_ARG for a URL that is not a tcp:// or ipc:// one
 // with an address (host names are resolved at each dial).
 void check_url(const std::string &url);
@@ -53,12 +66,43 @@ void check_url(const std::string &url);
 Fd dial(const std::string &url, const Deadline &deadline, int wake, std::string *why);
 inline constexpr const char *kNoConnectionInTime = "no connection in time";
 
+// A client's connection attempt, greeting included, gives up after this.
+constexpr uint32_t kGreetingTimeoutMs = 5000;
+
+// Dials url until `wake` becomes readable, handing each connection to serve
+// and dialling again once serve returns (the connection is then closed),
+// backing off as NNG's dialers do: sp::kFirstRetry doubling to
+// sp::kLastRetry, from the first again after serve says the peer was reached.
+void keep_dialing(const std::string &url, int wake, const std::function<bool(int fd)> &serve);
+
+// A listening socket (non-blocking); one on an ipc socket file removes the
+// file when it closes.
+class Listener {
+  public:
+    Listener() = default;
+    Listener(Fd fd, std::string file) : fd_(std::move(fd)), file_(std::move(file)) {}
+    ~Listener();
+    Listener(Listener &&) noexcept = default;
+    Listener &operator=(Listener &&) noexcept = default;
+    int get() const { return fd_.get(); }
+
+  private:
+    Fd fd_;
+    std::string file_;
+};
+
 // Listens on url ("tcp://host:0" picks a free port; "tcp://*:p" and
-// "tcp://:p" every address) and returns the non-blocking socket; *bound is
+// "tcp://:p" every address) and returns the socket; *bound is
 // url with the port actually bound. A stale ipc socket file (nothing accepts
 // on it) is replaced. Throws TH_ERR_UNAVAILABLE when the address is in use,
 // TH_ERR_INVALID_ARG when it cannot be listened on.
-Fd listen(const std::string &url, std::string *bound);
+Listener listen(const std::string &url, std::string *bound);
+
+// The next connection waiting on a non-blocking listener, greeted as
+// `self`; an empty Fd when none is waiting. A failure to accept other than
+// that (out of descriptors: the connections stay queued) is warned about
+// as happening on url and pauses the caller 100 ms.
+Fd accept_greeted(int listener, bool ipc, sp::Protocol self, const std::string &url);
 
 // Until fd is ready for `events` (POLLIN, POLLOUT), `wake` is readable or
 // the deadline passes (null: none).

@@ -2,11 +2,8 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -77,9 +74,9 @@ class PlainReplies final : public Replies {
     std::string url_;
     bool ipc_;
     ReplyHandler handler_;
-    plain::Fd listener_;
+    plain::Listener listener_;
     plain::Fd epoll_;
-    plain::Fd stop_;  // an eventfd, readable once stopping: wakes every thread and ends writes
+    plain::Signal stop_;  // raised once stopping: wakes every thread and ends writes
     std::atomic<bool> stopping_{false};
     std::mutex mu_;   // guards conns_
     std::unordered_map<Conn *, std::shared_ptr<Conn>> conns_;
@@ -90,24 +87,21 @@ PlainReplies::PlainReplies(const std::string &url, bool ipc, ReplyHandler handle
     : ipc_(ipc), handler_(std::move(handler)) {
     listener_ = plain::listen(url, &url_);
     epoll_ = plain::Fd(epoll_create1(EPOLL_CLOEXEC));
-    stop_ = plain::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!epoll_ || !stop_) fail(TH_ERR_INTERNAL, "cannot set up the server's sockets: ", std::strerror(errno));
+    if (!epoll_) fail(TH_ERR_INTERNAL, "cannot set up the server's sockets: ", std::strerror(errno));
     epoll_event ev{};
     ev.events = EPOLLIN;  // level-triggered: wakes every thread once stopping
     ev.data.ptr = &stop_;
-    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, stop_.get(), &ev) != 0 || !arm(listener_.get(), &listener_, true))
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, stop_.fd(), &ev) != 0 || !arm(listener_.get(), &listener_, true))
         fail(TH_ERR_INTERNAL, "cannot set up the server's sockets: ", std::strerror(errno));
     for (int i = 0; i < std::max(parallel, 1); ++i) threads_.emplace_back([this] { run(); });
 }
 
 PlainReplies::~PlainReplies() {
     stopping_ = true;
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(stop_.get(), &one, sizeof one);
+    stop_.raise();
     for (auto &t : threads_) t.join();
     std::lock_guard lk(mu_);
     conns_.clear();
-    if (ipc_ && url_.rfind("abstract://", 0) != 0) ::unlink(url_.substr(url_.find("://") + 3).c_str());
 }
 
 bool PlainReplies::arm(int fd, void *tag, bool add) {
@@ -145,25 +139,7 @@ void PlainReplies::run() {
 }
 
 void PlainReplies::accept_all() {
-    uint8_t greeting[8];
-    sp::greeting(sp::kRep, greeting);
-    for (;;) {
-        plain::Fd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-        if (!fd) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                // Out of descriptors: the connections waiting stay queued a while.
-                TH_LOG(Warn, "cannot accept a connection on ", url_, ": ", std::strerror(errno));
-                std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            }
-            break;
-        }
-        if (!ipc_) {
-            int one = 1;
-            setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        }
-        Deadline deadline(kReplyTimeoutMs);
-        if (!plain::write_all(fd.get(), greeting, sizeof greeting, &deadline, stop_.get())) continue;
+    while (plain::Fd fd = plain::accept_greeted(listener_.get(), ipc_, sp::kRep, url_)) {
         auto c = std::make_shared<Conn>(std::move(fd), ipc_);
         std::lock_guard lk(mu_);
         if (arm(c->fd.get(), c.get(), true)) conns_.emplace(c.get(), c);
@@ -213,7 +189,7 @@ void PlainReplies::answer(Conn &c, const std::vector<uint8_t> &msg) {
     std::lock_guard lk(c.write_mu);
     if (c.broken || stopping_) return;  // a server stopping answers no more
     Deadline deadline(kReplyTimeoutMs);
-    if (!plain::write_all(c.fd.get(), frame.data(), frame.size(), &deadline, stop_.get())) {
+    if (!plain::write_all(c.fd.get(), frame.data(), frame.size(), &deadline, stop_.fd())) {
         // Half a reply on it: of no use. Its next event drops it.
         c.broken = true;
         ::shutdown(c.fd.get(), SHUT_RDWR);

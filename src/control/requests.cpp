@@ -4,7 +4,6 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -70,7 +69,7 @@ class PlainRequests final : public Requests {
 
     std::string url_;
     bool ipc_;
-    plain::Fd wake_;  // an eventfd, readable once stopping: ends the thread's waits
+    plain::Signal wake_;  // raised once stopping: ends the thread's waits
 
     std::mutex send_mu_;    // one request written at a time; guards what follows
     int sending_fd_ = -1;   // the greeted connection
@@ -90,9 +89,6 @@ class PlainRequests final : public Requests {
     std::thread thread_;  // last: started once the rest is set up
 };
 
-// A connection attempt, greeting included, gives up after this.
-constexpr uint32_t kGreetingTimeoutMs = 5000;
-
 // A connection ending: how long its reader may take to leave it before the
 // connection is shut down under it.
 constexpr uint32_t kReaderLeavesMs = 100;
@@ -101,35 +97,24 @@ PlainRequests::PlainRequests(const std::string &url, bool ipc)
     : url_(url), ipc_(ipc), next_id_(static_cast<uint32_t>(std::random_device{}())),
       inbox_(ipc, wire::kMaxMessageBytes + 4) {
     plain::check_url(url);
-    wake_ = plain::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!wake_) fail(TH_ERR_INTERNAL, "eventfd: ", std::strerror(errno));
     thread_ = std::thread([this] { run(); });
 }
 
 // No call is in flight (RpcClient's callers hold it while they call).
 PlainRequests::~PlainRequests() {
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+    wake_.raise();
     thread_.join();
 }
 
 void PlainRequests::run() {
     pthread_setname_np(pthread_self(), "th-requests");
-    auto retry = sp::kFirstRetry;
-    for (;;) {
-        std::string why;
-        plain::Fd fd = plain::dial(url_, Deadline(kGreetingTimeoutMs), wake_.get(), &why);
-        if (fd && plain::greet(fd.get(), sp::kReq, sp::kRep, Deadline(kGreetingTimeoutMs), wake_.get(), url_,
-                               "request socket", &warned_)) {
-            serve(fd.get());
-            retry = sp::kFirstRetry;
-        }
-        fd.reset();
-        // Lost or not reached: try again, backing off like NNG's dialers.
-        Deadline next(static_cast<uint32_t>(retry.count()));
-        if (plain::wait(wake_.get(), POLLIN, -1, &next) == plain::Ready::Yes) return;
-        retry = std::min(retry * 2, sp::kLastRetry);
-    }
+    plain::keep_dialing(url_, wake_.fd(), [this](int fd) {
+        if (!plain::greet(fd, sp::kReq, sp::kRep, Deadline(plain::kGreetingTimeoutMs), wake_.fd(), url_,
+                          "request socket", &warned_))
+            return false;
+        serve(fd);
+        return true;
+    });
 }
 
 void PlainRequests::serve(int fd) {
@@ -154,7 +139,7 @@ void PlainRequests::serve(int fd) {
     // Its end: the server closed it or reset it, or a caller shut it down
     // (half a request written on it, a reply not framed as one). Data
     // arriving does not wake this thread: the readers take it.
-    plain::wait(fd, POLLRDHUP, wake_.get(), nullptr);
+    plain::wait(fd, POLLRDHUP, wake_.fd(), nullptr);
     std::unique_lock lk(mu_);
     connection_ = 0;
     connected_ = false;
@@ -176,7 +161,7 @@ void PlainRequests::serve(int fd) {
 bool PlainRequests::send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline) {
     std::lock_guard lk(send_mu_);
     if (sending_fd_ < 0 || sending_number_ != connection) return false;
-    if (plain::write_all(sending_fd_, frame.data(), frame.size(), &deadline, wake_.get())) return true;
+    if (plain::write_all(sending_fd_, frame.data(), frame.size(), &deadline, wake_.fd())) return true;
     ::shutdown(sending_fd_, SHUT_RDWR);  // half a request on it, or it failed: the connection ends
     return false;
 }

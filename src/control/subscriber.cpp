@@ -1,11 +1,16 @@
 #include "control/subscriber.hpp"
 
+#include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "control/sp_stream.hpp"
 
 namespace th {
 
@@ -19,27 +24,38 @@ constexpr uint64_t kMaxEvent = 64 << 10;
 Subscriber::Subscriber(const std::string &url, Handler handler) : url_(url), handler_(std::move(handler)) {
     if (!sp::stream_url(url, &ipc_framing_))
         fail(TH_ERR_INVALID_ARG, "cannot subscribe to events at '", url, "': only tcp:// and ipc:// are supported");
-    dialer_ = std::make_unique<sp::Dialer>(url, "the event stream",
-                                           [this](nng_stream *stream, nng_aio *aio) { return serve(stream, aio); });
+    plain::check_url(url);
+    thread_ = std::thread([this] { run(); });
 }
 
-Subscriber::~Subscriber() { dialer_.reset(); }  // before what serve() uses
+Subscriber::~Subscriber() {
+    wake_.raise();
+    thread_.join();
+}
 
-bool Subscriber::serve(nng_stream *stream, nng_aio *aio) {
-    if (!sp::greet(stream, aio, sp::kSub, sp::kPub, url_, "event stream", &warned_)) return false;
-    // Between events the receive waits without a timeout: NNG 1.5's timer
-    // thread spins up to a millisecond on every timeout that fires.
-    nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
+void Subscriber::run() {
+    pthread_setname_np(pthread_self(), "th-subscriber");
+    plain::keep_dialing(url_, wake_.fd(), [this](int fd) { return serve(fd); });
+}
+
+bool Subscriber::serve(int fd) {
+    if (!plain::greet(fd, sp::kSub, sp::kPub, Deadline(plain::kGreetingTimeoutMs), wake_.fd(), url_, "event stream", &warned_))
+        return false;
+    plain::Inbox inbox(ipc_framing_, kMaxEvent);
     std::vector<uint8_t> event;
-    for (bool malformed = false;;) {
-        if (!sp::receive(stream, aio, ipc_framing_, kMaxEvent, event, &malformed)) {
-            if (malformed)
-                TH_LOG(Warn, "dropping the event stream from ", url_, ": a message longer than ", kMaxEvent,
-                       " bytes or not framed as one is not an event; connecting again");
-            return true;
+    // Between events it waits in poll without a timeout: an idle client
+    // does not wake.
+    while (plain::wait(fd, POLLIN, wake_.fd(), nullptr) == plain::Ready::Yes) {
+        plain::Inbox::Read read = inbox.read_from(fd);
+        while (inbox.next(event)) handler_(event.data(), event.size());
+        if (inbox.malformed()) {
+            TH_LOG(Warn, "dropping the event stream from ", url_, ": a message longer than ", kMaxEvent,
+                   " bytes or not framed as one is not an event; connecting again");
+            break;
         }
-        handler_(event.data(), event.size());
+        if (read != plain::Inbox::Read::More) break;
     }
+    return true;
 }
 
 }  // namespace th

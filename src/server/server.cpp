@@ -1,12 +1,10 @@
 #include "server/server.hpp"
 
-#include <nng/protocol/pubsub0/pub.h>
-
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "control/close.hpp"
 #include "control/ping.hpp"
+#include "control/sp_stream.hpp"
 #include "server/live_page.hpp"
 #include "wire/auth.hpp"
 
@@ -34,23 +32,18 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
         cfg.ping_server = [token = token_](const std::string &url, uint32_t ms) {
             return ping_server(url, token, Deadline(ms));
         };
-    if (int rv = nng_pub0_open(&pub_); rv != 0) fail(TH_ERR_INTERNAL, "nng_pub0_open: ", nng_error(rv));
-    nng_listener listener;
-    std::string events = events_listen_url(listen_url);
-    if (int rv = nng_listen(pub_, events.c_str(), &listener, 0); rv != 0) {
-        nng_close(pub_);
-        fail(TH_ERR_INVALID_ARG, "cannot listen for events on '", events, "': ", nng_error(rv));
+    // Clients read events over tcp:// and ipc:// only (control/subscriber.hpp):
+    // a server on another scheme has no event stream, and its clients ask.
+    bool ipc = false;
+    if (sp::stream_url(listen_url, &ipc)) {
+        events_ = std::make_unique<Publisher>(events_listen_url(listen_url));
+        events_url_ = events_->url();
     }
-    events_url_ = events;
-    int port = 0;
-    if (events.rfind("tcp", 0) == 0 && nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-        events_url_ = events.substr(0, events.rfind(':')) + ":" + std::to_string(port);
     cfg.events_url = events_url_;
     // Subscribers that fall behind lose events (they catch up by asking), so
     // sending never blocks a request handler.
     cfg.publish_event = [this](const wire::Bytes &ev) {
-        wire::Bytes sealed = wire::seal(ev, token_);
-        nng_send(pub_, sealed.data(), sealed.size(), NNG_FLAG_NONBLOCK);
+        if (events_) events_->publish(wire::seal(ev, token_));
     };
     uint32_t period = std::max<uint32_t>(cfg.lease_ms / 4, 10);
     service_ = std::make_unique<Service>(cfg);
@@ -70,7 +63,6 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
     } catch (...) {
         http_.reset();
         rpc_.reset();
-        nng_close(pub_);
         throw;
     }
     lease_thread_ = std::thread([this, period] { lease_loop(period); });
@@ -109,7 +101,7 @@ Server::~Server() {
     leadership_.reset();  // resigns first: clients move on while we stop
     http_.reset();
     rpc_.reset();  // no handler runs after this, so no event is sent either
-    close_socket(pub_, "the event socket");
+    events_.reset();
 }
 
 }  // namespace th

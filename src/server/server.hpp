@@ -1,7 +1,7 @@
 // The metadata server runtime: the Service behind an RpcServer
-// (control/rpc.hpp), an NNG PUB socket for events, and a timer thread that
-// expires worker leases. Used by th_server_* and by the tensorhub-server
-// binary.
+// (control/rpc.hpp), a Publisher for events (control/publisher.hpp), and a
+// timer thread that expires worker leases. Used by th_server_* and by the
+// tensorhub-server binary.
 #pragma once
 
 #include <condition_variable>
@@ -10,8 +10,7 @@
 #include <string>
 #include <thread>
 
-#include <nng/nng.h>
-
+#include "control/publisher.hpp"
 #include "control/rpc.hpp"
 #include "server/http_endpoint.hpp"
 #include "server/leadership.hpp"
@@ -38,7 +37,7 @@ class Server {
     void lease_loop(uint32_t period_ms);
     wire::Bytes answer(const uint8_t *data, size_t size);
     std::string token_;
-    nng_socket pub_ = NNG_SOCKET_INITIALIZER;
+    std::unique_ptr<Publisher> events_;  // none when listening on a scheme clients do not read events on
     std::string events_url_;
     std::unique_ptr<Service> service_;
     std::unique_ptr<RpcServer> rpc_;

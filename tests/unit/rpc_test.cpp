@@ -23,6 +23,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
+#include <nng/protocol/pubsub0/sub.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <poll.h>
@@ -33,6 +34,7 @@
 #include "control/close.hpp"
 #include "control/plain_socket.hpp"
 #include "control/ping.hpp"
+#include "control/publisher.hpp"
 #include "control/rpc.hpp"
 #include "control/subscriber.hpp"
 #include "test_child.hpp"
@@ -539,10 +541,10 @@ namespace {
 
 // A PUB socket listening on `where` (a tcp URL with port 0, or an ipc URL),
 // and the URL subscribers dial.
-struct Publisher {
+struct NngPublisher {
     nng_socket sock = NNG_SOCKET_INITIALIZER;
     std::string url;
-    explicit Publisher(const std::string &where) {
+    explicit NngPublisher(const std::string &where) {
         EXPECT_EQ(nng_pub0_open(&sock), 0);
         nng_listener listener;
         EXPECT_EQ(nng_listen(sock, where.c_str(), &listener, 0), 0) << where;
@@ -551,7 +553,7 @@ struct Publisher {
         if (where.rfind("tcp", 0) == 0 && nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
             url = "tcp://127.0.0.1:" + std::to_string(port);
     }
-    ~Publisher() { EXPECT_TRUE(close_socket(sock, "the test's PUB socket")); }
+    ~NngPublisher() { EXPECT_TRUE(close_socket(sock, "the test's PUB socket")); }
     void send(const std::string &m) { nng_send(sock, const_cast<char *>(m.data()), m.size(), NNG_FLAG_NONBLOCK); }
     // PUB/SUB drops what is sent before a subscriber is connected: sends
     // until `got` counts one.
@@ -567,12 +569,13 @@ struct Publisher {
 
 }  // namespace
 
-// The event stream's receiving end delivers what the server publishes, waits
-// for the next event without waking (NNG 1.5's timer thread spins up to a
-// millisecond on every timeout that fires: a receive that woke every 100 ms
-// cost an idle client ~1% of a core), and stops promptly while waiting.
+// The event stream's receiving end delivers what an NNG PUB socket
+// publishes, waits for the next event without waking (a receive that woke
+// every 100 ms through NNG 1.5's timer thread, which spins up to a
+// millisecond on every timeout that fires, cost an idle client ~1% of a
+// core), and stops promptly while waiting.
 TEST(Subscriber, DeliversEventsWaitsWithoutTimersAndStopsWhileWaiting) {
-    Publisher pub("tcp://127.0.0.1:0");
+    NngPublisher pub("tcp://127.0.0.1:0");
     std::atomic<int> got[2] = {0, 0};
     std::vector<std::unique_ptr<Subscriber>> subs;
     for (int i = 0; i < 2; ++i)
@@ -583,13 +586,13 @@ TEST(Subscriber, DeliversEventsWaitsWithoutTimersAndStopsWhileWaiting) {
     ASSERT_TRUE(pub.send_until(got[0]));
     ASSERT_TRUE(pub.send_until(got[1]));
 
-    // Idle for a second: two receives with a 100 ms timeout woke the timer
-    // thread at least 20 times.
+    // Idle for a second: two receives with a 100 ms timeout woke at least
+    // 20 times.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ThreadSwitches before = switches_of_threads_named("nng:aio:expire");
-    ASSERT_GT(before.threads, 0) << "NNG names its timer threads otherwise: this test needs updating";
+    ThreadSwitches before = switches_of_threads_named("th-subscriber");
+    ASSERT_EQ(before.threads, 2) << "the subscribers' threads are named otherwise: this test needs updating";
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    EXPECT_LT(switches_of_threads_named("nng:aio:expire").switches - before.switches, 5u);
+    EXPECT_LT(switches_of_threads_named("th-subscriber").switches - before.switches, 5u);
 
     auto stopped = std::async(std::launch::async, [&] { subs.clear(); });
     EXPECT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
@@ -602,7 +605,7 @@ TEST(Subscriber, ReadsTheEventStreamOverTcpAndIpc) {
     const std::string ipc = "ipc:///tmp/th-subscriber-test-" + std::to_string(getpid());
     for (const std::string &where : {std::string("tcp://127.0.0.1:0"), ipc}) {
         SCOPED_TRACE(where);
-        Publisher pub(where);
+        NngPublisher pub(where);
         std::mutex mu;
         std::vector<std::string> seen;
         std::atomic<int> got{0};
@@ -632,7 +635,7 @@ TEST(Subscriber, ReadsTheEventStreamOverTcpAndIpc) {
 
 // A server that goes away and comes back on the same address is found again.
 TEST(Subscriber, ConnectsAgainWhenTheServerComesBack) {
-    auto pub = std::make_unique<Publisher>("tcp://127.0.0.1:0");
+    auto pub = std::make_unique<NngPublisher>("tcp://127.0.0.1:0");
     const std::string url = pub->url;
     std::atomic<int> got{0};
     Subscriber sub(url, [&](const uint8_t *, size_t) { ++got; });
@@ -640,7 +643,7 @@ TEST(Subscriber, ConnectsAgainWhenTheServerComesBack) {
     pub.reset();
     got = 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    pub = std::make_unique<Publisher>(url);
+    pub = std::make_unique<NngPublisher>(url);
     EXPECT_TRUE(pub->send_until(got));
 }
 
@@ -652,7 +655,7 @@ TEST(Subscriber, ConnectsAgainWhenTheServerComesBack) {
 // here under a storm of events). Subscribers now end during a storm, and a
 // socket with a live connection still closes afterwards.
 TEST(Subscriber, EndingWhileEventsArriveLeavesNngAbleToClose) {
-    Publisher pub("tcp://127.0.0.1:0");
+    NngPublisher pub("tcp://127.0.0.1:0");
     std::atomic<bool> stop{false};
     std::thread storm([&] {
         while (!stop) {
@@ -676,6 +679,130 @@ TEST(Subscriber, EndingWhileEventsArriveLeavesNngAbleToClose) {
     stop = true;
     storm.join();
     EXPECT_TRUE(nng_still_closes_sockets());
+}
+
+// The server's publisher reaches its own subscribers and NNG SUB sockets,
+// over tcp and over ipc, each event whole and in order.
+TEST(Events, APublisherReachesSubscribersAndNngSubSockets) {
+    char dir[] = "/tmp/th-events-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    for (std::string where : {std::string("tcp://127.0.0.1:0"), "ipc://" + std::string(dir) + "/events"}) {
+        SCOPED_TRACE(where);
+        th::Publisher pub(where);
+        std::mutex mu;
+        std::vector<std::string> seen;
+        Subscriber sub(pub.url(), [&](const uint8_t *data, size_t size) {
+            std::lock_guard lk(mu);
+            seen.emplace_back(reinterpret_cast<const char *>(data), size);
+        });
+        nng_socket nng_sub = NNG_SOCKET_INITIALIZER;
+        ASSERT_EQ(nng_sub0_open(&nng_sub), 0);
+        nng_socket_set(nng_sub, NNG_OPT_SUB_SUBSCRIBE, "", 0);
+        nng_socket_set_ms(nng_sub, NNG_OPT_RECVTIMEO, 100);
+        ASSERT_EQ(nng_dial(nng_sub, pub.url().c_str(), nullptr, 0), 0);
+        // PUB/SUB drops what is sent before a subscriber is there: "hello"
+        // until both have one.
+        std::string first;
+        for (int i = 0; i < 400 && first.empty(); ++i) {
+            pub.publish({'h', 'e', 'l', 'l', 'o'});
+            char *buf = nullptr;
+            size_t size = 0;
+            if (nng_recv(nng_sub, &buf, &size, NNG_FLAG_ALLOC) == 0) {
+                first.assign(buf, size);
+                nng_free(buf, size);
+            }
+        }
+        ASSERT_EQ(first, "hello");
+        for (int i = 0; i < 2000; ++i) {
+            std::lock_guard lk(mu);
+            if (!seen.empty()) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        {
+            std::lock_guard lk(mu);
+            seen.clear();
+        }
+        // Drain what the NNG socket still holds of the hellos.
+        for (;;) {
+            char *buf = nullptr;
+            size_t size = 0;
+            if (nng_recv(nng_sub, &buf, &size, NNG_FLAG_ALLOC) != 0) break;
+            nng_free(buf, size);
+        }
+        std::vector<std::string> sent;
+        for (int i = 0; i < 50; ++i) {
+            sent.push_back("event " + std::to_string(i) + std::string(size_t(i) * 100, 'x'));
+            pub.publish(std::vector<uint8_t>(sent.back().begin(), sent.back().end()));
+        }
+        std::vector<std::string> nng_seen;
+        for (size_t i = 0; i < sent.size(); ++i) {
+            char *buf = nullptr;
+            size_t size = 0;
+            if (nng_recv(nng_sub, &buf, &size, NNG_FLAG_ALLOC) != 0) break;
+            nng_seen.emplace_back(buf, size);
+            nng_free(buf, size);
+        }
+        EXPECT_EQ(nng_seen, sent);
+        for (int i = 0; i < 2000; ++i) {
+            std::lock_guard lk(mu);
+            if (seen.size() >= sent.size()) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        std::lock_guard lk(mu);
+        EXPECT_EQ(seen, sent);
+        EXPECT_EQ(pub.dropped(), 0u);
+        nng_close(nng_sub);
+    }
+    rmdir(dir);
+}
+
+// A subscriber that stops reading holds up neither the publisher nor the
+// other subscribers: it loses what does not fit its queue. A connection
+// that greets as something else is dropped.
+TEST(Events, ASubscriberThatDoesNotReadLosesEventsAndHoldsUpNoOne) {
+    char dir[] = "/tmp/th-events-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    struct RemoveDir {
+        const char *dir;
+        ~RemoveDir() { rmdir(dir); }
+    } remove_dir{dir};  // after the publisher removed its socket file
+    th::Publisher pub("ipc://" + std::string(dir) + "/events");
+    std::string why;
+    plain::Fd stuck = plain::dial(pub.url(), Deadline(5000), -1, &why);
+    ASSERT_TRUE(stuck) << why;
+    bool warned = false;
+    ASSERT_TRUE(plain::greet(stuck.get(), sp::kSub, sp::kPub, Deadline(5000), -1, pub.url(), "test", &warned));
+    plain::Fd other = plain::dial(pub.url(), Deadline(5000), -1, &why);
+    ASSERT_TRUE(other) << why;
+    uint8_t req[8];
+    sp::greeting(sp::kReq, req);
+    ASSERT_TRUE(plain::write_all(other.get(), req, sizeof req, nullptr));
+
+    std::atomic<int> got{0};
+    Subscriber sub(pub.url(), [&](const uint8_t *, size_t size) {
+        if (size == 1024) ++got;
+    });
+    for (int i = 0; i < 2000 && got == 0; ++i) {
+        pub.publish(std::vector<uint8_t>(1024, 'x'));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GT(got.load(), 0);
+    // 2 MiB in batches the reading subscriber takes: the one that does not
+    // read has a socket buffer of a few hundred KiB and a 1 MiB queue.
+    int sent = 0;
+    for (int batch = 0; batch < 20; ++batch) {
+        int before = got;
+        for (int i = 0; i < 100; ++i, ++sent) pub.publish(std::vector<uint8_t>(1024, 'x'));
+        for (int i = 0; i < 2000 && got < before + 100; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ASSERT_EQ(got.load(), before + 100) << "batch " << batch;
+    }
+    EXPECT_GT(pub.dropped(), 0u) << "the subscriber that does not read took " << sent << " events";
+    // The other connection, greeted as a request socket, was dropped: the
+    // end of its stream follows the publisher's greeting.
+    uint8_t greeting[8], more;
+    EXPECT_TRUE(plain::read_all(other.get(), greeting, sizeof greeting, Deadline(5000)));
+    Deadline deadline(10000);
+    EXPECT_TRUE(plain::wait(other.get(), POLLIN, -1, &deadline) == plain::Ready::Yes && ::recv(other.get(), &more, 1, 0) == 0);
 }
 
 // What cannot be an event stream is refused or left: a URL scheme it cannot
