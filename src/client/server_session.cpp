@@ -390,6 +390,11 @@ void ServerSession::hello(const Deadline &deadline) {
     registrations_++;
     if (r->lease_ms() > 0) lease_ms_ = r->lease_ms();
     std::string events = r->events_url() ? r->events_url()->str() : "";
+    if (events.empty() && !told_no_events_) {
+        told_no_events_ = true;
+        TH_LOG(Warn, "the server at ", rpc->url(), " publishes no events (it listens on neither tcp:// nor ipc://); ",
+               "going on without server events: waiting for a version asks once a second");
+    }
     if (!events.empty()) {
         events = reachable_events_url(rpc->url(), events);
         if (!events_ || events_->url() != events) {

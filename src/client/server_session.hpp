@@ -190,6 +190,7 @@ class ServerSession {
     uint64_t event_seq_ = 0;
     bool event_gap_ = false;
     std::unique_ptr<Subscriber> events_;
+    bool told_no_events_ = false;  // that a server publishes none (warned once)
 
     std::mutex hb_mu_;
     std::condition_variable hb_cv_;

@@ -261,8 +261,8 @@ def test_wait_for_version(pub: tensorhub.Client, reader: tensorhub.Client) -> No
 @pytest.mark.parametrize("scheme", ["ipc", "ws"])
 def test_wait_for_version_on_other_transports(scheme: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     # Clients read the server's events over TCP or IPC; a server on another
-    # transport (ws://) leaves them without events, with a warning, and
-    # waiting still finds the commit by asking.
+    # transport (ws://) publishes none, its clients say so once, and waiting
+    # still finds the commit by asking.
     if scheme == "ipc":
         listen = f"ipc://{tmp_path}/th"
     else:
