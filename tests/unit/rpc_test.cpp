@@ -423,10 +423,10 @@ TEST(RpcServerProcess, DISABLED_EchoesLateUntilTold) {
 // while a message is arriving on it (control/sp_stream.hpp). Replies to
 // calls that gave up arrive at any moment, so a client that ended while one
 // was in flight risked it (with NNG's REQ socket this loses the reaper
-// within 20 clients). Clients now end while late replies arrive, and NNG
-// still closes sockets afterwards. The server runs in a process of its own:
-// its REP socket meets the same bug when a client's connection closes while
-// requests arrive, and that is not what this tests.
+// within 20 clients). Clients, which use no NNG socket now, end while late
+// replies arrive, and NNG still closes sockets afterwards. The server runs
+// in a process of its own, from when it was an NNG REP socket that met the
+// same bug when a client's connection closed while requests arrived.
 TEST(Rpc, EndingWhileLateRepliesArriveLeavesNngAbleToClose) {
     test::TestChild server("RpcServerProcess.*", "TH_TEST_RPC_SERVER");
     ASSERT_TRUE(server.started());
