@@ -4,8 +4,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -129,6 +131,56 @@ Signal::Signal() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
 void Signal::raise() {
     uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(fd_.get(), &one, sizeof one);
+}
+
+Ungreeted::Ungreeted(int epoll) : epoll_(epoll), timer_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.ptr = this;
+    if (!timer_ || epoll_ctl(epoll_, EPOLL_CTL_ADD, timer_.get(), &ev) != 0)
+        fail(TH_ERR_INTERNAL, "cannot set up a timer: ", std::strerror(errno));
+}
+
+void Ungreeted::add(int fd) {
+    std::lock_guard lk(mu_);
+    since_[fd] = Clock::now();
+    if (since_.size() == 1) arm_next();
+}
+
+void Ungreeted::forget(int fd) {
+    std::lock_guard lk(mu_);
+    since_.erase(fd);
+}
+
+void Ungreeted::expire() {
+    uint64_t fired = 0;
+    [[maybe_unused]] ssize_t n = ::read(timer_.get(), &fired, sizeof fired);
+    std::lock_guard lk(mu_);
+    const auto late = Clock::now() - std::chrono::milliseconds(kGreetingTimeoutMs);
+    for (auto it = since_.begin(); it != since_.end();) {
+        if (it->second > late) {
+            ++it;
+            continue;
+        }
+        ::shutdown(it->first, SHUT_RDWR);
+        it = since_.erase(it);
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.ptr = this;
+    epoll_ctl(epoll_, EPOLL_CTL_MOD, timer_.get(), &ev);
+    if (!since_.empty()) arm_next();
+}
+
+void Ungreeted::arm_next() {
+    Clock::time_point first = Clock::time_point::max();
+    for (const auto &[fd, at] : since_) first = std::min(first, at);
+    auto in = first + std::chrono::milliseconds(kGreetingTimeoutMs) - Clock::now();
+    auto ns = std::max<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(in).count(), 1);
+    itimerspec when{};
+    when.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+    when.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+    timerfd_settime(timer_.get(), 0, &when, nullptr);
 }
 
 Fd accept_greeted(int listener, bool ipc, sp::Protocol self, const std::string &url) {

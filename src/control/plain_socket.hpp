@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,7 +68,8 @@ void check_url(const std::string &url);
 Fd dial(const std::string &url, const Deadline &deadline, int wake, std::string *why);
 inline constexpr const char *kNoConnectionInTime = "no connection in time";
 
-// A client's connection attempt, greeting included, gives up after this.
+// A client's connection attempt, greeting included, gives up after this,
+// and a server drops a connection that has not greeted by then.
 constexpr uint32_t kGreetingTimeoutMs = 5000;
 
 // Dials url until `wake` becomes readable, handing each connection to serve
@@ -97,6 +100,29 @@ class Listener {
 // on it) is replaced. Throws TH_ERR_UNAVAILABLE when the address is in use,
 // TH_ERR_INVALID_ARG when it cannot be listened on.
 Listener listen(const std::string &url, std::string *bound);
+
+// A server's connections that have not greeted yet, each shut down once
+// kGreetingTimeoutMs passed since it was accepted (as NNG's handshake
+// timeout does): its next event then ends it. Its timer sits in the
+// server's epoll set, tagged with this object and armed once (EPOLLONESHOT);
+// the server calls expire() when it fires.
+class Ungreeted {
+  public:
+    explicit Ungreeted(int epoll);  // throws TH_ERR_INTERNAL
+    // A connection accepted now.
+    void add(int fd);
+    // A connection that greeted, or is being dropped (before its descriptor
+    // closes): no longer timed.
+    void forget(int fd);
+    void expire();
+
+  private:
+    void arm_next();  // under mu_
+    int epoll_;
+    Fd timer_;
+    std::mutex mu_;
+    std::map<int, Clock::time_point> since_;  // when each was accepted
+};
 
 // The next connection waiting on a non-blocking listener, greeted as
 // `self`; an empty Fd when none is waiting. A failure to accept other than

@@ -31,6 +31,7 @@ Publisher::Publisher(const std::string &url) {
     listener_ = plain::listen(url, &url_);
     epoll_ = plain::Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) fail(TH_ERR_INTERNAL, "cannot set up the event stream: ", std::strerror(errno));
+    ungreeted_ = std::make_unique<plain::Ungreeted>(epoll_.get());
     for (auto [fd, tag] : {std::pair{stop_.fd(), static_cast<void *>(&stop_)}, {listener_.get(), &listener_}}) {
         epoll_event ev{};
         ev.events = EPOLLIN;
@@ -111,6 +112,10 @@ void Publisher::run() {
                 accept_all();
                 continue;
             }
+            if (tag == ungreeted_.get()) {
+                ungreeted_->expire();
+                continue;
+            }
             auto *s = static_cast<Subscriber *>(tag);
             std::lock_guard lk(mu_);
             if (subscribers_.count(s) == 0) continue;  // dropped earlier in this round
@@ -121,6 +126,7 @@ void Publisher::run() {
                 if (keep) watch(*s, s->written < s->queue.size());
             }
             if (!keep) {
+                ungreeted_->forget(s->fd.get());
                 epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
                 subscribers_.erase(s);
             }
@@ -131,11 +137,13 @@ void Publisher::run() {
 void Publisher::accept_all() {
     while (plain::Fd fd = plain::accept_greeted(listener_.get(), ipc_, sp::kPub, url_)) {
         auto s = std::make_unique<Subscriber>(std::move(fd), ipc_);
+        ungreeted_->add(s->fd.get());
         epoll_event ev{};
         ev.events = EPOLLIN | EPOLLRDHUP;
         ev.data.ptr = s.get();
         std::lock_guard lk(mu_);
         if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd.get(), &ev) == 0) subscribers_.emplace(s.get(), std::move(s));
+        else ungreeted_->forget(s->fd.get());
     }
 }
 
@@ -149,6 +157,7 @@ bool Publisher::read_from(Subscriber &s) {
             return false;
         }
         s.greeted = true;
+        ungreeted_->forget(s.fd.get());
     }
     // A subscriber sends nothing after its greeting: whatever else comes is
     // dropped unread.

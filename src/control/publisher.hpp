@@ -56,6 +56,7 @@ class Publisher {
     plain::Listener listener_;
     plain::Fd epoll_;
     plain::Signal stop_;  // raised once stopping
+    std::unique_ptr<plain::Ungreeted> ungreeted_;  // in epoll_
     mutable std::mutex mu_;  // guards what follows
     std::unordered_map<Subscriber *, std::unique_ptr<Subscriber>> subscribers_;
     uint64_t dropped_ = 0;

@@ -77,6 +77,7 @@ class PlainReplies final : public Replies {
     plain::Listener listener_;
     plain::Fd epoll_;
     plain::Signal stop_;  // raised once stopping: wakes every thread and ends writes
+    std::unique_ptr<plain::Ungreeted> ungreeted_;  // in epoll_
     std::atomic<bool> stopping_{false};
     std::mutex mu_;   // guards conns_
     std::unordered_map<Conn *, std::shared_ptr<Conn>> conns_;
@@ -88,6 +89,7 @@ PlainReplies::PlainReplies(const std::string &url, bool ipc, ReplyHandler handle
     listener_ = plain::listen(url, &url_);
     epoll_ = plain::Fd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) fail(TH_ERR_INTERNAL, "cannot set up the server's sockets: ", std::strerror(errno));
+    ungreeted_ = std::make_unique<plain::Ungreeted>(epoll_.get());
     epoll_event ev{};
     ev.events = EPOLLIN;  // level-triggered: wakes every thread once stopping
     ev.data.ptr = &stop_;
@@ -127,6 +129,10 @@ void PlainReplies::run() {
             accept_all();
             continue;
         }
+        if (ev.data.ptr == ungreeted_.get()) {
+            ungreeted_->expire();
+            continue;
+        }
         std::shared_ptr<Conn> c;
         {
             std::lock_guard lk(mu_);
@@ -141,8 +147,10 @@ void PlainReplies::run() {
 void PlainReplies::accept_all() {
     while (plain::Fd fd = plain::accept_greeted(listener_.get(), ipc_, sp::kRep, url_)) {
         auto c = std::make_shared<Conn>(std::move(fd), ipc_);
+        ungreeted_->add(c->fd.get());
         std::lock_guard lk(mu_);
         if (arm(c->fd.get(), c.get(), true)) conns_.emplace(c.get(), c);
+        else ungreeted_->forget(c->fd.get());
     }
     if (!arm(listener_.get(), &listener_, false))
         TH_LOG(Error, "the server stops accepting connections on ", url_, ": ", std::strerror(errno));
@@ -158,6 +166,7 @@ void PlainReplies::serve(const std::shared_ptr<Conn> &c) {
         sp::greeting(sp::kReq, expected);
         if (!c->greeted && c->inbox.greeting(theirs)) {
             c->greeted = std::memcmp(theirs, expected, sizeof theirs) == 0;
+            ungreeted_->forget(c->fd.get());
             if (!c->greeted) {
                 TH_LOG(Debug, "dropping a connection on ", url_, " that did not greet as a request socket");
                 keep = false;
@@ -197,6 +206,7 @@ void PlainReplies::answer(Conn &c, const std::vector<uint8_t> &msg) {
 }
 
 void PlainReplies::drop(Conn *c) {
+    ungreeted_->forget(c->fd.get());
     epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
     std::lock_guard lk(mu_);
     conns_.erase(c);  // closed once no reply is being written on it

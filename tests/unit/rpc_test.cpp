@@ -354,6 +354,31 @@ TEST(Rpc, AServerDropsWhatIsNotARequestAndAnswersTheRest) {
     EXPECT_EQ(client.call({1, 2}, Deadline(10000)), (wire::Bytes{1, 2}));
 }
 
+// A connection that never greets is dropped after the greeting timeout,
+// by the request server and by the event publisher alike (as NNG's
+// handshake timeout does), while one that greeted stays.
+TEST(Rpc, AConnectionThatNeverGreetsIsDroppedAfterTheGreetingTimeout) {
+    RpcServer server("tcp://127.0.0.1:0", echo);
+    th::Publisher pub("tcp://127.0.0.1:0");
+    RpcClient client(server.url());
+    std::string why;
+    std::vector<plain::Fd> silent;
+    for (const std::string &url : {server.url(), pub.url()}) {
+        silent.push_back(plain::dial(url, Deadline(5000), -1, &why));
+        ASSERT_TRUE(silent.back()) << why;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    for (const plain::Fd &fd : silent) {
+        uint8_t greeting[8], more;
+        EXPECT_TRUE(plain::read_all(fd.get(), greeting, sizeof greeting, Deadline(5000)));
+        Deadline deadline(plain::kGreetingTimeoutMs + 10000);
+        EXPECT_TRUE(plain::wait(fd.get(), POLLIN, -1, &deadline) == plain::Ready::Yes && ::recv(fd.get(), &more, 1, 0) == 0);
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(plain::kGreetingTimeoutMs - 100));
+    EXPECT_EQ(client.call({5}, Deadline(10000)), (wire::Bytes{5}));
+    EXPECT_TRUE(client.connected());
+}
+
 // An address that cannot be one is refused at once, saying what is wrong
 // with it, by a client and by a server.
 TEST(Rpc, AMalformedAddressIsRefusedAtOnceSayingWhy) {
