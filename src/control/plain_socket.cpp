@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -106,12 +107,15 @@ Parsed parse(const std::string &url, bool passive, std::string *why = nullptr, b
     return p;
 }
 
+// Requests and replies are small and each waited for: sent at once.
+void no_delay(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 Fd open_socket(const Address &a) {
     Fd fd(::socket(a.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (fd && a.family != AF_UNIX) {
-        int one = 1;
-        setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
+    if (fd && a.family != AF_UNIX) no_delay(fd.get());
     return fd;
 }
 
@@ -196,10 +200,7 @@ Fd accept_greeted(int listener, bool ipc, sp::Protocol self, const std::string &
             }
             return {};
         }
-        if (!ipc) {
-            int one = 1;
-            setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        }
+        if (!ipc) no_delay(fd.get());
         // A new socket takes 8 bytes at once; one that does not is gone.
         if (::send(fd.get(), greeting, sizeof greeting, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof greeting)) return fd;
     }
@@ -249,15 +250,31 @@ Fd dial(const std::string &url, const Deadline &deadline, int wake, std::string 
     return {};
 }
 
-void keep_dialing(const std::string &url, int wake, const std::function<bool(int fd)> &serve) {
+Dialer::Dialer(const std::string &url, const char *thread_name, sp::Protocol self, sp::Protocol peer,
+               const char *what, Serve serve)
+    : url_(url), serve_(std::move(serve)) {
+    check_url(url);
+    thread_ = std::thread([=, this] { run(thread_name, self, peer, what); });
+}
+
+Dialer::~Dialer() {
+    stop_.raise();
+    thread_.join();
+}
+
+void Dialer::run(const char *thread_name, sp::Protocol self, sp::Protocol peer, const char *what) {
+    pthread_setname_np(pthread_self(), thread_name);
     auto retry = sp::kFirstRetry;
     for (;;) {
         std::string why;
-        Fd fd = dial(url, Deadline(kGreetingTimeoutMs), wake, &why);
-        if (fd && serve(fd.get())) retry = sp::kFirstRetry;
+        Fd fd = dial(url_, Deadline(kGreetingTimeoutMs), wake(), &why);
+        if (fd && greet(fd.get(), self, peer, Deadline(kGreetingTimeoutMs), wake(), url_, what, &warned_)) {
+            serve_(fd.get(), wake());
+            retry = sp::kFirstRetry;
+        }
         fd.reset();
         Deadline next(static_cast<uint32_t>(retry.count()));
-        if (wait(wake, POLLIN, -1, &next) == Ready::Yes) return;
+        if (wait(wake(), POLLIN, -1, &next) == Ready::Yes) return;
         retry = std::min(retry * 2, sp::kLastRetry);
     }
 }
@@ -268,7 +285,6 @@ Listener::~Listener() {
 
 Listener listen(const std::string &url, std::string *bound) {
     Parsed p = parse(url, true);
-    std::string why = "no address";
     int code = EINVAL;
     for (const Address &a : p.addresses) {
         Fd fd = open_socket(a);
@@ -304,7 +320,7 @@ Listener listen(const std::string &url, std::string *bound) {
             getsockname(fd.get(), reinterpret_cast<sockaddr *>(&at), &len);
             int port = ntohs(at.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(&at)->sin6_port
                                                      : reinterpret_cast<sockaddr_in *>(&at)->sin_port);
-            *bound = url.substr(0, url.rfind(':')) + ":" + std::to_string(port);
+            *bound = sp::with_port(url, port);
         }
         const bool file = a.family == AF_UNIX && un->sun_path[0] != '\0';
         return Listener(std::move(fd), file ? std::string(un->sun_path) : std::string());
@@ -376,11 +392,13 @@ void Inbox::compact() {
     start_ = 0;
 }
 
-bool Inbox::greeting(uint8_t out[8]) {
-    if (buf_.size() - start_ < 8) return false;
-    std::memcpy(out, buf_.data() + start_, 8);
+Inbox::Greeting Inbox::greeting(sp::Protocol peer) {
+    if (buf_.size() - start_ < 8) return Greeting::NotYet;
+    uint8_t expected[8];
+    sp::greeting(peer, expected);
+    bool theirs = std::memcmp(buf_.data() + start_, expected, sizeof expected) == 0;
     start_ += 8;
-    return true;
+    return theirs ? Greeting::Peer : Greeting::Other;
 }
 
 bool Inbox::next(std::vector<uint8_t> &msg) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -72,11 +73,34 @@ inline constexpr const char *kNoConnectionInTime = "no connection in time";
 // and a server drops a connection that has not greeted by then.
 constexpr uint32_t kGreetingTimeoutMs = 5000;
 
-// Dials url until `wake` becomes readable, handing each connection to serve
-// and dialling again once serve returns (the connection is then closed),
-// backing off as NNG's dialers do: sp::kFirstRetry doubling to
-// sp::kLastRetry, from the first again after serve says the peer was reached.
-void keep_dialing(const std::string &url, int wake, const std::function<bool(int fd)> &serve);
+// A thread of its own (named thread_name) that dials url, greets as `self`
+// and hands each connection whose peer greeted as `peer` to serve, again
+// once serve returns (the connection is then closed), backing off as NNG's
+// dialers do: sp::kFirstRetry doubling to sp::kLastRetry, from the first
+// again after a greeted connection. A peer that greets otherwise is warned
+// about once, as what listens at url for `what`. Destroying it stops it:
+// the dial, greeting or wait in flight ends at once, and so do serve's own
+// waits given `wake` (serve's second argument, also wake()).
+class Dialer {
+  public:
+    using Serve = std::function<void(int fd, int wake)>;
+    // Throws TH_ERR_INVALID_ARG for a URL check_url refuses.
+    Dialer(const std::string &url, const char *thread_name, sp::Protocol self, sp::Protocol peer, const char *what,
+           Serve serve);
+    ~Dialer();
+    Dialer(const Dialer &) = delete;
+    Dialer &operator=(const Dialer &) = delete;
+    // Readable once stopping.
+    int wake() const { return stop_.fd(); }
+
+  private:
+    void run(const char *thread_name, sp::Protocol self, sp::Protocol peer, const char *what);
+    std::string url_;
+    Serve serve_;
+    Signal stop_;
+    bool warned_ = false;  // about a peer that greets otherwise (once)
+    std::thread thread_;   // last: started once the rest is set up
+};
 
 // A listening socket (non-blocking); one on an ipc socket file removes the
 // file when it closes.
@@ -162,8 +186,10 @@ class Inbox {
     // connection is of no use).
     bool next(std::vector<uint8_t> &msg);
     bool malformed() const { return malformed_; }
-    // Takes the 8-byte greeting that comes first; false until it is whole.
-    bool greeting(uint8_t out[8]);
+    // Takes the 8-byte greeting that comes first once it is whole, and says
+    // whether it is `peer`'s.
+    enum class Greeting { NotYet, Peer, Other };
+    Greeting greeting(sp::Protocol peer);
 
   private:
     void compact();

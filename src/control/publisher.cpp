@@ -149,15 +149,14 @@ void Publisher::accept_all() {
 
 bool Publisher::read_from(Subscriber &s) {
     plain::Inbox::Read read = s.inbox.read_from(s.fd.get());
-    uint8_t theirs[8], expected[8];
-    sp::greeting(sp::kSub, expected);
-    if (!s.greeted && s.inbox.greeting(theirs)) {
-        if (std::memcmp(theirs, expected, sizeof theirs) != 0) {
+    if (!s.greeted) {
+        auto greeting = s.inbox.greeting(sp::kSub);
+        if (greeting == plain::Inbox::Greeting::Other) {
             TH_LOG(Debug, "dropping a connection on ", url_, " that did not greet as a subscriber");
             return false;
         }
-        s.greeted = true;
-        ungreeted_->forget(s.fd.get());
+        s.greeted = greeting == plain::Inbox::Greeting::Peer;
+        if (s.greeted) ungreeted_->forget(s.fd.get());
     }
     // A subscriber sends nothing after its greeting: whatever else comes is
     // dropped unread.

@@ -162,12 +162,11 @@ void PlainReplies::serve(const std::shared_ptr<Conn> &c) {
     {
         std::lock_guard lk(c->read_mu);
         plain::Inbox::Read read = c->inbox.read_from(c->fd.get());
-        uint8_t theirs[8], expected[8];
-        sp::greeting(sp::kReq, expected);
-        if (!c->greeted && c->inbox.greeting(theirs)) {
-            c->greeted = std::memcmp(theirs, expected, sizeof theirs) == 0;
-            ungreeted_->forget(c->fd.get());
-            if (!c->greeted) {
+        if (!c->greeted) {
+            auto greeting = c->inbox.greeting(sp::kReq);
+            if (greeting != plain::Inbox::Greeting::NotYet) ungreeted_->forget(c->fd.get());
+            c->greeted = greeting == plain::Inbox::Greeting::Peer;
+            if (greeting == plain::Inbox::Greeting::Other) {
                 TH_LOG(Debug, "dropping a connection on ", url_, " that did not greet as a request socket");
                 keep = false;
             }
@@ -247,11 +246,7 @@ NngReplies::NngReplies(const std::string &url, ReplyHandler handler, int paralle
              nng_error(rv));
     }
     // "ws://host:0/path": the port picked goes in its place.
-    size_t authority = url.find("://") + 3, end = std::min(url.find('/', authority), url.size());
-    size_t colon = url.rfind(':', end);
-    int port = 0;
-    if (colon != std::string::npos && colon > authority && nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
-        url_ = url.substr(0, colon + 1) + std::to_string(port) + url.substr(end);
+    if (int port = 0; nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0) url_ = sp::with_port(url, port);
     for (int i = 0; i < parallel; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->server = this;

@@ -3,7 +3,6 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,9 +55,9 @@ class PlainRequests final : public Requests {
     struct Call {
         std::optional<wire::Bytes> reply;
     };
-    void run();
-    // One greeted connection: published, watched until it ends, retired.
-    void serve(int fd);
+    // One greeted connection: published, watched until it ends (or wake is
+    // readable), retired.
+    void serve(int fd, int wake);
     // Writes frame on connection `connection` if that is still the current
     // one; false if it is gone or the write failed.
     bool send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline);
@@ -69,7 +68,6 @@ class PlainRequests final : public Requests {
 
     std::string url_;
     bool ipc_;
-    plain::Signal wake_;  // raised once stopping: ends the thread's waits
 
     std::mutex send_mu_;    // one request written at a time; guards what follows
     int sending_fd_ = -1;   // the greeted connection
@@ -84,9 +82,8 @@ class PlainRequests final : public Requests {
     int fd_ = -1;              // the greeted connection's descriptor
     bool reading_ = false;     // a caller is the reader
     plain::Inbox inbox_;       // what was read of the connection; the reader's alone while it reads
-    bool warned_ = false;  // about a peer that is not a REP socket (once)
     std::atomic<bool> connected_{false};
-    std::thread thread_;  // last: started once the rest is set up
+    plain::Dialer dialer_;  // last: its thread starts once the rest is set up, and stops first
 };
 
 // A connection ending: how long its reader may take to leave it before the
@@ -95,29 +92,14 @@ constexpr uint32_t kReaderLeavesMs = 100;
 
 PlainRequests::PlainRequests(const std::string &url, bool ipc)
     : url_(url), ipc_(ipc), next_id_(static_cast<uint32_t>(std::random_device{}())),
-      inbox_(ipc, wire::kMaxMessageBytes + 4) {
-    plain::check_url(url);
-    thread_ = std::thread([this] { run(); });
-}
+      inbox_(ipc, wire::kMaxMessageBytes + 4),
+      dialer_(url, "th-requests", sp::kReq, sp::kRep, "request socket",
+              [this](int fd, int wake) { serve(fd, wake); }) {}
 
 // No call is in flight (RpcClient's callers hold it while they call).
-PlainRequests::~PlainRequests() {
-    wake_.raise();
-    thread_.join();
-}
+PlainRequests::~PlainRequests() = default;
 
-void PlainRequests::run() {
-    pthread_setname_np(pthread_self(), "th-requests");
-    plain::keep_dialing(url_, wake_.fd(), [this](int fd) {
-        if (!plain::greet(fd, sp::kReq, sp::kRep, Deadline(plain::kGreetingTimeoutMs), wake_.fd(), url_,
-                          "request socket", &warned_))
-            return false;
-        serve(fd);
-        return true;
-    });
-}
-
-void PlainRequests::serve(int fd) {
+void PlainRequests::serve(int fd, int wake) {
     uint64_t number = 0;
     {
         std::lock_guard lk(mu_);
@@ -139,7 +121,7 @@ void PlainRequests::serve(int fd) {
     // Its end: the server closed it or reset it, or a caller shut it down
     // (half a request written on it, a reply not framed as one). Data
     // arriving does not wake this thread: the readers take it.
-    plain::wait(fd, POLLRDHUP, wake_.fd(), nullptr);
+    plain::wait(fd, POLLRDHUP, wake, nullptr);
     std::unique_lock lk(mu_);
     connection_ = 0;
     connected_ = false;
@@ -161,7 +143,7 @@ void PlainRequests::serve(int fd) {
 bool PlainRequests::send(const std::vector<uint8_t> &frame, uint64_t connection, const Deadline &deadline) {
     std::lock_guard lk(send_mu_);
     if (sending_fd_ < 0 || sending_number_ != connection) return false;
-    if (plain::write_all(sending_fd_, frame.data(), frame.size(), &deadline, wake_.fd())) return true;
+    if (plain::write_all(sending_fd_, frame.data(), frame.size(), &deadline, dialer_.wake())) return true;
     ::shutdown(sending_fd_, SHUT_RDWR);  // half a request on it, or it failed: the connection ends
     return false;
 }

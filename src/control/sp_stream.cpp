@@ -33,6 +33,15 @@ bool greeted_by(const uint8_t theirs[8], Protocol peer, const std::string &url, 
     return false;
 }
 
+std::string with_port(const std::string &url, int port) {
+    size_t scheme = url.find("://");
+    if (scheme == std::string::npos) return url;
+    size_t authority = scheme + 3, end = std::min(url.find('/', authority), url.size());
+    size_t colon = url.rfind(':', end);
+    if (colon == std::string::npos || colon < authority || url.find(']', colon) < end) return url;
+    return url.substr(0, colon + 1) + std::to_string(port) + url.substr(end);
+}
+
 std::vector<uint8_t> frame(bool ipc, const std::vector<uint8_t> &head, const std::vector<uint8_t> &body) {
     std::vector<uint8_t> frame;
     frame.reserve(9 + head.size() + body.size());

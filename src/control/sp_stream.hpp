@@ -34,6 +34,10 @@ void greeting(Protocol p, uint8_t out[8]);
 // is warned about once (*warned) as what listens at url for `what`.
 bool greeted_by(const uint8_t theirs[8], Protocol peer, const std::string &url, const char *what, bool *warned);
 
+// url with its port replaced ("tcp://h:0" -> "tcp://h:7070",
+// "ws://h:0/p" -> "ws://h:7070/p"); url as it is if it names no port.
+std::string with_port(const std::string &url, int port);
+
 // One message made of head and body, framed to be sent as it is.
 std::vector<uint8_t> frame(bool ipc, const std::vector<uint8_t> &head, const std::vector<uint8_t> &body);
 

@@ -1,7 +1,6 @@
 #include "control/subscriber.hpp"
 
 #include <poll.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,28 +23,18 @@ constexpr uint64_t kMaxEvent = 64 << 10;
 Subscriber::Subscriber(const std::string &url, Handler handler) : url_(url), handler_(std::move(handler)) {
     if (!sp::stream_url(url, &ipc_framing_))
         fail(TH_ERR_INVALID_ARG, "cannot subscribe to events at '", url, "': only tcp:// and ipc:// are supported");
-    plain::check_url(url);
-    thread_ = std::thread([this] { run(); });
+    dialer_ = std::make_unique<plain::Dialer>(url, "th-subscriber", sp::kSub, sp::kPub, "event stream",
+                                              [this](int fd, int wake) { serve(fd, wake); });
 }
 
-Subscriber::~Subscriber() {
-    wake_.raise();
-    thread_.join();
-}
+Subscriber::~Subscriber() = default;
 
-void Subscriber::run() {
-    pthread_setname_np(pthread_self(), "th-subscriber");
-    plain::keep_dialing(url_, wake_.fd(), [this](int fd) { return serve(fd); });
-}
-
-bool Subscriber::serve(int fd) {
-    if (!plain::greet(fd, sp::kSub, sp::kPub, Deadline(plain::kGreetingTimeoutMs), wake_.fd(), url_, "event stream", &warned_))
-        return false;
+void Subscriber::serve(int fd, int wake) {
     plain::Inbox inbox(ipc_framing_, kMaxEvent);
     std::vector<uint8_t> event;
     // Between events it waits in poll without a timeout: an idle client
     // does not wake.
-    while (plain::wait(fd, POLLIN, wake_.fd(), nullptr) == plain::Ready::Yes) {
+    while (plain::wait(fd, POLLIN, wake, nullptr) == plain::Ready::Yes) {
         plain::Inbox::Read read = inbox.read_from(fd);
         while (inbox.next(event)) handler_(event.data(), event.size());
         if (inbox.malformed()) {
@@ -55,7 +44,6 @@ bool Subscriber::serve(int fd) {
         }
         if (read != plain::Inbox::Read::More) break;
     }
-    return true;
 }
 
 }  // namespace th

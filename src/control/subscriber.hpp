@@ -11,8 +11,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 
 #include "control/plain_socket.hpp"
 
@@ -33,17 +33,14 @@ class Subscriber {
     const std::string &url() const { return url_; }
 
   private:
-    void run();
-    // One connection: greets, then delivers messages until it fails.
-    // Returns true if the greeting was answered (the server was reached).
-    bool serve(int fd);
+    // One greeted connection: delivers messages until it fails (or wake is
+    // readable).
+    void serve(int fd, int wake);
 
     std::string url_;
     Handler handler_;
     bool ipc_framing_ = false;  // IPC's mapping puts a type byte before each length
-    bool warned_ = false;       // about a peer that is not a PUB socket (once)
-    plain::Signal wake_;        // raised once stopping
-    std::thread thread_;
+    std::unique_ptr<plain::Dialer> dialer_;  // last: stopped before the rest goes
 };
 
 }  // namespace th

@@ -15,10 +15,7 @@ namespace {
 // Events go to a second port on the same host: "tcp://h:7070" -> "tcp://h:0";
 // other transports get a sibling address.
 std::string events_listen_url(const std::string &url) {
-    if (url.rfind("tcp", 0) == 0) {
-        size_t colon = url.rfind(':');
-        if (colon != std::string::npos && colon > url.find("://") + 2) return url.substr(0, colon) + ":0";
-    }
+    if (url.rfind("tcp", 0) == 0) return sp::with_port(url, 0);
     return url + "-events";
 }
 
