@@ -7,7 +7,8 @@ import "C"
 
 import "context"
 
-// cancelOnDone returns a th_cancel that is signalled when ctx is done, for a
+// cancelOnDone returns a th_cancel that is signalled when ctx is canceled
+// (its deadline is left to the call's timeout, see deadline), for a
 // fetch's th_fetch_config.cancel or a wait, and stop, to call once the C call returned
 // (it ends the watch and frees the token). A ctx that can never be done gets
 // no token.
@@ -21,7 +22,9 @@ func cancelOnDone(ctx context.Context) (*C.th_cancel, func(), error) {
 	}
 	select {
 	case <-ctx.Done(): // done already: the fetch ends before its first read
-		C.th_cancel_signal(token)
+		if ctx.Err() != context.DeadlineExceeded {
+			C.th_cancel_signal(token)
+		}
 		return token, func() { C.th_cancel_destroy(token) }, nil
 	default:
 	}
@@ -30,7 +33,12 @@ func cancelOnDone(ctx context.Context) (*C.th_cancel, func(), error) {
 		defer close(watched)
 		select {
 		case <-ctx.Done():
-			C.th_cancel_signal(token)
+			// A deadline is the call's own timeout to end (it was given the
+			// time left, see deadline): signalled here too, the call raced
+			// its timeout and ended now and then as canceled, not timed out.
+			if ctx.Err() != context.DeadlineExceeded {
+				C.th_cancel_signal(token)
+			}
 		case <-returned:
 		}
 	}()
