@@ -2,35 +2,78 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 
 namespace th {
 
-ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), slots_(slots) {
-    words_ = static_cast<ControlWord *>(std::aligned_alloc(4096, slots * sizeof(ControlWord)));
-    if (words_ == nullptr) throw std::bad_alloc();
-    for (size_t i = 0; i < slots; ++i) {
-        new (&words_[i]) ControlWord{};
-        words_[i].generation.store(0);
-        words_[i].chunks_done.store(0);
-        words_[i].stripes.store(0);
-        words_[i].unsettled.store(0);
-        free_.push_back(static_cast<uint32_t>(slots - 1 - i));
+namespace {
+
+// Pages of control words are never handed back to the allocator. A reader on
+// a one-sided lane (cma) reads a word by its address, with no help from the
+// holder: after the holder's client is gone, in a process that lives on,
+// freed memory could hold anything, the generation the reader knows
+// included, and the reader would keep bytes its holder may already be
+// overwriting. A later client of the process takes the page over instead:
+// its slots' generations keep growing, so such a reader sees its word changed.
+struct PagePool {
+    std::mutex mu;
+    std::vector<std::pair<ControlWord *, size_t>> pages;  // words, slots
+
+    static PagePool &get() {
+        static auto *pool = new PagePool;  // never destroyed: clients may outlive statics
+        return *pool;
     }
-    region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
+};
+
+ControlWord *take_page(size_t slots) {
+    PagePool &pool = PagePool::get();
+    {
+        std::lock_guard lk(pool.mu);
+        for (auto it = pool.pages.begin(); it != pool.pages.end(); ++it) {
+            if (it->second != slots) continue;
+            ControlWord *words = it->first;
+            pool.pages.erase(it);
+            return words;
+        }
+    }
+    auto *words = static_cast<ControlWord *>(std::aligned_alloc(4096, slots * sizeof(ControlWord)));
+    if (words == nullptr) throw std::bad_alloc();
+    for (size_t i = 0; i < slots; ++i) new (&words[i]) ControlWord{};  // every field 0
+    return words;
+}
+
+}  // namespace
+
+ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), words_(take_page(slots)), slots_(slots) {
+    for (size_t i = 0; i < slots; ++i) free_.push_back(static_cast<uint32_t>(slots - 1 - i));
+    try {
+        region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
+    } catch (...) {
+        std::lock_guard lk(PagePool::get().mu);
+        PagePool::get().pages.emplace_back(words_, slots_);
+        throw;
+    }
 }
 
 // The page outlives no answer sent from it: its registration is withdrawn
 // first, so that no read request and no waiting read (which reads the words
 // on the progress thread) finds it, and answers already being sent from it
 // are let finish. The client's UCX worker still runs: readers of its replicas
-// may still be asking.
+// may still be asking. Every word left unreleased ends its generation (a
+// replica detached with its client); then the page waits for the next client.
 ControlPage::~ControlPage() {
     bool finished = ucx_.withdraw(region_);
     region_.reset();
-    if (finished) std::free(words_);  // else left allocated rather than freed under an answer UCX still sends
+    for (size_t i = 0; i < slots_; ++i)
+        if (words_[i].generation.load() % 2 == 0) words_[i].generation.fetch_add(1);
+    if (!finished) return;  // left to UCX, rather than handed on under an answer it still sends
+    std::lock_guard lk(PagePool::get().mu);
+    PagePool::get().pages.emplace_back(words_, slots_);
 }
 
 void ControlWord::mark_unsettled(uint64_t g) {

@@ -78,7 +78,8 @@ struct FillLevel {
 
 // A registered page of control words handed out to replicas. Slots are reused,
 // but a slot's generation only ever grows, so a reader of an old replica never
-// mistakes the next tenant's word for its own.
+// mistakes the next tenant's word for its own. That holds across clients too:
+// a page is never freed, the next client of the process takes it over.
 class ControlPage {
   public:
     explicit ControlPage(UcxWorker &ucx, size_t slots = 4096);

@@ -2,12 +2,15 @@
 // copy stops answering, and which generations it marks unsettled. What the
 // holder then answers is tested at the transport's level
 // (GuardedReads.OfAGenerationThatEndedAreAnsweredByItsCopy) and end to end
-// (GuardedRos.*). No server: nothing here calls one.
+// (GuardedRos.*). And the page of control words that replicas' readers read
+// by address. No server: nothing here calls one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "client/control_word.hpp"
 #include "client/holdings.hpp"
 #include "common/error.hpp"
 
@@ -99,4 +102,31 @@ TEST(Replica, DestroyedWithoutReleaseIsNoLongerHeld) {
     r.reset();
     EXPECT_GT(word->generation.load(), g);
     h.holdings.withdraw_all();  // nothing held: no release of freed memory
+}
+
+// A reader on a one-sided lane reads a holder's word by address, even once
+// the holder's client is gone: the page stays a page of words whose
+// generations only grow, taken over by the next client of the process.
+TEST(ControlPage, OutlivesItsClientAsWordsThatSayTheirReplicasChanged) {
+    UcxWorker ucx{{}, {"tcp"}};
+    ControlWord *word = nullptr;
+    uint64_t live = 0, released = 0;
+    {
+        ControlPage page{ucx, 8};
+        ControlPage::Slot held = page.acquire(), let_go = page.acquire();
+        word = held.word;
+        live = held.word->generation.load();
+        released = let_go.word->generation.load();
+        page.release(let_go.word);
+    }  // the client went with `held` still published
+    EXPECT_NE(word->generation.load(), live) << "a reader of the replica would keep what it read";
+    EXPECT_EQ(word->generation.load() % 2, 1u);
+
+    ControlPage next{ucx, 8};
+    std::vector<ControlWord *> words;
+    for (int i = 0; i < 8; ++i) words.push_back(next.acquire().word);
+    EXPECT_NE(std::find(words.begin(), words.end(), word), words.end()) << "the page was not taken over";
+    for (ControlWord *w : words) EXPECT_EQ(w->generation.load() % 2, 0u);
+    EXPECT_GT(word->generation.load(), live);
+    EXPECT_GT((word + 1)->generation.load(), released);
 }
