@@ -90,11 +90,22 @@ bool Registry::answers_finished(const std::vector<RegionRef> &regions, uint32_t 
     Deadline until(wait_ms);
     while (std::any_of(regions.begin(), regions.end(), being_answered) && !until.expired())
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return std::none_of(regions.begin(), regions.end(), being_answered);
+    bool all = true;
+    for (const RegionRef &r : regions)
+        if (being_answered(r)) {
+            r->answers_stuck = true;
+            all = false;
+        }
+    return all;
 }
 
 bool Registry::let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_ms, const char *what) {
-    answers_finished(regions, wait_ms);
+    // Answers already waited for in vain are not waited for twice: a replica
+    // whose reader stopped taking them would hold its release up once more.
+    std::vector<RegionRef> awaited;
+    for (const RegionRef &r : regions)
+        if (!r->answers_stuck) awaited.push_back(r);
+    bool awaited_finished = answers_finished(awaited, wait_ms);
     std::vector<RegionRef> finished;  // unmapped as this returns, after mu_ is released
     bool all = true;
     {
@@ -107,7 +118,7 @@ bool Registry::let_answers_finish(std::vector<RegionRef> regions, uint32_t wait_
             (being_answered(r) ? lingering_ : finished).push_back(std::move(r));
         }
     }
-    if (!all)
+    if (!awaited_finished)  // the others were warned of when they were waited for
         TH_LOG(Warn, "answers from ", what, " were still being sent after ", wait_ms,
                " ms (a reader that stopped taking them?): its memory is given up all the same");
     return all;

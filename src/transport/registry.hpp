@@ -30,6 +30,9 @@ struct MemRegion {
     // Answers being sent from it (active-message path). They hold no
     // reference: whoever withdraws it waits for them before unmapping it.
     std::atomic<int> answering{0};
+    // Its answers were already waited for in vain (answers_finished): a
+    // reader stopped taking them. Withdrawing it does not wait for them again.
+    std::atomic<bool> answers_stuck{false};
     ~MemRegion();
     bool contains(uintptr_t p, uint64_t n) const { return p >= base && n <= length && p - base <= length - n; }
 };
@@ -79,7 +82,8 @@ class Registry {
     // Waits up to wait_ms for the answers being sent from regions to finish,
     // leaving them registered: true once none is being sent. What ends a
     // replica's generation waits so before its bytes may change (guarded
-    // reads, client/control_word.hpp).
+    // reads, client/control_word.hpp). Regions still being answered then
+    // are marked answers_stuck: withdrawing them later does not wait again.
     static bool answers_finished(const std::vector<RegionRef> &regions, uint32_t wait_ms);
     // A paused worker was set aside with answers still queued on it: it is
     // never progressed again, so they never complete nor touch memory. They

@@ -774,6 +774,34 @@ TEST(GuardedReads, EndingAGenerationLetsTheAnswersTakenUpFinishFirst) {
     EXPECT_EQ(late.wait(), std::optional<std::string>(kReadRefused));
 }
 
+// Answers a reader stopped taking hold a release up once: ending the
+// replica's generation waits for them, then gives the memory up. Withdrawing
+// the registration afterwards does not wait for them all over again (with
+// this wait, the test would sit out its ctest timeout).
+TEST(Registry, AnswersWaitedForInVainAreNotWaitedForAgain) {
+    RawWorker raw("tcp");
+    ASSERT_NE(raw.worker, nullptr);
+    Mapping mem(1 << 16), other(1 << 16);
+    constexpr uint32_t kForever = 24 * 3600 * 1000;
+    {
+        Registry registry(raw.context);
+        RegionRef region = registry.register_memory(mem.data, 1 << 16, TH_MEM_HOST, /*expose=*/true);
+        region->answering++;  // an answer UCX never completes
+        EXPECT_FALSE(Registry::answers_finished({region}, 20));
+        EXPECT_TRUE(region->answers_stuck);
+        RegionRef fine = registry.register_memory(other.data, 1 << 16, TH_MEM_HOST, /*expose=*/true);
+        EXPECT_TRUE(Registry::answers_finished({fine}, 20));
+        EXPECT_FALSE(fine->answers_stuck);
+        std::atomic<int> *answering = &region->answering;
+        region.reset();  // its replica let it go
+        fine.reset();
+        EXPECT_EQ(registry.withdraw_unused(kForever), 2u);
+        EXPECT_EQ(registry.size(), 0u);
+        answering->fetch_sub(1);  // it lingers until its answer is done: then it is unmapped
+        registry.clear();
+    }
+}
+
 // A copy made of a replica before its generation ended (a spill) answers the
 // guarded reads of that generation from then on, from the same place in its
 // own memory, while its own generation holds: the replica's memory may hold
