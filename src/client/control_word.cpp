@@ -41,7 +41,8 @@ ControlWord *take_page(size_t slots) {
             return words;
         }
     }
-    auto *words = static_cast<ControlWord *>(std::aligned_alloc(4096, slots * sizeof(ControlWord)));
+    size_t bytes = (slots * sizeof(ControlWord) + 4095) / 4096 * 4096;  // aligned_alloc takes whole pages
+    auto *words = static_cast<ControlWord *>(std::aligned_alloc(4096, bytes));
     if (words == nullptr) throw std::bad_alloc();
     for (size_t i = 0; i < slots; ++i) new (&words[i]) ControlWord{};  // every field 0
     return words;
