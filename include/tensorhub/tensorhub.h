@@ -91,6 +91,38 @@ TH_API const char *th_version(void);
 TH_API uint32_t th_version_number(void);
 
 /* ------------------------------------------------------------------------- */
+/* Logging                                                                    */
+/* ------------------------------------------------------------------------- */
+
+/* How much the library says. Lines go to stderr unless a handler is set. */
+typedef enum th_log_level {
+    TH_LOG_ERROR = 0,
+    TH_LOG_WARN = 1,  /* the default, or $TENSORHUB_LOG_LEVEL (error, warn, info, debug) */
+    TH_LOG_INFO = 2,
+    TH_LOG_DEBUG = 3
+} th_log_level;
+
+/* One log line, without a trailing newline and without a timestamp. Called
+ * on whichever library thread logs, possibly on several at once; it must
+ * not call into tensorhub. */
+typedef void (*th_log_fn)(th_log_level level, const char *message, void *user_data);
+
+/* Sends the process's log lines to fn instead of stderr (NULL: back to
+ * stderr): the library's own, and UCX's warnings and errors, which are
+ * logged at TH_LOG_INFO as "ucx: ..." (the library reports every failure
+ * that matters itself) unless $UCX_LOG_LEVEL is set, in which case UCX
+ * prints its own. Returns once no call to the previous handler is still
+ * running: from then on it is never called again. Thread-safe. */
+TH_API void th_set_log_handler(th_log_fn fn, void *user_data);
+
+/* Lines above level are not logged. TH_ERR_INVALID_ARG for an unknown
+ * level. Thread-safe. */
+TH_API th_status th_set_log_level(th_log_level level);
+
+/* The level in force. Thread-safe. */
+TH_API th_log_level th_get_log_level(void);
+
+/* ------------------------------------------------------------------------- */
 /* Tensors                                                                    */
 /* ------------------------------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include "client/queries.hpp"
 #include "common/error.hpp"
 #include "common/fork_guard.hpp"
+#include "common/log.hpp"
 #include "common/stripes.hpp"
 #include "server/server.hpp"
 #include "wire/auth.hpp"
@@ -203,6 +204,19 @@ int th_cancel_signalled(const th_cancel *cancel) {
 void th_cancel_destroy(th_cancel *cancel) { delete cancel; }
 
 void th_free(void *ptr) { std::free(ptr); }
+
+void th_set_log_handler(th_log_fn fn, void *user_data) { th::set_log_handler(fn, user_data); }
+
+th_status th_set_log_level(th_log_level level) {
+    return th::guard([&] {
+        int raw = 0;
+        std::memcpy(&raw, &level, sizeof raw);
+        if (raw < TH_LOG_ERROR || raw > TH_LOG_DEBUG) fail(TH_ERR_INVALID_ARG, "unknown log level ", raw);
+        th::set_log_level(static_cast<th::LogLevel>(raw));
+    });
+}
+
+th_log_level th_get_log_level(void) { return static_cast<th_log_level>(th::log_level()); }
 
 const char *th_version(void) {
 #define TH_STR2(x) #x

@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "transport/ucx_env.hpp"
+#include "transport/ucx_log.hpp"
 #include "transport/reads.hpp"
 
 namespace th {
@@ -26,6 +27,7 @@ bool any_in_progress(const std::vector<void *> &requests) {
 }  // namespace
 
 ucp_context_h UcxWorker::create_context(const UcxOptions &options) {
+    route_ucx_log();
     ucp_config_t *config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
     const char *refused = nullptr;

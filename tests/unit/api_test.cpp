@@ -1,10 +1,19 @@
-// The C API's error plumbing and argument checks (no server needed).
+// The C API's error plumbing, argument checks and logging.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include <ucs/debug/log_def.h>
+
+#include "common/log.hpp"
 #include "tensorhub/tensorhub.h"
 
 TEST(Api, StatusStringsAndVersion) {
@@ -134,4 +143,120 @@ TEST(Api, ServerUrlInUseIsReported) {
     EXPECT_EQ(th_server_create(&b, &cfg), TH_ERR_UNAVAILABLE);
     EXPECT_NE(std::string(th_last_error()).find(url), std::string::npos) << th_last_error();
     th_server_destroy(a);
+}
+
+namespace {
+
+// What a log handler was given.
+struct LogLines {
+    std::mutex mu;
+    std::vector<std::pair<th_log_level, std::string>> lines;
+
+    static void take(th_log_level level, const char *message, void *user_data) {
+        auto *self = static_cast<LogLines *>(user_data);
+        std::lock_guard lk(self->mu);
+        self->lines.emplace_back(level, message);
+    }
+    // The first line holding `part`, if any.
+    std::optional<std::pair<th_log_level, std::string>> find(const std::string &part) {
+        std::lock_guard lk(mu);
+        for (auto &l : lines)
+            if (l.second.find(part) != std::string::npos) return l;
+        return std::nullopt;
+    }
+};
+
+// A server and one worker registered with it: the server logs the worker's
+// registration at info.
+void register_a_worker(const char *name) {
+    th_server_config scfg;
+    th_server_config_init(&scfg, sizeof scfg);
+    th_server *server = nullptr;
+    ASSERT_EQ(th_server_create(&server, &scfg), TH_OK) << th_last_error();
+    th_client_config ccfg;
+    th_client_config_init(&ccfg, sizeof ccfg);
+    ccfg.server_url = th_server_url(server);
+    ccfg.worker_name = name;
+    th_client *client = nullptr;
+    EXPECT_EQ(th_client_create(&client, &ccfg), TH_OK) << th_last_error();
+    th_client_destroy(client);
+    th_server_destroy(server);
+}
+
+// Restores the process's logging as a test found it.
+struct LogRestore {
+    th_log_level level = th_get_log_level();
+    ~LogRestore() {
+        th_set_log_handler(nullptr, nullptr);
+        th_set_log_level(level);
+    }
+};
+
+}  // namespace
+
+// The library's lines, and UCX's, reach the application's handler at the
+// level in force, and none reaches stderr meanwhile; without a handler they
+// go to stderr again.
+TEST(Api, LogLinesGoToTheApplicationsHandlerAtTheLevelInForce) {
+    LogRestore restore;
+    LogLines got;
+    EXPECT_EQ(th_set_log_level(static_cast<th_log_level>(7)), TH_ERR_INVALID_ARG);
+    ASSERT_EQ(th_set_log_level(TH_LOG_INFO), TH_OK);
+    EXPECT_EQ(th_get_log_level(), TH_LOG_INFO);
+    th_set_log_handler(LogLines::take, &got);
+    testing::internal::CaptureStderr();
+    register_a_worker("logged");
+    ucs_error("dialling %s failed", "a test's peer");  // through UCX's own dispatch, as its lines come
+    std::string stderr_text = testing::internal::GetCapturedStderr();
+    auto registered = got.find("'logged' registered");
+    ASSERT_TRUE(registered.has_value());
+    EXPECT_EQ(registered->first, TH_LOG_INFO);
+    auto ucx = got.find("ucx: dialling a test's peer failed");
+    ASSERT_TRUE(ucx.has_value()) << "UCX's line did not come through tensorhub's log";
+    EXPECT_EQ(ucx->first, TH_LOG_INFO) << "UCX's errors are details of failures the library reports itself";
+    EXPECT_NE(ucx->second.find("api_test.cpp:"), std::string::npos) << ucx->second;
+    EXPECT_EQ(stderr_text, "");
+
+    ASSERT_EQ(th_set_log_level(TH_LOG_WARN), TH_OK);
+    register_a_worker("quiet");
+    ucs_error("a second failure");
+    EXPECT_FALSE(got.find("'quiet' registered").has_value());
+    EXPECT_FALSE(got.find("a second failure").has_value());
+
+    th_set_log_handler(nullptr, nullptr);
+    ASSERT_EQ(th_set_log_level(TH_LOG_INFO), TH_OK);
+    testing::internal::CaptureStderr();
+    register_a_worker("on-stderr");
+    stderr_text = testing::internal::GetCapturedStderr();
+    EXPECT_NE(stderr_text.find("INFO worker"), std::string::npos) << stderr_text;
+    EXPECT_NE(stderr_text.find("'on-stderr' registered"), std::string::npos) << stderr_text;
+    EXPECT_FALSE(got.find("'on-stderr' registered").has_value());
+}
+
+// Replacing the handler returns once no call to the old one runs: its
+// user_data may be freed then.
+TEST(Api, ReplacingTheLogHandlerWaitsForTheCallsToTheOldOne) {
+    LogRestore restore;
+    struct Blocking {
+        std::atomic<bool> entered{false}, release{false};
+        static void take(th_log_level, const char *, void *user_data) {
+            auto *self = static_cast<Blocking *>(user_data);
+            self->entered = true;
+            while (!self->release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    } blocking;
+    th_set_log_handler(Blocking::take, &blocking);
+    std::thread logging([] { th::log_write(th::LogLevel::Warn, "held"); });
+    while (!blocking.entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::atomic<bool> replaced{false};
+    std::thread replacing([&] {
+        th_set_log_handler(nullptr, nullptr);
+        replaced = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(replaced) << "returned while the old handler still ran";
+    blocking.release = true;
+    replacing.join();
+    logging.join();
+    EXPECT_TRUE(replaced);
 }
