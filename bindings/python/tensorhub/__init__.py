@@ -40,6 +40,7 @@ from ._ranges import Range
 from ._tensors import DType, MemKind, Typed, with_dtype
 from .cancel import Cancel
 from .client import Client
+from .log import log_level, set_log_handler, set_log_level, to_logging
 from .replica import Replica
 from .server import Server, server_status
 
@@ -50,5 +51,6 @@ __all__ = [
     "LATEST", "Client", "Server", "Replica", "Range", "server_status", "DType", "MemKind", "Typed", "with_dtype",
     "TensorHubError", "InvalidArgument", "VersionNotFound", "NotCommitted", "LayoutMismatch", "Conflict",
     "Timeout", "Unavailable", "TransportError", "ProtocolError", "OutOfMemory", "Closed", "Unsupported",
-    "InternalError", "Retained", "AuthError", "Canceled", "Cancel", "__version__",
+    "InternalError", "Retained", "AuthError", "Canceled", "Cancel", "set_log_handler", "set_log_level",
+    "log_level", "to_logging", "__version__",
 ]

@@ -185,6 +185,8 @@ class SyncStats(Structure):
 
 # th_fetch_config.progress: void (*)(uint64_t bytes_done, uint64_t bytes_total, void *user_data).
 ProgressFn = CFUNCTYPE(None, c_uint64, c_uint64, c_void_p)
+# th_log_fn: void (*)(th_log_level level, const char *message, void *user_data).
+LogFn = CFUNCTYPE(None, c_enum, c_char_p, c_void_p)
 
 
 class PublishConfig(Structure):
@@ -242,6 +244,10 @@ _declare("th_last_error", c_char_p)
 _declare("th_free", None, c_void_p)
 _declare("th_version", c_char_p)
 _declare("th_version_number", c_uint32)
+# Logging.
+_declare("th_set_log_handler", None, LogFn, c_void_p)
+_declare("th_set_log_level", status_t, c_enum)
+_declare("th_get_log_level", c_enum)
 # Tensors.
 _declare("th_dtype_size", c_size_t, c_enum)
 # Server.

@@ -224,6 +224,16 @@ pub struct th_client {
 pub struct th_replica {
     _private: [u8; 0],
 }
+pub type th_log_level = i32;
+pub const TH_LOG_ERROR: th_log_level = 0;
+pub const TH_LOG_WARN: th_log_level = 1;
+pub const TH_LOG_INFO: th_log_level = 2;
+pub const TH_LOG_DEBUG: th_log_level = 3;
+
+/// th_log_fn: called with (level, message, user_data) on whichever library thread logs.
+pub type th_log_fn =
+    Option<unsafe extern "C" fn(level: th_log_level, message: *const c_char, user_data: *mut std::ffi::c_void)>;
+
 #[repr(C)]
 pub struct th_cancel {
     _private: [u8; 0],
@@ -237,6 +247,9 @@ extern "C" {
     pub fn th_free(ptr: *mut std::ffi::c_void);
     pub fn th_version() -> *const c_char;
     pub fn th_version_number() -> u32;
+    pub fn th_set_log_handler(handler: th_log_fn, user_data: *mut std::ffi::c_void);
+    pub fn th_set_log_level(level: th_log_level) -> th_status;
+    pub fn th_get_log_level() -> th_log_level;
     pub fn th_dtype_size(dtype: th_dtype) -> usize;
 
     pub fn th_server_config_init(cfg: *mut th_server_config, size: usize);
