@@ -1,61 +1,39 @@
 #include "driver.hpp"
 
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
-
 #include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <thread>
+
+#include "control/requests.hpp"
 
 namespace th_load {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kReplyTimeoutMs = 10000;
+constexpr uint32_t kReplyTimeoutMs = 10000;
 
+// A connection of its own, as each tensorhub client has: the library's
+// request path (control/requests.hpp), not a stand-in for it.
 struct Client {
-    nng_socket sock = NNG_SOCKET_INITIALIZER;
-    nng_ctx ctx = NNG_CTX_INITIALIZER;
-    nng_aio *aio = nullptr;
+    std::unique_ptr<th::Requests> requests;
     std::string error;
 
     explicit Client(const std::string &url) {
-        int rv = nng_req0_open(&sock);
-        if (rv == 0) rv = nng_socket_set_ms(sock, NNG_OPT_REQ_RESENDTIME, 60000);
-        if (rv == 0) rv = nng_dial(sock, url.c_str(), nullptr, 0);
-        if (rv == 0) rv = nng_ctx_open(&ctx, sock);
-        if (rv == 0) rv = nng_aio_alloc(&aio, nullptr, nullptr);
-        if (rv != 0) error = std::string("cannot connect to ") + url + ": " + nng_strerror(rv);
-        if (aio) nng_aio_set_timeout(aio, kReplyTimeoutMs);
-    }
-    ~Client() {
-        if (aio) nng_aio_free(aio);
-        nng_close(sock);
-    }
-
-    // The reply message (caller frees), or nullptr with error set.
-    nng_msg *round_trip(const Bytes &request) {
-        nng_msg *msg = nullptr;
-        if (int rv = nng_msg_alloc(&msg, request.size()); rv != 0) return failed("nng_msg_alloc", rv);
-        std::copy(request.begin(), request.end(), static_cast<uint8_t *>(nng_msg_body(msg)));
-        nng_aio_set_msg(aio, msg);
-        nng_ctx_send(ctx, aio);
-        nng_aio_wait(aio);
-        if (int rv = nng_aio_result(aio); rv != 0) {
-            nng_msg_free(msg);
-            return failed("send", rv);
+        try {
+            requests = th::dial_requests(url);
+        } catch (const std::exception &e) {
+            error = std::string("cannot connect to ") + url + ": " + e.what();
         }
-        nng_ctx_recv(ctx, aio);
-        nng_aio_wait(aio);
-        if (int rv = nng_aio_result(aio); rv != 0) return failed("receive", rv);
-        return nng_aio_get_msg(aio);
     }
 
-    nng_msg *failed(const char *what, int rv) {
-        error = std::string(what) + ": " + nng_strerror(rv);
-        return nullptr;
+    // The reply, or nullopt with error set.
+    std::optional<th::wire::Bytes> round_trip(const Bytes &request) {
+        auto reply = requests->exchange(request, th::Deadline(kReplyTimeoutMs));
+        if (auto *bytes = std::get_if<th::wire::Bytes>(&reply)) return std::move(*bytes);
+        error = std::get<th::RequestFailure>(reply).text;
+        return std::nullopt;
     }
 };
 
@@ -92,15 +70,14 @@ RunStats drive(const std::string &url, unsigned threads, double seconds, const M
             std::optional<Call> call = make(t, n);
             if (!call) break;
             auto sent = Clock::now();
-            nng_msg *reply = client.round_trip(call->bytes);
+            std::optional<th::wire::Bytes> reply = client.round_trip(call->bytes);
             auto got = Clock::now();
-            if (reply == nullptr) {
+            if (!reply) {
                 errors++;
                 first_error = client.error;
                 break;
             }
-            std::string wrong = check(*call, static_cast<const uint8_t *>(nng_msg_body(reply)), nng_msg_len(reply));
-            nng_msg_free(reply);
+            std::string wrong = check(*call, reply->data(), reply->size());
             if (!wrong.empty()) {
                 if (errors++ == 0) first_error = std::string(kind_name(call->kind)) + ": " + wrong;
                 continue;

@@ -1,6 +1,8 @@
-// Closed-loop load over NNG REQ/REP: each client thread has its own REQ
-// socket (its own connection) and context, sends one request, waits for the
-// reply, checks it and sends the next, recording every round trip.
+// Closed-loop load: each client thread has its own connection, through the
+// client library's request path (th::Requests: a plain socket speaking NNG's
+// REQ protocol over tcp:// and ipc://, as every tensorhub client's), sends
+// one request, waits for the reply, checks it and sends the next, recording
+// every round trip.
 #pragma once
 
 #include <cstdint>
