@@ -38,8 +38,6 @@ struct Parsed {
     bool tcp = false;
 };
 
-bool starts(const std::string &s, const char *prefix) { return s.rfind(prefix, 0) == 0; }
-
 // ipc://path, unix://path: a socket file; abstract://name: Linux's abstract
 // namespace (a name, no file).
 Address unix_address(const std::string &url, const std::string &rest, bool abstract) {
@@ -60,17 +58,14 @@ Address unix_address(const std::string &url, const std::string &rest, bool abstr
 // the URL's form is checked.
 Parsed parse(const std::string &url, bool passive, std::string *why = nullptr, bool resolve = true) {
     Parsed p;
-    for (const char *scheme : {"ipc://", "unix://", "abstract://"})
-        if (starts(url, scheme)) {
-            p.addresses.push_back(unix_address(url, url.substr(std::strlen(scheme)), scheme[0] == 'a'));
-            return p;
-        }
-    int family = AF_UNSPEC;
-    std::string rest;
-    if (starts(url, "tcp://")) rest = url.substr(6);
-    else if (starts(url, "tcp4://")) rest = url.substr(7), family = AF_INET;
-    else if (starts(url, "tcp6://")) rest = url.substr(7), family = AF_INET6;
-    else fail(TH_ERR_INVALID_ARG, "'", url, "' is not a tcp:// or ipc:// URL");
+    const sp::StreamScheme *scheme = sp::stream_scheme(url);
+    if (scheme == nullptr) fail(TH_ERR_INVALID_ARG, "'", url, "' is not a tcp:// or ipc:// URL");
+    std::string rest = url.substr(std::strlen(scheme->prefix));
+    if (scheme->ipc) {
+        p.addresses.push_back(unix_address(url, rest, scheme->abstract));
+        return p;
+    }
+    const int family = scheme->ip_version == 4 ? AF_INET : scheme->ip_version == 6 ? AF_INET6 : AF_UNSPEC;
     p.tcp = true;
     size_t colon = rest.rfind(':');
     if (colon == std::string::npos || colon + 1 == rest.size())

@@ -6,15 +6,20 @@
 
 namespace th::sp {
 
-namespace {
-
-bool has_scheme(const std::string &url, const char *scheme) { return url.rfind(scheme, 0) == 0; }
-
-}  // namespace
+const StreamScheme *stream_scheme(const std::string &url) {
+    static const StreamScheme kSchemes[] = {
+        {"ipc://", true, false, 0},   {"unix://", true, false, 0}, {"abstract://", true, true, 0},
+        {"tcp://", false, false, 0},  {"tcp4://", false, false, 4}, {"tcp6://", false, false, 6},
+    };
+    for (const StreamScheme &s : kSchemes)
+        if (url.rfind(s.prefix, 0) == 0) return &s;
+    return nullptr;
+}
 
 bool stream_url(const std::string &url, bool *ipc) {
-    *ipc = has_scheme(url, "ipc://") || has_scheme(url, "unix://") || has_scheme(url, "abstract://");
-    return *ipc || has_scheme(url, "tcp://") || has_scheme(url, "tcp4://") || has_scheme(url, "tcp6://");
+    const StreamScheme *s = stream_scheme(url);
+    *ipc = s != nullptr && s->ipc;
+    return s != nullptr;
 }
 
 void greeting(Protocol p, uint8_t out[8]) {

@@ -20,9 +20,22 @@ namespace th::sp {
 // Protocol numbers of the greeting.
 enum Protocol : uint16_t { kPub = 32, kSub = 33, kReq = 48, kRep = 49 };
 
-// Whether url is spoken here on a plain socket (tcp://, ipc:// and their
-// kin); *ipc says whether it takes the IPC mapping (a type byte before each
-// length). Other schemes (ws://, tls+tcp://) are left to NNG's sockets.
+// A scheme spoken here on a plain socket, as NNG names them: ipc:// and
+// unix:// (a socket file), abstract:// (Linux's abstract namespace), tcp://,
+// tcp4:// and tcp6://.
+struct StreamScheme {
+    const char *prefix;  // "tcp4://"
+    bool ipc;            // the IPC mapping: a type byte before each length
+    bool abstract;       // an abstract socket name, not a file (ipc only)
+    int ip_version;      // tcp: 4 or 6 only; 0: either
+};
+
+// url's scheme if it is one of those; nullptr for the others (ws://,
+// tls+tcp://), which are left to NNG's sockets.
+const StreamScheme *stream_scheme(const std::string &url);
+
+// Whether url is spoken here on a plain socket; *ipc says whether it takes
+// the IPC mapping.
 bool stream_url(const std::string &url, bool *ipc);
 
 // The SP wire mapping (the same for TCP and IPC): each end first sends
