@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +13,7 @@
 #include <nng/nng.h>
 
 #include "common/deadline.hpp"
+#include "control/replies.hpp"
 #include "wire/wire.hpp"
 
 namespace th {
@@ -60,13 +60,9 @@ class RpcClient {
     std::atomic<bool> abandoned_{false};
 };
 
-class Replies;
-
 class RpcServer {
   public:
-    // Produces the reply to one request. Must not throw; runs on the
-    // server's threads, possibly several at once.
-    using Handler = std::function<wire::Bytes(const uint8_t *data, size_t size)>;
+    using Handler = ReplyHandler;
 
     // Listens on url ("tcp://host:0" picks a free port) and serves with
     // `parallel` requests in flight (control/replies.hpp: how).
