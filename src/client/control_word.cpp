@@ -48,6 +48,12 @@ ControlWord *take_page(size_t slots) {
     return words;
 }
 
+void give_page(ControlWord *words, size_t slots) {
+    PagePool &pool = PagePool::get();
+    std::lock_guard lk(pool.mu);
+    pool.pages.emplace_back(words, slots);
+}
+
 }  // namespace
 
 ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), words_(take_page(slots)), slots_(slots) {
@@ -55,8 +61,7 @@ ControlPage::ControlPage(UcxWorker &ucx, size_t slots) : ucx_(ucx), words_(take_
     try {
         region_ = ucx.register_memory(words_, slots * sizeof(ControlWord), TH_MEM_HOST, /*expose=*/true);
     } catch (...) {
-        std::lock_guard lk(PagePool::get().mu);
-        PagePool::get().pages.emplace_back(words_, slots_);
+        give_page(words_, slots_);
         throw;
     }
 }
@@ -72,9 +77,7 @@ ControlPage::~ControlPage() {
     region_.reset();
     for (size_t i = 0; i < slots_; ++i)
         if (words_[i].generation.load() % 2 == 0) words_[i].generation.fetch_add(1);
-    if (!finished) return;  // left to UCX, rather than handed on under an answer it still sends
-    std::lock_guard lk(PagePool::get().mu);
-    PagePool::get().pages.emplace_back(words_, slots_);
+    if (finished) give_page(words_, slots_);  // else left to UCX, not handed on under an answer it still sends
 }
 
 void ControlWord::mark_unsettled(uint64_t g) {
