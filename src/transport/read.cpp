@@ -36,6 +36,7 @@ ucs_memory_type_t memory_type(const MemRegion *r) {
 
 void UcxWorker::finish(PendingRead *g, ucs_status_t status) {
     g->engine->outstanding.fetch_sub(1, std::memory_order_relaxed);
+    if (g->pull) g->engine->pulls.fetch_sub(1, std::memory_order_relaxed);
     g->cb(describe(status));
     delete g;
 }
@@ -140,9 +141,11 @@ void UcxWorker::read_piece(const PeerRef &peer, Lane lane, void *local, uint64_t
             }
         }
     }
+    bool pull = peer->path() != ReadPath::OneSided;
     engine->outstanding.fetch_add(1, std::memory_order_relaxed);
+    if (pull) engine->pulls.fetch_add(1, std::memory_order_relaxed);
     uint64_t id =
-        add_pending(new PendingRead{peer.get(), engine, engine->worker.load(), local, n, kind, std::move(cb)});
+        add_pending(new PendingRead{peer.get(), engine, engine->worker.load(), local, n, kind, std::move(cb), pull});
     bool was_empty;
     {
         std::lock_guard lk(engine->outbox_mu);

@@ -87,6 +87,7 @@ struct UcxWorker::PendingRead {
     uint64_t length;
     th_mem_kind kind;
     ReadCallback cb;
+    bool pull;              // answered by the holder (Engine::pulls counts it)
     uint64_t received = 0;  // bytes of the answers in so far
 };
 

@@ -221,14 +221,23 @@ void UcxWorker::progress_loop(Engine &e) {
         }
     };
     get_efd();
-    // After the last completion keep polling a little before sleeping: over
-    // tcp the data of one read arrives in 64 KiB segments some 15 us apart,
-    // and arming the event fd, sleeping and waking for each of them costs
-    // more than the polling (measured: reader throughput 3.0 -> 4.2 GB/s).
-    // Only while events come that fast, though: on a slower link (segments
-    // 500 us apart at 1 gbit) the polling would burn a tenth of a core per
-    // process for nothing, which many processes sharing few cores cannot afford.
+    // After the last completion keep polling a little before sleeping: a
+    // one-sided read over cma is copied while it is posted, and the next read
+    // usually follows within microseconds (below), where sleeping on the
+    // event fd and waking cost ~0.1 ms a read. Only while events come that
+    // fast, though: on a slower link (segments 500 us apart at 1 gbit) the
+    // polling would burn a tenth of a core per process for nothing, which
+    // many processes sharing few cores cannot afford. And not while every
+    // read of this engine waits for a holder's answers: those come when the
+    // holder sends them, the socket keeps them meanwhile, and the polling
+    // only takes CPU from whoever sends them (over tcp on one 2-vCPU host,
+    // the reader polling between segments: 2.0 GB/s, sleeping: 2.4-2.5, its
+    // CPU per GiB halved; see perf/FETCH.md).
     constexpr auto kSpin = std::chrono::microseconds(100);
+    auto only_pulls = [&e] {
+        uint32_t pulls = e.pulls.load(std::memory_order_relaxed);
+        return pulls > 0 && pulls >= e.outstanding.load(std::memory_order_relaxed);
+    };
     auto last_busy = std::chrono::steady_clock::now();
     bool spin = true;
     // Every turn of the loop is short (a progress call, or a poll of at most
@@ -259,7 +268,7 @@ void UcxWorker::progress_loop(Engine &e) {
             last_busy = std::chrono::steady_clock::now();
             continue;
         }
-        if (spin && std::chrono::steady_clock::now() - last_busy < kSpin) continue;
+        if (spin && std::chrono::steady_clock::now() - last_busy < kSpin && !only_pulls()) continue;
         if (efd < 0) {
             std::this_thread::sleep_for(std::chrono::microseconds(50));
             continue;

@@ -202,6 +202,7 @@ class UcxWorker {
         std::mutex outbox_mu;
         std::vector<Outgoing> outbox;
         std::atomic<uint32_t> outstanding{0};  // reads queued or posted, not finished
+        std::atomic<uint32_t> pulls{0};        // of them, those a holder answers (not one-sided)
     };
 
     // worker.cpp
