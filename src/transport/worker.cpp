@@ -238,7 +238,7 @@ void UcxWorker::progress_loop(Engine &e) {
     // waking anybody, and takes what arrived meanwhile; once a nap brought
     // nothing it sleeps on the event fd, which the next answer wakes.
     // Measured over tcp on one 2-vCPU host, 1 GiB: polling 2.0 GB/s,
-    // sleeping on the fd 2.3-2.5, napping 2.7-2.8 (perf/FETCH.md). A nap of
+    // sleeping on the fd 2.3-2.6, napping 2.8-2.9 (perf/FETCH.md). A nap of
     // kNap lasts ~0.1 ms with the kernel's default timer slack.
     constexpr auto kNap = std::chrono::microseconds(30);
     auto only_pulls = [&e] {
@@ -247,7 +247,7 @@ void UcxWorker::progress_loop(Engine &e) {
     };
     auto last_busy = std::chrono::steady_clock::now();
     bool spin = true;
-    bool napped = false;  // the last turn was a nap that brought nothing yet
+    bool napped = false;  // napped since the last progress: an empty turn now sleeps on the fd
     // Every turn of the loop is short (a progress call, or a poll of at most
     // 100 ms), so a long gap between two turns means the process was paused.
     // The main engine's thread notices it and acts for all.
