@@ -11,6 +11,7 @@
 #include "client/host_xxh3.hpp"
 #include "client/xxh3_leaf.hpp"
 #include "common/error.hpp"
+#include "common/thread_name.hpp"
 
 #ifdef TH_WITH_CUDA
 #include "client/checksum_cuda.hpp"
@@ -196,6 +197,7 @@ std::vector<uint64_t> checksums(const std::vector<std::vector<ChunkPiece>> &chun
     std::vector<std::thread> helpers;
     std::vector<std::exception_ptr> errors(threads);
     auto range = [&](size_t t) {
+        if (t > 0) name_this_thread("th-checksum");
         size_t lo = chunks.size() * t / threads, hi = chunks.size() * (t + 1) / threads;
         try {
             checksum_range(chunks, lo, hi, out.data() + lo);

@@ -1,6 +1,7 @@
 #include "client/chunk_verifier.hpp"
 
 #include "common/error.hpp"
+#include "common/thread_name.hpp"
 #include "common/trace.hpp"
 
 namespace th {
@@ -19,7 +20,10 @@ void ChunkVerifier::submit(Batch b) {
     {
         std::lock_guard lk(mu_);
         todo_.push_back(std::move(b));
-        if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+        if (!thread_.joinable()) thread_ = std::thread([this] {
+            name_this_thread("th-verify");
+            loop();
+        });
     }
     pending_++;
     cv_.notify_one();

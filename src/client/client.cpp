@@ -10,6 +10,7 @@
 #include "client/queries.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "common/trace.hpp"
 
 namespace th {
@@ -59,6 +60,7 @@ Client::Client(ClientConfig cfg) : cfg_(std::move(cfg)), worker_id_(random_id())
     const char *ahead = std::getenv("TENSORHUB_CONNECT_AHEAD");
     if (ahead != nullptr && std::string_view(ahead) == "0") return;
     connect_ahead_ = std::thread([ucx = ucx_.get(), closing = &closing_, peers = session_->take_connect_ahead()] {
+        name_this_thread("th-connect");
         if (peers.empty()) return;
         auto t = std::chrono::steady_clock::now();
         try {

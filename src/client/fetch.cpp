@@ -9,6 +9,7 @@
 #include "common/faults.hpp"
 #include "common/log.hpp"
 #include "common/stripes.hpp"
+#include "common/thread_name.hpp"
 #include "common/trace.hpp"
 #include "wire/replica_desc.hpp"
 
@@ -211,6 +212,7 @@ void Fetch::ask_later(const Deadline &deadline, uint32_t lo, uint32_t count, boo
     UcxWorker *ucx = &ucx_;
     std::shared_ptr<Mailbox> box = mailbox_;
     planning_.push_back({c, std::async(std::launch::async, [session, ucx, c, deadline, box] {
+                             name_this_thread("th-plan");
                              try {
                                  call_plan(*session, *ucx, *c, deadline);
                              } catch (...) {

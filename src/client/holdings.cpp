@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "common/trace.hpp"
 #include "transport/memory_kind.hpp"
 #include "wire/replica_desc.hpp"
@@ -351,6 +352,7 @@ void Holdings::start_ahead(const Replica &r, uint64_t total) {
     AheadCopy *ahead = a.get();
     std::vector<Buffer> from = r.buffers();
     ahead->thread = std::thread([this, ahead, from = std::move(from), total] {
+        name_this_thread("th-spill-ahead");
         try {
             ahead->storage = slab_for(total);
             ahead->buffers = copy_buffers(ahead->storage.data(), from, &ahead->stop);

@@ -1,12 +1,16 @@
 #include "client/progress_reporter.hpp"
 
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 
 namespace th {
 
 ProgressReporter::ProgressReporter(ServerSession &session, uint64_t replica_id, const ControlWord *word, uint32_t period_ms)
     : session_(session), replica_id_(replica_id), word_(word), period_ms_(period_ms) {
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+        name_this_thread("th-fill-report");
+        loop();
+    });
 }
 
 ProgressReporter::~ProgressReporter() {

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/faults.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "common/trace.hpp"
 #include "control/ping.hpp"
 #include "wire/auth.hpp"
@@ -89,7 +90,10 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
             TH_LOG(Info, "server ", url, " did not answer: ", e.what());
         }
     }
-    heartbeat_ = std::thread([this] { heartbeat_loop(); });
+    heartbeat_ = std::thread([this] {
+        name_this_thread("th-heartbeat");
+        heartbeat_loop();
+    });
 }
 
 void ServerSession::stop_heartbeats() {

@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "common/trace.hpp"
 
 namespace th {
@@ -45,7 +46,10 @@ void SpillPool::Lease::reset() {
 }
 
 SpillPool::SpillPool(UcxWorker &ucx, uint64_t cap_bytes) : ucx_(ucx), cap_(cap_bytes) {
-    thread_ = std::thread([this] { worker_loop(); });
+    thread_ = std::thread([this] {
+        name_this_thread("th-spill");
+        worker_loop();
+    });
 }
 
 SpillPool::~SpillPool() {

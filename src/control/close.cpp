@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 
 namespace th {
 
@@ -18,6 +19,7 @@ bool close_within(std::function<void()> close, std::chrono::milliseconds limit, 
     };
     auto state = std::make_shared<State>();
     std::thread([state, close = std::move(close)] {
+        name_this_thread("th-close");
         close();
         std::lock_guard lk(state->mu);
         state->done = true;

@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -21,6 +20,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 
 namespace th::plain {
 
@@ -258,7 +258,7 @@ Dialer::~Dialer() {
 }
 
 void Dialer::run(const char *thread_name, sp::Protocol self, sp::Protocol peer, const char *what) {
-    pthread_setname_np(pthread_self(), thread_name);
+    name_this_thread(thread_name);
     auto retry = sp::kFirstRetry;
     for (;;) {
         std::string why;

@@ -1,6 +1,5 @@
 #include "control/publisher.hpp"
 
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 
 namespace th {
 
@@ -96,7 +96,7 @@ void Publisher::watch(Subscriber &s, bool out) {
 }
 
 void Publisher::run() {
-    pthread_setname_np(pthread_self(), "th-events");
+    name_this_thread("th-events");
     epoll_event events[16];
     for (;;) {
         int n = epoll_wait(epoll_.get(), events, 16, -1);

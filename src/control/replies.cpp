@@ -2,7 +2,6 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "control/close.hpp"
 #include "control/plain_socket.hpp"
 #include "control/rpc.hpp"
@@ -114,7 +114,7 @@ bool PlainReplies::arm(int fd, void *tag, bool add) {
 }
 
 void PlainReplies::run() {
-    pthread_setname_np(pthread_self(), "th-replies");
+    name_this_thread("th-replies");
     for (;;) {
         epoll_event ev{};
         int n = epoll_wait(epoll_.get(), &ev, 1, -1);

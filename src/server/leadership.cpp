@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 
 namespace th {
 
@@ -35,7 +36,10 @@ Leadership::Leadership(LeadershipConfig cfg, Service &service)
         cfg_.advertise_url.find("://[::]") != std::string::npos)
         fail(TH_ERR_INVALID_ARG, "listening on ", cfg_.advertise_url,
              ": set advertise_url to the address clients reach this server at");
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+        name_this_thread("th-leadership");
+        loop();
+    });
 }
 
 Leadership::~Leadership() {

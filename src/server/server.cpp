@@ -3,6 +3,7 @@
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "control/ping.hpp"
 #include "control/sp_stream.hpp"
 #include "server/live_page.hpp"
@@ -62,7 +63,10 @@ Server::Server(const std::string &listen_url, ServiceConfig cfg, std::string tok
         rpc_.reset();
         throw;
     }
-    lease_thread_ = std::thread([this, period] { lease_loop(period); });
+    lease_thread_ = std::thread([this, period] {
+        name_this_thread("th-lease");
+        lease_loop(period);
+    });
 }
 
 // Requests that fail authentication are answered with an error and nothing

@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <exception>
 
+#include "common/thread_name.hpp"
+
 namespace th {
 
 TakeoverProbe::TakeoverProbe(Ping ping, std::function<uint64_t()> now_ms)
-    : ping_(std::move(ping)), now_ms_(std::move(now_ms)), thread_([this] { run(); }) {}
+    : ping_(std::move(ping)), now_ms_(std::move(now_ms)), thread_([this] {
+          name_this_thread("th-takeover");
+          run();
+      }) {}
 
 TakeoverProbe::~TakeoverProbe() {
     {

@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "transport/ucx_env.hpp"
 #include "transport/ucx_log.hpp"
 #include "transport/reads.hpp"
@@ -214,6 +215,7 @@ void UcxWorker::flush_endpoints(std::chrono::steady_clock::time_point until) {
 
 void UcxWorker::progress_loop(Engine &e) {
     const bool main = &e == &main_;
+    name_this_thread(main ? "th-progress" : "th-copy");
     int efd = -1;
     auto get_efd = [&] {
         if (ucp_worker_get_efd(e.worker, &efd) != UCS_OK) {

@@ -11,7 +11,8 @@
 //
 // Threading: the workers run in UCS_THREAD_MODE_MULTI. Each UCX worker (the
 // main one, and the copy workers of UcxOptions::copy_threads) has a thread
-// of its own that alone calls ucp_worker_progress on it and posts the reads
+// of its own (named th-progress, th-copy) that alone calls
+// ucp_worker_progress on it and posts the reads
 // queued to it (see Engine::outbox); any thread may ask for reads.
 // Completion callbacks and handlers run on those threads, inside UCX, and
 // must be short, must not block and must not take mu_ (whose holders call

@@ -1,6 +1,11 @@
 // What a caller and an operator see of a sync: th_sync_stats, the progress
 // callback, the fill level a serving reader reports while it fetches, and the
 // live page's routes on the server's HTTP endpoint.
+#include <dirent.h>
+
+#include <fstream>
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "harness.hpp"
@@ -32,6 +37,21 @@ th_status fetch_with_stats(th_client *c, Shard &s, th_sync_stats *stats, Progres
         fc.progress_interval_ms = 0;  // every chance: the test checks the sequence
     }
     return th_fetch(c, &fc, s.views.data(), s.views.size(), nullptr, out);
+}
+
+// The threads of this process, by id, with their names.
+std::map<int, std::string> threads() {
+    std::map<int, std::string> out;
+    DIR *d = opendir("/proc/self/task");
+    if (d == nullptr) return out;
+    while (dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        std::string comm;
+        std::getline(std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm"), comm);
+        out[std::atoi(e->d_name)] = comm;
+    }
+    closedir(d);
+    return out;
 }
 
 }  // namespace
@@ -198,4 +218,40 @@ TEST(Observability, TheServerServesTheLivePageAndTheStatusItPolls) {
     th_replica_release(pr);
     th_client_destroy(pub);
     th_server_destroy(server);
+}
+
+// Every thread the library starts says what it does (top -H, perf, gdb):
+// "th-" and its job; the rest are UCX's and NNG's own.
+TEST(Observability, EveryThreadTheLibraryStartsIsNamed) {
+    std::map<int, std::string> before = threads();
+    std::map<int, std::string> seen;
+    auto look = [&] {
+        for (auto &[tid, name] : threads())
+            if (!before.count(tid)) seen[tid] = name;
+    };
+    {
+        ServerGuard server;
+        th_client *pub = connect(server.url, "pub");
+        th_client *reader = connect(server.url, "reader");
+        Shard w(2, 1 << 20, 1), r(2, 1 << 20);
+        th_replica *pr = nullptr, *rr = nullptr;
+        ASSERT_EQ(publish(pub, "m", 1, 0, 1, w, &pr), TH_OK) << th_last_error();
+        ASSERT_EQ(fetch(reader, "m", 1, 0, r, nullptr, &rr, 10000, TH_VERIFY_ALL), TH_OK) << th_last_error();
+        look();
+        th_replica_release(rr);
+        th_replica_release(pr);  // the reader's copy retains it; the publisher's spill may start
+        look();
+        th_client_destroy(reader);
+        th_client_destroy(pub);
+        look();
+    }
+    ASSERT_FALSE(seen.empty());
+    std::string unnamed, all;
+    for (auto &[tid, name] : seen) {
+        all += " " + std::to_string(tid) + ":" + name;
+        bool ours = name.rfind("th-", 0) == 0;
+        bool theirs = name == "async" || name.rfind("nng:", 0) == 0;  // UCX's async thread, NNG's
+        if (!ours && !theirs) unnamed += " " + std::to_string(tid) + ":" + name;
+    }
+    EXPECT_EQ(unnamed, "") << "threads that do not say what they do; all:" << all;
 }
