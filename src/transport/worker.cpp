@@ -1,6 +1,7 @@
 #include "transport/worker.hpp"
 
 #include <poll.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <tuple>
@@ -215,7 +216,12 @@ void UcxWorker::flush_endpoints(std::chrono::steady_clock::time_point until) {
 
 void UcxWorker::progress_loop(Engine &e) {
     const bool main = &e == &main_;
+    // Named for top -H and debuggers. Its timer slack is set, not inherited
+    // from whoever made the client (a service manager may set milliseconds
+    // for a whole process: systemd's TimerSlackNSec): a nap (below) lasts
+    // kNap plus it.
     name_this_thread(main ? "th-progress" : "th-copy");
+    prctl(PR_SET_TIMERSLACK, kProgressTimerSlackNs);
     int efd = -1;
     auto get_efd = [&] {
         if (ucp_worker_get_efd(e.worker, &efd) != UCS_OK) {
@@ -241,7 +247,8 @@ void UcxWorker::progress_loop(Engine &e) {
     // nothing it sleeps on the event fd, which the next answer wakes.
     // Measured over tcp on one 2-vCPU host, 1 GiB: polling 2.0 GB/s,
     // sleeping on the fd 2.3-2.6, napping 2.8-2.9 (perf/FETCH.md). A nap of
-    // kNap lasts ~0.1 ms with the kernel's default timer slack.
+    // kNap lasts ~0.1 ms with the thread's timer slack (the kernel's default,
+    // kProgressTimerSlackNs).
     constexpr auto kNap = std::chrono::microseconds(30);
     auto only_pulls = [&e] {
         uint32_t pulls = e.pulls.load(std::memory_order_relaxed);

@@ -40,6 +40,11 @@
 
 namespace th {
 
+// The timer slack of the progress threads, whatever the process's: how much
+// later than asked a nap between a holder's answers may end (the kernel's
+// default).
+constexpr unsigned long kProgressTimerSlackNs = 50'000;
+
 struct ReadRequestHeader;
 struct WaitingReadHeader;
 

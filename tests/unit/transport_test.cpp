@@ -2,7 +2,9 @@
 // at a time: which read path each lane takes, that the bytes arrive, and that
 // a released region cannot be read; with a CUDA device, the same between
 // device and host memory on the CUDA lanes.
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -260,6 +262,57 @@ TEST(Transport, ReleasingARegionWaitsForTheAnswersBeingSentFromIt) {
     ASSERT_EQ(*error, "");
     size_t changed = kBytes - std::count(dst.data, dst.data + kBytes, uint8_t{0x5a});
     EXPECT_EQ(changed, 0u) << "bytes written or freed after the release were sent";
+}
+
+// The threads of this process named name, with their timer slack in ns.
+std::vector<std::pair<int, unsigned long>> threads_named(const std::string &name) {
+    std::vector<std::pair<int, unsigned long>> out;
+    DIR *d = opendir("/proc/self/task");
+    if (d == nullptr) return out;
+    while (dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        std::string comm;
+        std::getline(std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm"), comm);
+        if (comm != name) continue;
+        unsigned long slack = 0;
+        std::ifstream(std::string("/proc/") + e->d_name + "/timerslack_ns") >> slack;  // a thread's own
+        out.emplace_back(std::atoi(e->d_name), slack);
+    }
+    closedir(d);
+    return out;
+}
+
+// The progress threads are named, and nap for a fixed time between a
+// holder's answers: their timer slack is theirs, not the one the thread that
+// made the client had (here 5 ms, which would make every nap 50 times as long).
+TEST_P(Lanes, ProgressThreadsAreNamedAndKeepTheirOwnTimerSlack) {
+    std::string lane = GetParam();
+    if (lane == "sm" && !ucx_one_sided_reads()) GTEST_SKIP() << "no shared-memory lane with this UCX";
+    unsigned long before = static_cast<unsigned long>(prctl(PR_GET_TIMERSLACK));
+    ASSERT_EQ(prctl(PR_SET_TIMERSLACK, 5'000'000UL), 0);
+    auto restore = std::shared_ptr<void>(nullptr, [before](void *) { prctl(PR_SET_TIMERSLACK, before); });
+    auto progress0 = threads_named("th-progress").size(), copy0 = threads_named("th-copy").size();
+    {
+        Pair p(lane, 3);
+        const bool one_sided = p.peer->path() == ReadPath::OneSided;
+        Mapping src(1 << 20), dst(1 << 20);
+        ASSERT_TRUE(src.data && dst.data);
+        RegionRef exposed = p.holder.register_memory(src.data, src.size, TH_MEM_HOST, /*expose=*/true);
+        RegionRef local = p.reader.register_memory(dst.data, dst.size, TH_MEM_HOST);
+        ASSERT_EQ(read(p, dst.data, dst.size, local.get(), exposed->base, exposed->rkey).value_or("no answer"), "");
+        // A thread names itself when it starts: a copy thread may not have yet.
+        const size_t copies = one_sided ? 2 : 0;
+        Deadline started(5000);
+        while ((threads_named("th-progress").size() < progress0 + 2 || threads_named("th-copy").size() < copy0 + copies) &&
+               !started.expired())
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        auto progress = threads_named("th-progress"), copy = threads_named("th-copy");
+        EXPECT_EQ(progress.size(), progress0 + 2) << "one progress thread per worker";
+        EXPECT_EQ(copy.size(), copy0 + copies) << "copy threads of the reader";
+        for (const auto &threads : {progress, copy})
+            for (auto [tid, slack] : threads) EXPECT_EQ(slack, kProgressTimerSlackNs) << "thread " << tid;
+    }
+    EXPECT_EQ(threads_named("th-progress").size(), progress0) << "progress threads outlived their worker";
 }
 
 // A reader with copy threads posts a one-sided peer's reads that are in
