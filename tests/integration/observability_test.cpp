@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -246,12 +247,12 @@ TEST(Observability, EveryThreadTheLibraryStartsIsNamed) {
         look();
     }
     ASSERT_FALSE(seen.empty());
-    std::string unnamed, all;
+    std::ostringstream unnamed, all;
     for (auto &[tid, name] : seen) {
-        all += " " + std::to_string(tid) + ":" + name;
+        all << ' ' << tid << ':' << name;
         bool ours = name.rfind("th-", 0) == 0;
         bool theirs = name == "async" || name.rfind("nng:", 0) == 0;  // UCX's async thread, NNG's
-        if (!ours && !theirs) unnamed += " " + std::to_string(tid) + ":" + name;
+        if (!ours && !theirs) unnamed << ' ' << tid << ':' << name;
     }
-    EXPECT_EQ(unnamed, "") << "threads that do not say what they do; all:" << all;
+    EXPECT_EQ(unnamed.str(), "") << "threads that do not say what they do; all:" << all.str();
 }
