@@ -447,8 +447,13 @@ std::vector<std::pair<const char *, uint64_t>> Catalog::finish_read(uint64_t rea
 void Catalog::file(ReplicaInfo &r) {
     Candidate c = candidate(r);
     r.rank = load_rank(c, policy_);
-    r.shard->by_load[r.holder->place.dc].insert({r.rank, r.id});
-    if (r.complete) r.shard->complete_by_load[r.holder->place.dc].insert({r.rank, r.id});
+    const std::string &dc = r.holder->place.dc;
+    r.load_in = &r.shard->by_load[dc];
+    r.load_at = r.load_in->insert({r.rank, r.id}).first;
+    if (r.complete) {
+        r.complete_in = &r.shard->complete_by_load[dc];
+        r.complete_at = r.complete_in->insert({r.rank, r.id}).first;
+    }
     if (r.home >= 0 && !r.complete) {
         r.relay_rank = relay_rank(c, r.depth, r.shard->stripes, policy_);
         r.shard->relays[{r.holder->place.dc, static_cast<uint32_t>(r.home)}].insert({r.relay_rank, r.id});
@@ -456,11 +461,15 @@ void Catalog::file(ReplicaInfo &r) {
 }
 
 void Catalog::unfile(ReplicaInfo &r) {
-    for (auto *index : {&r.shard->by_load, &r.shard->complete_by_load})
-        if (auto it = index->find(r.holder->place.dc); it != index->end()) {
-            it->second.erase({r.rank, r.id});
-            if (it->second.empty()) index->erase(it);
-        }
+    // A datacenter's index goes with its last entry: while r is filed in it,
+    // it is there.
+    for (auto [in, at, index] : {std::tuple{&r.load_in, r.load_at, &r.shard->by_load},
+                                 std::tuple{&r.complete_in, r.complete_at, &r.shard->complete_by_load}}) {
+        if (*in == nullptr) continue;
+        (*in)->erase(at);
+        if ((*in)->empty()) index->erase(r.holder->place.dc);
+        *in = nullptr;
+    }
     if (r.home < 0) return;
     if (auto it = r.shard->relays.find({r.holder->place.dc, static_cast<uint32_t>(r.home)}); it != r.shard->relays.end()) {
         it->second.erase({r.relay_rank, r.id});
@@ -470,8 +479,21 @@ void Catalog::unfile(ReplicaInfo &r) {
 
 void Catalog::rerank(WorkerInfo &w) {
     for (ReplicaInfo *r : w.held) {
-        unfile(*r);
-        file(*r);
+        // Filed as it was but for its rank (the common case: a source's
+        // active reads or bytes served changed): its entries move in place.
+        bool relaying = r->home >= 0 && !r->complete;
+        if (relaying || r->load_in == nullptr || (r->complete_in != nullptr) != r->complete) {
+            unfile(*r);
+            file(*r);
+            continue;
+        }
+        r->rank = load_rank(candidate(*r), policy_);
+        for (auto [in, at] : {std::pair{r->load_in, &r->load_at}, std::pair{r->complete_in, &r->complete_at}}) {
+            if (in == nullptr) continue;
+            auto node = in->extract(*at);
+            node.value().first = r->rank;
+            *at = in->insert(std::move(node)).position;
+        }
     }
 }
 

@@ -21,6 +21,9 @@
 namespace th {
 
 struct ReplicaInfo;
+
+// Replicas of a shard in the policy's load order (policy.hpp), by replica id.
+using LoadIndex = std::set<std::pair<LoadRank, uint64_t>>;
 struct ShardInfo;
 
 // The depth of a relay whose own stripe has no source yet: ranks last.
@@ -61,6 +64,12 @@ struct ReplicaInfo {
     ShardInfo *shard = nullptr;  // the shard holding it
     ReplicaKey key;              // and where that shard is
     LoadRank rank{};             // where it is filed in shard->by_load
+    // Its entries there and, if it was complete when filed, in
+    // complete_by_load: its holder's load changes with every plan and end
+    // report, and the entries then move in place (Catalog::rerank) instead
+    // of being looked up, freed and made again.
+    LoadIndex *load_in = nullptr, *complete_in = nullptr;
+    LoadIndex::iterator load_at{}, complete_at{};
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
     bool mutating = false;  // its holder is about to overwrite it: not routed to
@@ -113,10 +122,10 @@ struct ShardInfo {
     // Replicas in the policy's load order, per datacenter, so that a reader
     // with no eligible neighbour takes the first eligible one in its own
     // datacenter (else the best first of the others) without weighing all.
-    std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> by_load;
+    std::map<std::string, LoadIndex> by_load;
     // The same for complete replicas only: a plan that wants a holder of
     // every chunk does not walk past thousands of filling ones.
-    std::map<std::string, std::set<std::pair<LoadRank, uint64_t>>> complete_by_load;
+    std::map<std::string, LoadIndex> complete_by_load;
     // Filling replicas that relay a stripe, per (datacenter, stripe), the
     // shallowest with room first; and the home stripe the next one gets.
     std::map<std::pair<std::string, uint32_t>, std::set<std::pair<RelayRank, uint64_t>>> relays;

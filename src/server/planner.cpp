@@ -223,8 +223,8 @@ ReplicaInfo *Planner::pick_by_load(const Request &req, ShardInfo &s, const std::
     // No holder at SameRack or closer is eligible, so in the reader's own
     // datacenter the first eligible in load order is the policy's choice; only
     // without one does it cross, to the best of each other's first eligible.
-    using Filed = std::pair<LoadRank, uint64_t>;
-    auto first_eligible = [&](const std::set<Filed> &filed) -> const Filed * {
+    using Filed = LoadIndex::value_type;
+    auto first_eligible = [&](const LoadIndex &filed) -> const Filed * {
         for (const Filed &f : filed) {
             const ReplicaInfo &r = s.replicas.at(f.second);
             if (routable(r) && eligible(req, candidate(r))) return &f;
