@@ -1,15 +1,13 @@
 // What a caller and an operator see of a sync: th_sync_stats, the progress
 // callback, the fill level a serving reader reports while it fetches, and the
 // live page's routes on the server's HTTP endpoint.
-#include <dirent.h>
-
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "harness.hpp"
+#include "threads.hpp"
 
 using namespace th_test;
 
@@ -43,15 +41,7 @@ th_status fetch_with_stats(th_client *c, Shard &s, th_sync_stats *stats, Progres
 // The threads of this process, by id, with their names.
 std::map<int, std::string> threads() {
     std::map<int, std::string> out;
-    DIR *d = opendir("/proc/self/task");
-    if (d == nullptr) return out;
-    while (dirent *e = readdir(d)) {
-        if (e->d_name[0] == '.') continue;
-        std::string comm;
-        std::getline(std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm"), comm);
-        out[std::atoi(e->d_name)] = comm;
-    }
-    closedir(d);
+    for (const th_support::ThreadInfo &t : th_support::threads_of_this_process()) out[t.tid] = t.name;
     return out;
 }
 

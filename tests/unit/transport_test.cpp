@@ -2,7 +2,6 @@
 // at a time: which read path each lane takes, that the bytes arrive, and that
 // a released region cannot be read; with a CUDA device, the same between
 // device and host memory on the CUDA lanes.
-#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include "common/deadline.hpp"
 #include "scoped_env.hpp"
 #include "test_child.hpp"
+#include "threads.hpp"
 #include "transport/memory_kind.hpp"
 #include "transport/ucx_env.hpp"
 #include "transport/worker.hpp"
@@ -264,21 +264,11 @@ TEST(Transport, ReleasingARegionWaitsForTheAnswersBeingSentFromIt) {
     EXPECT_EQ(changed, 0u) << "bytes written or freed after the release were sent";
 }
 
-// The threads of this process named name, with their timer slack in ns.
-std::vector<std::pair<int, unsigned long>> threads_named(const std::string &name) {
-    std::vector<std::pair<int, unsigned long>> out;
-    DIR *d = opendir("/proc/self/task");
-    if (d == nullptr) return out;
-    while (dirent *e = readdir(d)) {
-        if (e->d_name[0] == '.') continue;
-        std::string comm;
-        std::getline(std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm"), comm);
-        if (comm != name) continue;
-        unsigned long slack = 0;
-        std::ifstream(std::string("/proc/") + e->d_name + "/timerslack_ns") >> slack;  // a thread's own
-        out.emplace_back(std::atoi(e->d_name), slack);
-    }
-    closedir(d);
+// The threads of this process named name.
+std::vector<th_support::ThreadInfo> threads_named(const std::string &name) {
+    std::vector<th_support::ThreadInfo> out;
+    for (th_support::ThreadInfo &t : th_support::threads_of_this_process())
+        if (t.name == name) out.push_back(std::move(t));
     return out;
 }
 
@@ -310,7 +300,7 @@ TEST_P(Lanes, ProgressThreadsAreNamedAndKeepTheirOwnTimerSlack) {
         EXPECT_EQ(progress.size(), progress0 + 2) << "one progress thread per worker";
         EXPECT_EQ(copy.size(), copy0 + copies) << "copy threads of the reader";
         for (const auto &threads : {progress, copy})
-            for (auto [tid, slack] : threads) EXPECT_EQ(slack, kProgressTimerSlackNs) << "thread " << tid;
+            for (const th_support::ThreadInfo &t : threads) EXPECT_EQ(t.timer_slack_ns, kProgressTimerSlackNs) << "thread " << t.tid;
     }
     EXPECT_EQ(threads_named("th-progress").size(), progress0) << "progress threads outlived their worker";
 }
