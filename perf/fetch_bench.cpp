@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iomanip>
 #include <map>
 #include <memory>
@@ -455,6 +456,15 @@ std::string range(const std::vector<double> &v) {
     return str(std::fixed, std::setprecision(2), *lo, "-", *hi);
 }
 
+// The host's default tcp congestion control: it decides the tcp lane's
+// figures on one host (with bbr the kernel paces loopback sends with timers
+// that the sender pays for, perf/FETCH.md), so results say which it was.
+std::string tcp_congestion_control() {
+    std::ifstream f("/proc/sys/net/ipv4/tcp_congestion_control");
+    std::string name;
+    return f >> name ? name : std::string("unknown");
+}
+
 // After the lane's first size: by then the library said how it read the lane.
 void print_header(const Options &o, const Lane &lane, const std::string &transports, const Result &first) {
     auto env = [](const char *name) {
@@ -469,6 +479,8 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
                 env("UCX_TCP_TX_SEG_SIZE").c_str(), env("UCX_TCP_RX_SEG_SIZE").c_str());
     std::printf("tensorhub read %.0f%% one-sided; reader copy threads %u; the raw pair reads from %u worker(s), each with a "
                 "thread\n", 100 * first.one_sided, o.copy_threads, first.raw_workers);
+    if (transports.find("tcp") != std::string::npos)
+        std::printf("host tcp congestion control: %s\n", tcp_congestion_control().c_str());
     std::printf("%10s %15s %10s %9s %7s %7s %10s %14s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size",
                 "tensorhub GB/s", "raw GB/s", "raw read", "ratio", "paired", "server ms", "ratio - server",
                 "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s", "verify-off GB/s",
@@ -518,8 +530,8 @@ void print_json(const std::vector<Result> &largest) {
         if (r.transport == "sm") sm = r.fetch();
     }
     std::string extra = tcp > 0 && sm > 0 ? str(",\"sm_over_tcp\":", sm / tcp) : std::string();
-    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s}\n", json_fields(largest.back()).c_str(), lanes.c_str(),
-                extra.c_str());
+    std::printf("{\"bench\":\"fetch\",%s,\"lanes\":[%s]%s,\"tcp_congestion_control\":\"%s\"}\n",
+                json_fields(largest.back()).c_str(), lanes.c_str(), extra.c_str(), tcp_congestion_control().c_str());
     std::fflush(stdout);
 }
 
