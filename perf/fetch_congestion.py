@@ -45,7 +45,7 @@ def make_available(control: str) -> None:
 
 def run_once(bench: str, control: str, args: list[str]) -> dict:
     """One benchmark run in a fresh network namespace set to control; its JSON line."""
-    inner = (f"ip link set lo up && sysctl -qw net.ipv4.tcp_congestion_control={shlex.quote(control)} && "
+    inner = (f"ip link set lo up && printf %s {shlex.quote(control)} > /proc/sys/net/ipv4/tcp_congestion_control && "
              f"exec {shlex.quote(bench)} --lanes tcp {' '.join(shlex.quote(a) for a in args)}")
     proc = subprocess.run(["unshare", "--net", "sh", "-c", inner], capture_output=True, text=True, check=False)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
