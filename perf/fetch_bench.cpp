@@ -10,8 +10,11 @@
 // posts its reads from: --copy-threads, at most one per read in flight, on
 // host-memory lanes the library read one-sided, as its th_sync_stats say;
 // else one), and again with reads of --raw-long-kb (64 MiB): the library
-// reads several chunks at once where a chunk takes microseconds, so the raw
-// figure is the faster of the two, the lane's limit whatever the read size.
+// reads several chunks at once where a chunk takes microseconds. Where the
+// library pulls (tcp: UCX only emulates a GET there, copying on the target),
+// the plain pair also pulls, each read asked for once and answered in eager
+// pieces from registered memory (raw_ucx.hpp). The raw figure is the fastest
+// of these, the lane's limit whatever the read size and method.
 // Same buffers, because a cma copy's cost depends on how scattered the
 // pages are in physical memory: two processes' buffers, made at different
 // moments, differed by up to 15% here. Repetitions of the two alternate, so
@@ -204,7 +207,8 @@ int run_holder(const std::string &url, const Options &o) {
 }
 
 // connect HEX -> TRANSPORTS | prepare BYTES REMOTE RKEY -> CONTIGUOUS | clear |
-// fetch MODEL VERSION [all|off] -> SECONDS ONE_SIDED_BYTES | get READ_BYTES -> SECONDS |
+// fetch MODEL VERSION [all|off] -> SECONDS ONE_SIDED_BYTES SERVER_SECONDS | get READ_BYTES -> SECONDS |
+// pull READ_BYTES -> SECONDS |
 // verify VERSION AFTER | drop
 int run_reader(const std::string &url, const Options &o) {
     std::unique_ptr<th_client, decltype(&th_client_destroy)> client(connect(url, "bench-reader", o), th_client_destroy);
@@ -266,6 +270,11 @@ int run_reader(const std::string &url, const Options &o) {
              Shard *s = need();
              return str(raw.read_all(to_u64(a.at(0)), o.inflight, Clock::now() + budget(s->memory.size())));
          }},
+        {"pull",
+         [&](const std::vector<std::string> &a) {
+             Shard *s = need();
+             return str(raw.pull_all(to_u64(a.at(0)), o.inflight, Clock::now() + budget(s->memory.size())));
+         }},
         {"verify",
          [&](const std::vector<std::string> &a) {
              need()->verify(to_u64(a.at(0)), a.at(1).c_str());
@@ -292,17 +301,24 @@ struct Result {
     uint64_t bytes = 0;    // as moved: whole float32 elements per tensor
     std::string transport;  // the lane's name (Lane)
     Memory memory = Memory::Host;
-    std::vector<double> fetch_gbps, raw_gbps;  // raw: reads of a chunk,
+    std::vector<double> fetch_gbps;
     // Of each default fetch, the seconds it waited for the server (the plan,
     // the end report: th_sync_stats.server_seconds), and its rate without them.
     std::vector<double> server_s, fetch_without_server_gbps;
-    std::vector<double> raw_long_gbps;           // and of --raw-long-kb, if longer
-    uint64_t chunk_read = 0, long_read = 0;      // their sizes
+    // The plain-UCX pair, one entry per way it read: GETs of a chunk first,
+    // then of --raw-long-kb where longer, then pulls of a chunk where the
+    // library pulled. CPU times over the timed repetitions.
+    struct Raw {
+        const char *method = "get";  // or "pull"
+        uint64_t read = 0;           // bytes per read
+        std::vector<double> gbps;
+        double target_cpu_s = 0, reader_cpu_s = 0;
+    };
+    std::vector<Raw> raws;
     std::vector<double> verify_all_gbps;  // tensorhub, every chunk checked
     std::vector<double> verify_off_gbps;  // tensorhub, no chunk checked
     double publish_s = 0;                 // the publish, checksums included
-    double holder_cpu_s = 0, raw_target_cpu_s = 0;  // over the timed repetitions
-    double reader_cpu_s = 0, raw_reader_cpu_s = 0;  // (default fetches, raw reads of a chunk)
+    double holder_cpu_s = 0, reader_cpu_s = 0;  // of the default fetches, over the timed repetitions
     uint64_t served = 0;                             // bytes the timed repetitions moved per pair
     // Buffer::physically_contiguous() of the holder's and the reader's
     // buffers (both pairs use them): -1 unknown.
@@ -311,12 +327,23 @@ struct Result {
     double one_sided = 0;      // share of tensorhub's bytes read one-sided (th_sync_stats.bytes_one_sided)
     double per_gib(double cpu_s) const { return served ? cpu_s / (double(served) / (1ull << 30)) : 0; }
     double holder_cpu_per_gib() const { return per_gib(holder_cpu_s); }
-    double raw_target_cpu_per_gib() const { return per_gib(raw_target_cpu_s); }
+    double raw_target_cpu_per_gib() const { return per_gib(best().target_cpu_s); }
+    double raw_reader_cpu_per_gib() const { return per_gib(best().reader_cpu_s); }
     double fetch() const { return median(fetch_gbps); }
     // The lane's limit: the raw pair with whichever read size was faster.
-    bool long_won() const { return !raw_long_gbps.empty() && median(raw_long_gbps) > median(raw_gbps); }
-    double raw() const { return long_won() ? median(raw_long_gbps) : median(raw_gbps); }
-    uint64_t raw_read() const { return long_won() ? long_read : chunk_read; }
+    const Raw &best() const {
+        static const Raw none;
+        const Raw *b = raws.empty() ? &none : &raws.front();
+        for (const Raw &w : raws)
+            if (median(w.gbps) > median(b->gbps)) b = &w;
+        return *b;
+    }
+    double raw() const { return median(best().gbps); }
+    // What the pair did fastest, e.g. "4.0 MiB" (GETs) or "pull 4.0 MiB".
+    std::string raw_read() const {
+        const Raw &b = best();
+        return (std::string(b.method) == "get" ? "" : std::string(b.method) + " ") + human_bytes(double(b.read));
+    }
     double ratio() const { return raw() > 0 ? fetch() / raw() : 0; }
     // What the fetch's reads alone reach: the fixed cost of its round trips
     // to the server left out (they do not grow with the shard).
@@ -326,7 +353,7 @@ struct Result {
     // after it: the machine's speed drifts over a run (a VM's neighbours),
     // and a pair measured together drifts together.
     double paired_ratio() const {
-        const std::vector<double> &raw_runs = long_won() ? raw_long_gbps : raw_gbps;
+        const std::vector<double> &raw_runs = best().gbps;
         std::vector<double> ratios;
         for (size_t i = 0; i < fetch_gbps.size() && i < raw_runs.size(); ++i)
             if (raw_runs[i] > 0) ratios.push_back(fetch_gbps[i] / raw_runs[i]);
@@ -390,11 +417,14 @@ class Bench {
             return read_once(str("fetch ", model, " ", version, " ", verify), cpu);
         };
         auto fetch_once = [&](const char *verify = "", double *cpu = nullptr) { return seconds(fetch_reply(verify, cpu)); };
-        auto raw_once = [&](uint64_t read, double *cpu = nullptr) { return seconds(read_once(str("get ", read), cpu)); };
+        auto raw_once = [&](const Result::Raw &w, double *cpu = nullptr) {
+            return seconds(read_once(str(w.method, " ", w.read), cpu));
+        };
         auto verify = [&](const char *after) { reader_->call(str("verify ", version, " ", after), limit); };
-        r.chunk_read = o_.chunk_bytes;
+        r.raws.push_back({"get", o_.chunk_bytes, {}, 0, 0});
         // No longer than the buffer: a smaller shard is one GET of it all.
-        if (std::min(o_.raw_long_read, bytes) > o_.chunk_bytes) r.long_read = std::min(o_.raw_long_read, bytes);
+        if (std::min(o_.raw_long_read, bytes) > o_.chunk_bytes)
+            r.raws.push_back({"get", std::min(o_.raw_long_read, bytes), {}, 0, 0});
         // Warm-up (registration, endpoints, rkeys), each pair checked once.
         // The library says how much of it it read one-sided (th_sync_stats).
         r.one_sided = double(to_u64(fetch_reply().at(1))) / double(bytes);
@@ -405,8 +435,12 @@ class Bench {
         const unsigned threads = std::min(o_.copy_threads, o_.inflight);
         if (r.one_sided == 1 && memory_ == Memory::Host && raw_workers_ < threads)
             raw_workers_ = static_cast<unsigned>(std::stoul(reader_->call(str("widen ", threads), limit).at(0)));
-        raw_once(o_.chunk_bytes);
-        verify("a-raw-read");
+        // Where the library pulled, the plain pair pulls too (host memory).
+        if (r.one_sided == 0 && memory_ == Memory::Host) r.raws.push_back({"pull", o_.chunk_bytes, {}, 0, 0});
+        for (const Result::Raw &w : r.raws) {
+            raw_once(w);
+            verify(w.method == std::string("get") ? "a-raw-read" : "a-raw-pull");
+        }
         for (unsigned rep = 0; rep < o_.reps; ++rep) {
             double holder0 = holder_->cpu_seconds();
             auto fetched = fetch_reply("", &r.reader_cpu_s);
@@ -418,10 +452,13 @@ class Bench {
             // the start of the next.
             double target0 = holder_->cpu_seconds();
             r.holder_cpu_s += target0 - holder0;
-            r.raw_gbps.push_back(bytes / raw_once(o_.chunk_bytes, &r.raw_reader_cpu_s) / 1e9);
-            r.raw_target_cpu_s += holder_->cpu_seconds() - target0;
+            for (Result::Raw &w : r.raws) {
+                w.gbps.push_back(bytes / raw_once(w, &w.reader_cpu_s) / 1e9);
+                double target1 = holder_->cpu_seconds();
+                w.target_cpu_s += target1 - target0;
+                target0 = target1;
+            }
             r.served += bytes;
-            if (r.long_read) r.raw_long_gbps.push_back(bytes / raw_once(r.long_read) / 1e9);
             r.verify_all_gbps.push_back(bytes / fetch_once("all") / 1e9);
             r.verify_off_gbps.push_back(bytes / fetch_once("off") / 1e9);
         }
@@ -481,7 +518,7 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
                 "thread\n", 100 * first.one_sided, o.copy_threads, first.raw_workers);
     if (transports.find("tcp") != std::string::npos)
         std::printf("host tcp congestion control: %s\n", tcp_congestion_control().c_str());
-    std::printf("%10s %15s %10s %9s %7s %7s %10s %14s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size",
+    std::printf("%10s %15s %10s %14s %7s %7s %10s %14s   %-17s %-17s %-22s %14s %14s %18s   %-22s   %s\n", "size",
                 "tensorhub GB/s", "raw GB/s", "raw read", "ratio", "paired", "server ms", "ratio - server",
                 "tensorhub min-max", "raw min-max", "holder CPU s/GiB (raw)", "verify-all GB/s", "verify-off GB/s",
                 "publish s/GiB", "reader CPU s/GiB (raw)", "pages contiguous (holder, reader)");
@@ -490,31 +527,35 @@ void print_header(const Options &o, const Lane &lane, const std::string &transpo
 
 void print_row(const Result &r) {
     std::string cpu = str(std::fixed, std::setprecision(3), r.holder_cpu_per_gib(), " (", r.raw_target_cpu_per_gib(), ")");
-    std::string reader = str(std::fixed, std::setprecision(3), r.per_gib(r.reader_cpu_s), " (", r.per_gib(r.raw_reader_cpu_s), ")");
+    std::string reader = str(std::fixed, std::setprecision(3), r.per_gib(r.reader_cpu_s), " (", r.raw_reader_cpu_per_gib(), ")");
     auto share = [](double f) { return f < 0 ? std::string("-") : str(std::fixed, std::setprecision(0), 100 * f, "%"); };
     std::string pages = share(r.holder_contiguous) + ", " + share(r.reader_contiguous);
-    std::printf("%10s %15.2f %10.2f %9s %7.3f %7.3f %10.3f %14.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s   %s\n",
-                human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), human_bytes(double(r.raw_read())).c_str(),
-                r.ratio(), r.paired_ratio(), r.server_ms(), r.ratio_without_server(), range(r.fetch_gbps).c_str(),
-                range(r.long_won() ? r.raw_long_gbps : r.raw_gbps).c_str(),
+    std::printf("%10s %15.2f %10.2f %14s %7.3f %7.3f %10.3f %14.3f   %-17s %-17s %-22s %14.2f %14.2f %18.3f   %-22s   %s\n",
+                human_bytes(double(r.bytes)).c_str(), r.fetch(), r.raw(), r.raw_read().c_str(), r.ratio(),
+                r.paired_ratio(), r.server_ms(), r.ratio_without_server(), range(r.fetch_gbps).c_str(),
+                range(r.best().gbps).c_str(),
                 cpu.c_str(), r.verify_all(), r.verify_off(), r.publish_per_gib(), reader.c_str(), pages.c_str());
     std::fflush(stdout);
 }
 
 std::string json_fields(const Result &r) {
-    char buf[1024];
+    // GETs of a chunk come first; pulls, where measured, last.
+    double pull = !r.raws.empty() && r.raws.back().method == std::string("pull") ? median(r.raws.back().gbps) : 0;
+    char buf[1200];
     std::snprintf(buf, sizeof buf,
                   "\"transport\":\"%s\",\"memory\":\"%s\",\"size_mb\":%llu,\"fetch_gbps\":%.3f,\"raw_gbps\":%.3f,"
-                  "\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
+                  "\"raw_method\":\"%s\",\"raw_read_kb\":%llu,\"raw_chunk_read_gbps\":%.3f,\"raw_pull_gbps\":%.3f,"
+                  "\"ratio\":%.3f,\"ratio_paired\":%.3f,"
                   "\"holder_cpu_s_per_gib\":%.4f,\"raw_target_cpu_s_per_gib\":%.4f,\"fetch_verify_all_gbps\":%.3f,"
                   "\"fetch_verify_off_gbps\":%.3f,\"publish_checksums_s_per_gib\":%.4f,"
                   "\"reader_cpu_s_per_gib\":%.4f,\"raw_reader_cpu_s_per_gib\":%.4f,"
                   "\"holder_pages_contiguous\":%.3f,\"reader_pages_contiguous\":%.3f,\"raw_workers\":%u,"
                   "\"one_sided\":%.3f,\"server_ms\":%.3f,\"ratio_without_server\":%.3f",
                   r.transport.c_str(), memory_name(r.memory), static_cast<unsigned long long>(r.size_mb), r.fetch(), r.raw(),
-                  static_cast<unsigned long long>(r.raw_read() >> 10), median(r.raw_gbps), r.ratio(), r.paired_ratio(),
+                  r.best().method, static_cast<unsigned long long>(r.best().read >> 10),
+                  r.raws.empty() ? 0.0 : median(r.raws.front().gbps), pull, r.ratio(), r.paired_ratio(),
                   r.holder_cpu_per_gib(), r.raw_target_cpu_per_gib(), r.verify_all(), r.verify_off(),
-                  r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.per_gib(r.raw_reader_cpu_s), r.holder_contiguous,
+                  r.publish_per_gib(), r.per_gib(r.reader_cpu_s), r.raw_reader_cpu_per_gib(), r.holder_contiguous,
                   r.reader_contiguous, r.raw_workers, r.one_sided, r.server_ms(), r.ratio_without_server());
     return buf;
 }

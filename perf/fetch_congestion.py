@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 COLUMNS = [("fetch_gbps", "tensorhub GB/s"), ("raw_gbps", "raw GB/s"), ("ratio", "ratio"),
+           ("raw_chunk_read_gbps", "raw GET GB/s"), ("raw_pull_gbps", "raw pull GB/s"),
            ("ratio_paired", "paired"), ("holder_cpu_s_per_gib", "holder CPU s/GiB"),
            ("raw_target_cpu_s_per_gib", "raw target CPU s/GiB"), ("reader_cpu_s_per_gib", "reader CPU s/GiB")]
 

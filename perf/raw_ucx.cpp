@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace th_bench {
 
@@ -21,6 +22,45 @@ ucs_status_t wait_request(ucp_worker_h worker, ucs_status_ptr_t req, Clock::time
     while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS && Clock::now() < deadline) ucp_worker_progress(worker);
     ucp_request_free(req);
     return st;
+}
+
+// The pull protocol: a request per read, answered in pieces of at most
+// kPiece bytes (what UCX sends over tcp straight from registered memory, as
+// libtensorhub's holder does: src/transport/reads.hpp), each at its offset.
+constexpr unsigned kPullId = 1, kAnswerId = 2;
+constexpr uint64_t kPiece = 128 << 10;
+struct AnswerHeader {
+    uint64_t read, offset;
+    int64_t status;  // a ucs_status_t; UCS_OK: the payload is the bytes
+};
+
+void set_am_handler(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb, void *arg) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = arg;
+    check(ucp_worker_set_am_recv_handler(worker, &hp), "ucp_worker_set_am_recv_handler");
+}
+
+// Sends one answer (its header kept until UCX is done with it): n bytes at
+// bytes from memh, or the header alone.
+void send_answer(ucp_ep_h ep, const AnswerHeader &header, const uint8_t *bytes, size_t n, ucp_mem_h memh) {
+    auto *h = new AnswerHeader(header);
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+    prm.user_data = h;
+    prm.cb.send = [](void *request, ucs_status_t, void *user_data) {
+        ucp_request_free(request);
+        delete static_cast<AnswerHeader *>(user_data);
+    };
+    if (memh != nullptr) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        prm.memh = memh;
+    }
+    ucs_status_ptr_t req = ucp_am_send_nbx(ep, kAnswerId, h, sizeof *h, bytes, n, &prm);
+    if (!UCS_PTR_IS_PTR(req)) delete h;  // done, or refused: the reader's deadline tells
 }
 
 ucs_memory_type_t ucs_memory(const Buffer &buf) {
@@ -42,7 +82,7 @@ RawWorker::RawWorker() {
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.mt_workers_shared = 1;
     ucs_status_t st = ucp_init(&params, config, &context_);
     ucp_config_release(config);
@@ -96,7 +136,10 @@ std::vector<uint8_t> RawRegion::packed_rkey() const {
     return out;
 }
 
-RawTarget::RawTarget() { progress_ = std::thread([this] { progress_loop(); }); }
+RawTarget::RawTarget() {
+    set_am_handler(ucx_.worker(), kPullId, &RawTarget::on_pull, this);
+    progress_ = std::thread([this] { progress_loop(); });
+}
 
 RawTarget::~RawTarget() {
     stop_ = true;
@@ -105,9 +148,36 @@ RawTarget::~RawTarget() {
 }
 
 std::vector<uint8_t> RawTarget::expose(const Buffer &buf) {
-    region_.reset();
+    unexpose();
     region_ = std::make_unique<RawRegion>(ucx_.context(), buf);
+    exposed_ = &buf;
     return region_->packed_rkey();
+}
+
+void RawTarget::unexpose() {
+    exposed_ = nullptr;
+    region_.reset();
+}
+
+// Answers a pull inside the handler (the reply endpoint is only known to be
+// valid until it returns), from the exposed buffer. The benchmark exposes
+// and withdraws buffers only while no read is in flight.
+ucs_status_t RawTarget::on_pull(void *arg, const void *header, size_t header_length, void *data, size_t,
+                                const ucp_am_recv_param_t *param) {
+    auto *t = static_cast<RawTarget *>(arg);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(t->ucx_.worker(), data);
+    if (header_length != sizeof(PullHeader) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+    PullHeader h;
+    std::memcpy(&h, header, sizeof h);
+    const Buffer *b = t->exposed_;
+    if (b == nullptr || b->memory() != Memory::Host || h.offset > b->size() || h.length > b->size() - h.offset) {
+        send_answer(param->reply_ep, {h.read, h.offset, UCS_ERR_INVALID_PARAM}, nullptr, 0, nullptr);
+        return UCS_OK;
+    }
+    for (uint64_t off = 0; off < h.length; off += kPiece)
+        send_answer(param->reply_ep, {h.read, h.offset + off, UCS_OK}, b->data() + h.offset + off,
+                    std::min(kPiece, h.length - off), t->region_->memh());
+    return UCS_OK;
 }
 
 // The same loop as libtensorhub's progress thread: drain, arm, sleep on the
@@ -153,6 +223,7 @@ void RawReader::add_stream(ucp_worker_h worker) {
     ep.err_handler.cb = &RawReader::on_error;
     ep.err_handler.arg = s.get();
     check(ucp_ep_create(worker, &ep, &s->ep), "ucp_ep_create");
+    set_am_handler(worker, kAnswerId, &RawReader::on_answer, s.get());
     streams_.push_back(std::move(s));
 }
 
@@ -227,7 +298,7 @@ void RawReader::on_get_done(void *request, ucs_status_t status, void *user_data)
 }
 
 void RawReader::check_healthy(const Stream &s) {
-    if (s.get_status != UCS_OK) fail("GET failed: ", ucs_status_string(s.get_status));
+    if (s.get_status != UCS_OK) fail("a read failed: ", ucs_status_string(s.get_status));
     if (s.ep_status.load() != UCS_OK)
         fail("endpoint failed: ", ucs_status_string(static_cast<ucs_status_t>(s.ep_status.load())));
 }
@@ -261,6 +332,67 @@ void RawReader::read_range(Stream &s, size_t begin, size_t end, size_t chunk, un
         check_healthy(s);
         if (Clock::now() > deadline) fail("GETs did not complete in time (", s.inflight, " still in flight)");
     }
+}
+
+// Copies an answer into place; runs inside ucp_worker_progress on the thread
+// that reads. A wrong answer fails the read (check_healthy).
+ucs_status_t RawReader::on_answer(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                  const ucp_am_recv_param_t *param) {
+    auto *s = static_cast<Stream *>(arg);
+    AnswerHeader h{};
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        ucp_am_data_release(s->worker, data);
+        s->get_status = UCS_ERR_UNSUPPORTED;  // answers are sent eagerly
+    } else if (header_length != sizeof h) {
+        s->get_status = UCS_ERR_MESSAGE_TRUNCATED;
+    } else {
+        std::memcpy(&h, header, sizeof h);
+        if (h.status != UCS_OK) {
+            s->get_status = static_cast<ucs_status_t>(h.status);
+        } else if (s->pull_into == nullptr || h.read >= s->pull_left.size() || h.offset > s->pull_size ||
+                   length > s->pull_size - h.offset || length == 0 || length > s->pull_left[h.read]) {
+            s->get_status = UCS_ERR_MESSAGE_TRUNCATED;
+        } else {
+            std::memcpy(s->pull_into + h.offset, data, length);
+            if ((s->pull_left[h.read] -= length) == 0) s->inflight--;
+        }
+    }
+    return UCS_OK;
+}
+
+double RawReader::pull_all(size_t chunk, unsigned inflight, Clock::time_point deadline) {
+    if (local_ == nullptr) fail("no buffer bound");
+    if (local_->memory() != Memory::Host) fail("pulls read into host memory only");
+    Stream &s = *streams_[0];
+    if (s.inflight != 0) fail("reads of an earlier call are still in flight");
+    const size_t n = local_->size(), reads = (n + chunk - 1) / chunk;
+    s.get_status = UCS_OK;
+    s.pull_into = local_->data();
+    s.pull_size = n;
+    s.pull_left.assign(reads, 0);
+    // Kept until the next call: UCX reads a request's header until it is sent.
+    pull_headers_.assign(reads, PullHeader{});
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    prm.cb.send = [](void *request, ucs_status_t, void *) { ucp_request_free(request); };
+    auto t0 = Clock::now();
+    for (size_t next = 0; next < reads || s.inflight > 0;) {
+        while (s.inflight < inflight && next < reads) {
+            uint64_t offset = next * chunk, len = std::min<uint64_t>(chunk, n - offset);
+            pull_headers_[next] = {next, offset, len};
+            s.pull_left[next] = len;
+            ucs_status_ptr_t req = ucp_am_send_nbx(s.ep, kPullId, &pull_headers_[next], sizeof(PullHeader), nullptr, 0, &prm);
+            if (UCS_PTR_IS_ERR(req)) fail("ucp_am_send_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
+            s.inflight++;
+            next++;
+        }
+        ucp_worker_progress(s.worker);
+        check_healthy(s);
+        if (Clock::now() > deadline) fail("pulls did not complete in time (", s.inflight, " still in flight)");
+    }
+    s.pull_into = nullptr;
+    return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 double RawReader::read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events) {

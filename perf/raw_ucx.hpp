@@ -1,10 +1,14 @@
-// The baseline: plain UCX one-sided GETs, with the data plane configured the
-// way libtensorhub configures its own (src/transport/worker.cpp): RMA|WAKEUP
+// The baseline: plain UCX reads, with the data plane configured the way
+// libtensorhub configures its own (src/transport/worker.cpp): RMA|AM|WAKEUP
 // context, UCS_THREAD_MODE_MULTI worker, peer error handling on endpoints,
-// registered destination memory, and an event-driven progress thread on the
-// side that is read from (over tcp the target must progress or GETs hang).
-// The reader side busy-polls its worker, which is the fastest way to drive a
-// GET pipeline: this is the physical limit tensorhub is compared with.
+// registered memory, and an event-driven progress thread on the side that
+// is read from (over tcp the target must progress or GETs hang). Two ways to
+// read: one-sided GETs, and active-message pulls (a request per read, which
+// the target answers in eager pieces sent from its registered memory, copied
+// into place by the reader), the fastest plain way over tcp, where UCX only
+// emulates a GET. The reader side busy-polls its worker, which is the
+// fastest way to drive either pipeline: the faster of the two is the
+// physical limit tensorhub is compared with.
 #pragma once
 
 #include <atomic>
@@ -20,6 +24,11 @@
 #include "bench_util.hpp"
 
 namespace th_bench {
+
+// A pull: read `length` bytes at `offset` of the exposed buffer (raw_ucx.cpp).
+struct PullHeader {
+    uint64_t read = 0, offset = 0, length = 0;
+};
 
 // One UCX context and its worker, and further workers of the same context
 // on request (a reader that posts GETs from several threads).
@@ -67,13 +76,16 @@ class RawTarget {
     std::vector<uint8_t> address() const { return ucx_.address(); }
     // Registers buf (replacing what was exposed before); returns its rkey.
     std::vector<uint8_t> expose(const Buffer &buf);
-    void unexpose() { region_.reset(); }
+    void unexpose();
 
   private:
     void progress_loop();
+    static ucs_status_t on_pull(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                const ucp_am_recv_param_t *param);
 
     RawWorker ucx_;
     std::unique_ptr<RawRegion> region_;
+    const Buffer *exposed_ = nullptr;  // what region_ registers; answered from
     std::atomic<bool> stop_{false};
     std::thread progress_;
 };
@@ -102,6 +114,9 @@ class RawReader {
     // then it sleeps on the worker's event fd between completions, as a
     // tensorhub reader does, which is what many readers sharing few cores need.
     double read_all(size_t chunk, unsigned inflight, Clock::time_point deadline, bool wait_on_events = false);
+    // The same with active-message pulls of `chunk` bytes through the first
+    // worker (host memory only); returns the seconds it took.
+    double pull_all(size_t chunk, unsigned inflight, Clock::time_point deadline);
 
   private:
     // One worker's endpoint and the state of its GETs. Completion state lives
@@ -114,8 +129,14 @@ class RawReader {
         ucp_rkey_h rkey = nullptr;
         unsigned inflight = 0;
         ucs_status_t get_status = UCS_OK;
+        // Pulls: where answers go, and the bytes each read still waits for.
+        uint8_t *pull_into = nullptr;
+        size_t pull_size = 0;
+        std::vector<size_t> pull_left;
     };
     static void on_error(void *arg, ucp_ep_h ep, ucs_status_t status);
+    static ucs_status_t on_answer(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                                  const ucp_am_recv_param_t *param);
     static void on_get_done(void *request, ucs_status_t status, void *user_data);
     static void check_healthy(const Stream &s);
     void add_stream(ucp_worker_h worker);
@@ -128,6 +149,7 @@ class RawReader {
     RawWorker ucx_;
     std::vector<uint8_t> target_;
     std::vector<std::unique_ptr<Stream>> streams_;
+    std::vector<PullHeader> pull_headers_;  // pull_all's requests
     uint64_t remote_ = 0;
     std::vector<uint8_t> packed_rkey_;  // the bound buffer's
     const Buffer *local_ = nullptr;
