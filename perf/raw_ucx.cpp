@@ -148,20 +148,23 @@ RawTarget::~RawTarget() {
 }
 
 std::vector<uint8_t> RawTarget::expose(const Buffer &buf) {
-    unexpose();
+    std::lock_guard lk(mu_);
+    region_.reset();
     region_ = std::make_unique<RawRegion>(ucx_.context(), buf);
     exposed_ = &buf;
     return region_->packed_rkey();
 }
 
 void RawTarget::unexpose() {
+    std::lock_guard lk(mu_);
     exposed_ = nullptr;
     region_.reset();
 }
 
 // Answers a pull inside the handler (the reply endpoint is only known to be
-// valid until it returns), from the exposed buffer. The benchmark exposes
-// and withdraws buffers only while no read is in flight.
+// valid until it returns), from the exposed buffer, under mu_ (expose and
+// unexpose take it too; the benchmark changes buffers only while no read is
+// in flight).
 ucs_status_t RawTarget::on_pull(void *arg, const void *header, size_t header_length, void *data, size_t,
                                 const ucp_am_recv_param_t *param) {
     auto *t = static_cast<RawTarget *>(arg);
@@ -169,6 +172,7 @@ ucs_status_t RawTarget::on_pull(void *arg, const void *header, size_t header_len
     if (header_length != sizeof(PullHeader) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
     PullHeader h;
     std::memcpy(&h, header, sizeof h);
+    std::lock_guard lk(t->mu_);
     const Buffer *b = t->exposed_;
     if (b == nullptr || b->memory() != Memory::Host || h.offset > b->size() || h.length > b->size() - h.offset) {
         send_answer(param->reply_ep, {h.read, h.offset, UCS_ERR_INVALID_PARAM}, nullptr, 0, nullptr);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +85,7 @@ class RawTarget {
                                 const ucp_am_recv_param_t *param);
 
     RawWorker ucx_;
+    std::mutex mu_;  // exposing and answering
     std::unique_ptr<RawRegion> region_;
     const Buffer *exposed_ = nullptr;  // what region_ registers; answered from
     std::atomic<bool> stop_{false};
