@@ -7,7 +7,7 @@ tensorhub-fetch-bench --lanes tcp once per control and round, each run in a
 network namespace of its own set to that control, so the host's own setting
 is left alone, and prints a row per run and the range per control.
 
-  perf/fetch_congestion.py [--bench PATH] [--controls cubic,bbr] [--rounds 3] [-- BENCH ARGS]
+  perf/fetch_congestion.py [--bench PATH] [--controls cubic,bbr] [--rounds 3] [--out FILE] [-- BENCH ARGS]
 
 Bench args default to --sizes-mb 1024 --reps 5. Needs root (namespaces) and
 iproute2. Exits 77 when it cannot run here (not root, no unshare).
@@ -70,6 +70,7 @@ def main() -> int:
     p.add_argument("--bench", default=str(ROOT / "build/perf/tensorhub-fetch-bench"))
     p.add_argument("--controls", default="cubic,bbr")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", help="also write every run's JSON line, in the order run, to this file")
     o = p.parse_args(argv)
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
         print("fetch_congestion.py: needs root, unshare and ip (iproute2): skipped", file=sys.stderr)
@@ -83,11 +84,15 @@ def main() -> int:
     print(f"tcp lane, {' '.join(bench_args)}; controls alternated, {o.rounds} round(s), a network namespace per run")
     print(f"{'control':8} {'round':>5} " + " ".join(f"{title:>{len(title)}}" for _, title in COLUMNS), flush=True)
     runs: dict[str, list[dict]] = {c: [] for c in controls}
+    in_order = []
     for rnd in range(1, o.rounds + 1):
         for c in controls:
             r = run_once(o.bench, c, bench_args)
             runs[c].append(r)
+            in_order.append(r)
             print(f"{c:8} {rnd:>5} " + " ".join(f"{r[key]:>{len(title)}.3f}" for key, title in COLUMNS), flush=True)
+    if o.out:
+        Path(o.out).write_text(json.dumps({"bench": "fetch_congestion", "args": bench_args, "runs": in_order}, indent=1) + "\n")
     print()
     for c in controls:
         spans = ", ".join(f"{title} {min(r[k] for r in runs[c]):.2f}-{max(r[k] for r in runs[c]):.2f}"
