@@ -273,13 +273,19 @@ def test_optimizer_steps_never_tear_a_concurrent_read(clients, server) -> None:
 
 def test_a_holder_dying_mid_fetch_is_reported_and_staging_keeps_the_module_whole(server) -> None:
     src = Tiny(1, tied=False)
-    big = {f"w{i}": torch.randn(40000) for i in range(8)}  # 1.25 MiB: 20 chunks of 64 KiB
+    # 64 MiB in 64 KiB chunks. On a one-sided lane a read covers as many
+    # chunks as move in 0.5 ms (fetch_source.hpp), so after the first read
+    # (one chunk) the next may cover a few MiB: with a small shard it could
+    # take every remaining byte while the holder is still leaving (the
+    # staging buffers can lie back to back in memory), and the fetch would
+    # rightly succeed. Here most of the shard is read after the holder left.
+    big = {f"w{i}": torch.randn(2 << 20) for i in range(8)}
 
     def run(staging: str | None) -> tuple[BaseException, Tiny, dict[str, torch.Tensor], tht.Receiver]:
         trainer = connect(server, "doomed")
         state = {**{k: v for k, v in src.state_dict().items()}, **big}
         tht.Publisher(trainer, "policy", state, chunk_bytes=64 << 10).publish(1)
-        dst = {**{k: v.clone() for k, v in Tiny(2, tied=False).state_dict().items()}, **{k: torch.zeros(40000) for k in big}}
+        dst = {**{k: v.clone() for k, v in Tiny(2, tied=False).state_dict().items()}, **{k: torch.zeros(2 << 20) for k in big}}
         before = {k: v.clone() for k, v in dst.items()}
         with connect(server, "rollout", max_inflight=1, timeout=2.0) as rollout:
             receiver = tht.Receiver(rollout, "policy", dst, staging=staging)
