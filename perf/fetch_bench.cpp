@@ -334,7 +334,7 @@ struct Result {
     double raw_target_cpu_per_gib() const { return per_gib(best().target_cpu_s); }
     double raw_reader_cpu_per_gib() const { return per_gib(best().reader_cpu_s); }
     double fetch() const { return median(fetch_gbps); }
-    // The lane's limit: the raw pair with whichever read size was faster.
+    // The lane's limit: the raw pair's fastest way of reading (method, read size).
     const Raw &best() const {
         static const Raw none;
         const Raw *b = raws.empty() ? &none : &raws.front();
