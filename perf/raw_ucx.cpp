@@ -307,12 +307,27 @@ void RawReader::check_healthy(const Stream &s) {
         fail("endpoint failed: ", ucs_status_string(static_cast<ucs_status_t>(s.ep_status.load())));
 }
 
-void RawReader::read_range(Stream &s, size_t begin, size_t end, size_t chunk, unsigned inflight,
-                           Clock::time_point deadline, bool wait_on_events) {
+void RawReader::run_window(Stream &s, size_t count, unsigned inflight, Clock::time_point deadline, bool wait_on_events,
+                           const char *what, const std::function<bool(size_t)> &post) {
     int efd = -1;
     if (wait_on_events && ucp_worker_get_efd(s.worker, &efd) != UCS_OK) fail("the worker has no event fd");
-    if (s.inflight != 0) fail("GETs of an earlier read are still in flight");
+    if (s.inflight != 0) fail(what, " of an earlier read are still in flight");
     s.get_status = UCS_OK;
+    for (size_t next = 0; next < count || s.inflight > 0;) {
+        while (s.inflight < inflight && next < count)
+            if (post(next++)) s.inflight++;
+        bool progressed = ucp_worker_progress(s.worker) != 0;
+        if (wait_on_events && !progressed && ucp_worker_arm(s.worker) == UCS_OK) {
+            pollfd pfd{efd, POLLIN, 0};
+            poll(&pfd, 1, 10);
+        }
+        check_healthy(s);
+        if (Clock::now() > deadline) fail(what, " did not complete in time (", s.inflight, " still in flight)");
+    }
+}
+
+void RawReader::read_range(Stream &s, size_t begin, size_t end, size_t chunk, unsigned inflight,
+                           Clock::time_point deadline, bool wait_on_events) {
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH |
                        UCP_OP_ATTR_FIELD_MEMORY_TYPE;
@@ -320,22 +335,12 @@ void RawReader::read_range(Stream &s, size_t begin, size_t end, size_t chunk, un
     prm.user_data = &s;
     prm.memh = local_region_->memh();
     prm.memory_type = ucs_memory(*local_);
-    for (size_t issued = begin; issued < end || s.inflight > 0;) {
-        while (s.inflight < inflight && issued < end) {
-            size_t len = std::min(chunk, end - issued);
-            ucs_status_ptr_t req = ucp_get_nbx(s.ep, local_->data() + issued, len, remote_ + issued, s.rkey, &prm);
-            if (UCS_PTR_IS_ERR(req)) fail("ucp_get_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
-            if (UCS_PTR_IS_PTR(req)) s.inflight++;
-            issued += len;
-        }
-        bool progressed = ucp_worker_progress(s.worker) != 0;
-        if (wait_on_events && !progressed && ucp_worker_arm(s.worker) == UCS_OK) {
-            pollfd pfd{efd, POLLIN, 0};
-            poll(&pfd, 1, 10);
-        }
-        check_healthy(s);
-        if (Clock::now() > deadline) fail("GETs did not complete in time (", s.inflight, " still in flight)");
-    }
+    run_window(s, (end - begin + chunk - 1) / chunk, inflight, deadline, wait_on_events, "GETs", [&](size_t i) {
+        size_t offset = begin + i * chunk, len = std::min(chunk, end - offset);
+        ucs_status_ptr_t req = ucp_get_nbx(s.ep, local_->data() + offset, len, remote_ + offset, s.rkey, &prm);
+        if (UCS_PTR_IS_ERR(req)) fail("ucp_get_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
+        return UCS_PTR_IS_PTR(req);  // else done already
+    });
 }
 
 // Copies an answer into place; runs inside ucp_worker_progress on the thread
@@ -368,9 +373,7 @@ double RawReader::pull_all(size_t chunk, unsigned inflight, Clock::time_point de
     if (local_ == nullptr) fail("no buffer bound");
     if (local_->memory() != Memory::Host) fail("pulls read into host memory only");
     Stream &s = *streams_[0];
-    if (s.inflight != 0) fail("reads of an earlier call are still in flight");
     const size_t n = local_->size(), reads = (n + chunk - 1) / chunk;
-    s.get_status = UCS_OK;
     s.pull_into = local_->data();
     s.pull_size = n;
     s.pull_left.assign(reads, 0);
@@ -381,20 +384,14 @@ double RawReader::pull_all(size_t chunk, unsigned inflight, Clock::time_point de
     prm.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
     prm.cb.send = [](void *request, ucs_status_t, void *) { ucp_request_free(request); };
     auto t0 = Clock::now();
-    for (size_t next = 0; next < reads || s.inflight > 0;) {
-        while (s.inflight < inflight && next < reads) {
-            uint64_t offset = next * chunk, len = std::min<uint64_t>(chunk, n - offset);
-            pull_headers_[next] = {next, offset, len};
-            s.pull_left[next] = len;
-            ucs_status_ptr_t req = ucp_am_send_nbx(s.ep, kPullId, &pull_headers_[next], sizeof(PullHeader), nullptr, 0, &prm);
-            if (UCS_PTR_IS_ERR(req)) fail("ucp_am_send_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
-            s.inflight++;
-            next++;
-        }
-        ucp_worker_progress(s.worker);
-        check_healthy(s);
-        if (Clock::now() > deadline) fail("pulls did not complete in time (", s.inflight, " still in flight)");
-    }
+    run_window(s, reads, inflight, deadline, /*wait_on_events=*/false, "pulls", [&](size_t i) {
+        uint64_t offset = i * chunk, len = std::min<uint64_t>(chunk, n - offset);
+        pull_headers_[i] = {i, offset, len};
+        s.pull_left[i] = len;
+        ucs_status_ptr_t req = ucp_am_send_nbx(s.ep, kPullId, &pull_headers_[i], sizeof(PullHeader), nullptr, 0, &prm);
+        if (UCS_PTR_IS_ERR(req)) fail("ucp_am_send_nbx: ", ucs_status_string(UCS_PTR_STATUS(req)));
+        return true;  // in flight until its last answer lands (on_answer)
+    });
     s.pull_into = nullptr;
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -147,6 +148,14 @@ class RawReader {
     // Reads [begin, end) of the buffer through s; throws on a failure.
     void read_range(Stream &s, size_t begin, size_t end, size_t chunk, unsigned inflight, Clock::time_point deadline,
                     bool wait_on_events);
+    // The window both ways of reading share: posts reads 0..count-1 through
+    // s, at most `inflight` outstanding (post(i) posts read i and says
+    // whether it is still in flight: completions decrement s.inflight), and
+    // progresses s's worker until all are done; throws on a failed read or
+    // at the deadline (`what`: "GETs", "pulls"). Sleeps on the event fd
+    // between completions if wait_on_events.
+    void run_window(Stream &s, size_t count, unsigned inflight, Clock::time_point deadline, bool wait_on_events,
+                    const char *what, const std::function<bool(size_t)> &post);
 
     RawWorker ucx_;
     std::vector<uint8_t> target_;
