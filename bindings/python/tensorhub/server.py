@@ -26,6 +26,15 @@ class Server(HandleOwner):
         max_readers_per_source: fan-out cap per source while other sources exist.
         token: cluster token; when set, only peers with it are served
             (default $TENSORHUB_TOKEN).
+        metrics: an HTTP URL, e.g. "http://0.0.0.0:9090" (port 0: any free
+            port): serve Prometheus metrics at <url>/metrics (see
+            ``metrics_url``), a live page at <url>/ and the status document
+            at <url>/api/status. Default: no HTTP endpoint.
+        standby: this server waits to take over from another (listed after
+            it in the clients' server URLs). Until workers fail over to it,
+            and for one lease after, it cannot tell "unknown" from "not
+            re-declared yet", so such answers tell clients to ask again
+            within their timeouts instead of failing.
         etcd: "host:port,..." of an etcd: campaign for leadership there and
             serve only while leading (high availability). Clients then use
             ``"etcd://<etcd>/<prefix>"`` as their server.
@@ -45,6 +54,7 @@ class Server(HandleOwner):
 
     def __init__(self, listen: str | None = None, lease_ms: int | None = None,
                  max_readers_per_source: int | None = None, token: str | None = None,
+                 metrics: str | None = None, standby: bool = False,
                  etcd: str | None = None, etcd_prefix: str | None = None, etcd_lease_ms: int | None = None,
                  advertise: str | None = None, stripes: int | None = None) -> None:
         cfg = new_config(ServerConfig, lib.th_server_config_init)
@@ -56,6 +66,9 @@ class Server(HandleOwner):
             cfg.max_readers_per_source = u32(max_readers_per_source, "max_readers_per_source")
         if token is not None:
             cfg.token = encode(token, "token")
+        if metrics is not None:
+            cfg.metrics_url = encode(metrics, "metrics")
+        cfg.standby = 1 if standby else 0
         if etcd is not None:
             cfg.etcd_endpoints = encode(etcd, "etcd")
         if etcd_prefix is not None:
@@ -70,8 +83,15 @@ class Server(HandleOwner):
         check(lib.th_server_create(ctypes.byref(out), ctypes.byref(cfg)))
         # Read once: th_server_url may not run concurrently with destroy.
         self._url: str = lib.th_server_url(out).decode()
+        self._metrics_url: str | None = lib.th_server_metrics_url(out).decode() or None
         self._handle = Handle(out.value or 0, lib.th_server_destroy, "server")
         close_at_exit(self, order=1)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The URL of the Prometheus metrics, "http://<host>:<real port>/metrics",
+        or None when the server was started without ``metrics``."""
+        return self._metrics_url
 
     def close(self) -> None:
         """Stops the server. Idempotent."""
