@@ -16,9 +16,19 @@ func cancelOnDone(ctx context.Context) (*C.th_cancel, func(), error) {
 	if ctx.Done() == nil {
 		return nil, func() {}, nil
 	}
+	return newCancelOnDone(ctx)
+}
+
+// newCancelOnDone is cancelOnDone for a call that may also signal the token
+// itself (a fetch whose progress callback panicked): it makes one even for a
+// ctx that can never be done.
+func newCancelOnDone(ctx context.Context) (*C.th_cancel, func(), error) {
 	var token *C.th_cancel
 	if err := call(func() C.th_status { return C.th_cancel_create(&token) }); err != nil {
 		return nil, nil, err
+	}
+	if ctx.Done() == nil {
+		return token, func() { C.th_cancel_destroy(token) }, nil
 	}
 	select {
 	case <-ctx.Done(): // done already: the fetch ends before its first read

@@ -66,6 +66,57 @@ func takeString(s *C.char) string {
 	return C.GoString(s)
 }
 
+// stringSetting is a string field of a C config; "" keeps what the config's
+// init function put there (the library's default, or NULL).
+type stringSetting struct {
+	what, value string
+	field       **C.char
+}
+
+// setStrings sets each non-empty setting to a C copy of its value; free
+// releases them once the config is no longer used (also after an error).
+func setStrings(settings []stringSetting) (free func(), err error) {
+	var made []*C.char
+	free = func() {
+		for _, cs := range made {
+			freeString(cs)
+		}
+	}
+	for _, s := range settings {
+		if s.value == "" {
+			continue
+		}
+		cs, err := cString(s.what, s.value)
+		if err != nil {
+			return free, err
+		}
+		made = append(made, cs)
+		*s.field = cs
+	}
+	return free, nil
+}
+
+// durationSetting is a millisecond field of a C config; 0 keeps the default.
+type durationSetting struct {
+	what  string
+	value time.Duration
+	field *C.uint32_t
+}
+
+// setDurations sets each nonzero setting (see millis).
+func setDurations(settings []durationSetting) error {
+	for _, d := range settings {
+		ms, err := millis(d.value, d.what)
+		if err != nil {
+			return err
+		}
+		if ms != 0 {
+			*d.field = ms
+		}
+	}
+	return nil
+}
+
 // millis converts a Go duration to a C uint32 millisecond field. Zero keeps
 // the library default; anything else is rounded up (so a tiny timeout never
 // turns into 0, which means "default") and saturated.
@@ -120,3 +171,12 @@ func withContext(ctx context.Context, err error) error {
 
 // Version is the loaded library's version, "MAJOR.MINOR.PATCH".
 func Version() string { return C.GoString(C.th_version()) }
+
+// HeaderVersionNumber is the TH_VERSION_NUMBER of the header this package
+// was built against: MAJOR*10000 + MINOR*100 + PATCH.
+const HeaderVersionNumber uint32 = C.TH_VERSION_NUMBER
+
+// VersionNumber is the loaded library's TH_VERSION_NUMBER, which may differ
+// from HeaderVersionNumber when the shared library was replaced after the
+// build: compare them to require a library at least as new as the header.
+func VersionNumber() uint32 { return uint32(C.th_version_number()) }

@@ -28,7 +28,11 @@ const (
 // ClientConfig configures a client. Zero fields keep the library defaults
 // (the Default* constants).
 type ClientConfig struct {
-	ServerURL  string // required, e.g. "tcp://10.0.0.1:7070"
+	// ServerURL is required, e.g. "tcp://10.0.0.1:7070". A comma-separated
+	// list fails over along it (a Standby server after the one in use);
+	// "etcd://h1:2379,h2:2379/tensorhub" follows the leader that etcd names
+	// under that prefix (ServerConfig.EtcdEndpoints).
+	ServerURL  string
 	WorkerName string // default "<hostname>-<pid>"
 	Labels     string // topology, "dc=eu,rack=r7,host=node12,gpu=0"; default host=<hostname>
 	// Timeout bounds control calls and connecting. Default DefaultTimeout.
@@ -52,6 +56,10 @@ type ClientConfig struct {
 	// thread that posts it, so more threads read faster where cores are
 	// free. Default DefaultCopyThreads.
 	CopyThreads uint32
+	// Token is the cluster token (see ServerConfig.Token); it must be the
+	// server's, or calls fail with ErrAuth. Default (empty): $TENSORHUB_TOKEN
+	// if set. Never logged.
+	Token string
 }
 
 // Client is a worker connected to a server. Its methods may be called from
@@ -77,43 +85,23 @@ func Connect(url string) (*Client, error) { return NewClient(ClientConfig{Server
 func NewClient(cfg ClientConfig) (*Client, error) {
 	var raw C.th_client_config
 	C.th_client_config_init(&raw, C.sizeof_th_client_config)
-	strs := []struct {
-		what, value string
-		field       **C.char
-	}{
+	free, err := setStrings([]stringSetting{
 		{"server URL", cfg.ServerURL, &raw.server_url},
 		{"worker name", cfg.WorkerName, &raw.worker_name},
 		{"labels", cfg.Labels, &raw.labels},
+		{"token", cfg.Token, &raw.token},
+	})
+	defer free()
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range strs {
-		if s.value == "" {
-			continue // NULL: the default, or for the URL the library's error
-		}
-		cs, err := cString(s.what, s.value)
-		if err != nil {
-			return nil, err
-		}
-		defer freeString(cs)
-		*s.field = cs
-	}
-	durations := []struct {
-		what  string
-		value time.Duration
-		field *C.uint32_t
-	}{
+	if err := setDurations([]durationSetting{
 		{"timeout", cfg.Timeout, &raw.timeout_ms},
 		{"heartbeat", cfg.Heartbeat, &raw.heartbeat_ms},
 		{"chunk timeout", cfg.ChunkTimeout, &raw.chunk_timeout_ms},
 		{"mutation wait", cfg.MutationWait, &raw.mutation_wait_ms},
-	}
-	for _, d := range durations {
-		ms, err := millis(d.value, d.what)
-		if err != nil {
-			return nil, err
-		}
-		if ms != 0 {
-			*d.field = ms
-		}
+	}); err != nil {
+		return nil, err
 	}
 	if cfg.MaxInflight != 0 {
 		raw.max_inflight = C.uint32_t(cfg.MaxInflight)

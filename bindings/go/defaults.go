@@ -29,23 +29,35 @@ const (
 	DefaultChunkBytes          uint64        = C.TH_DEFAULT_CHUNK_BYTES
 	DefaultChecksums           bool          = C.TH_DEFAULT_CHECKSUMS != 0
 	DefaultVerify              Verify        = C.TH_DEFAULT_VERIFY
+	DefaultProgressInterval    time.Duration = C.TH_DEFAULT_PROGRESS_INTERVAL_MS * time.Millisecond
 )
+
+// fetchDefaults are the settings of FetchOptions that have a library
+// default (FetchOptions itself holds a function, so it cannot be compared).
+type fetchDefaults struct {
+	Verify           Verify
+	ProgressInterval time.Duration
+}
 
 // libraryDefaults reads back what the loaded library's th_*_config_init
 // fill in, for the test that holds them to the constants above.
-func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig) {
+func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig, fetchDefaults) {
 	var s C.th_server_config
 	C.th_server_config_init(&s, C.sizeof_th_server_config)
 	var c C.th_client_config
 	C.th_client_config_init(&c, C.sizeof_th_client_config)
 	var p C.th_publish_config
 	C.th_publish_config_init(&p, C.sizeof_th_publish_config)
+	var f C.th_fetch_config
+	C.th_fetch_config_init(&f, C.sizeof_th_fetch_config)
 	ms := func(v C.uint32_t) time.Duration { return time.Duration(v) * time.Millisecond }
 	return ServerConfig{
 			ListenURL:           C.GoString(s.listen_url),
 			Lease:               ms(s.lease_ms),
 			MaxReadersPerSource: uint32(s.max_readers_per_source),
 			Stripes:             uint32(s.stripes),
+			EtcdPrefix:          C.GoString(s.etcd_prefix),
+			EtcdLease:           ms(s.etcd_lease_ms),
 		}, ClientConfig{
 			Timeout:        ms(c.timeout_ms),
 			Heartbeat:      ms(c.heartbeat_ms),
@@ -60,5 +72,8 @@ func libraryDefaults() (ServerConfig, ClientConfig, PublishConfig) {
 			NumShards:   uint32(p.num_shards),
 			ChunkBytes:  uint64(p.chunk_bytes),
 			NoChecksums: p.checksums == 0,
+		}, fetchDefaults{
+			Verify:           Verify(f.verify),
+			ProgressInterval: ms(f.progress_interval_ms),
 		}
 }

@@ -5,9 +5,9 @@ import "testing"
 // A zero field means the library's default; the Default* constants must name
 // exactly those values.
 func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
-	server, client, publish := libraryDefaults()
+	server, client, publish, fetch := libraryDefaults()
 	want := ServerConfig{ListenURL: DefaultListenURL, Lease: DefaultLease, MaxReadersPerSource: DefaultMaxReadersPerSource,
-		Stripes: DefaultStripes}
+		Stripes: DefaultStripes, EtcdPrefix: DefaultEtcdPrefix, EtcdLease: DefaultEtcdLease}
 	if server != want {
 		t.Errorf("server defaults: library %+v, constants %+v", server, want)
 	}
@@ -22,5 +22,9 @@ func TestDefaultsAreTheLibrarysDefaults(t *testing.T) {
 	wantPublish := PublishConfig{NumShards: DefaultNumShards, ChunkBytes: DefaultChunkBytes, NoChecksums: !DefaultChecksums}
 	if publish != wantPublish {
 		t.Errorf("publish defaults: library %+v, constants %+v", publish, wantPublish)
+	}
+	wantFetch := fetchDefaults{Verify: DefaultVerify, ProgressInterval: DefaultProgressInterval}
+	if fetch != wantFetch {
+		t.Errorf("fetch defaults: library %+v, constants %+v", fetch, wantFetch)
 	}
 }

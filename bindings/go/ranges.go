@@ -38,31 +38,23 @@ type Range struct {
 func (c *Client) FetchRanges(ctx context.Context, model string, version uint64, shard uint32,
 	ranges []Range) (uint64, SyncStats, error) {
 	var stats SyncStats
+	v, err := c.FetchRangesWith(ctx, model, version, shard, ranges, FetchOptions{Stats: &stats})
+	return v, stats, err
+}
+
+// FetchRangesWith is FetchRanges with options (FetchWith's): which chunks
+// to verify (a chunk a range covers only in part is not checked), a progress
+// callback, whose total is the ranges' bytes, and a SyncStats to fill.
+func (c *Client) FetchRangesWith(ctx context.Context, model string, version uint64, shard uint32,
+	ranges []Range, opts FetchOptions) (uint64, error) {
 	if len(ranges) == 0 {
-		return 0, stats, newError(StatusInvalidArg, "FetchRanges: no ranges given")
+		return 0, newError(StatusInvalidArg, "FetchRanges: no ranges given")
 	}
-	timeout, err := deadline(ctx, 0)
+	run, err := newFetchRun(ctx, model, version, shard, opts)
 	if err != nil {
-		return 0, stats, err
+		return 0, err
 	}
-	var raw C.th_fetch_config
-	C.th_fetch_config_init(&raw, C.sizeof_th_fetch_config)
-	if raw.model, err = cString("model", model); err != nil {
-		return 0, stats, err
-	}
-	defer freeString(raw.model)
-	raw.version = C.uint64_t(version)
-	raw.shard = C.uint32_t(shard)
-	raw.timeout_ms = timeout
-	cs := newCStats(true)
-	defer cs.free()
-	raw.stats = cs.p
-	token, stop, err := cancelOnDone(ctx)
-	if err != nil {
-		return 0, stats, err
-	}
-	defer stop()
-	raw.cancel = token
+	defer run.close()
 
 	// The array lives in C memory: it holds pointers (names, buffers).
 	arr := (*C.th_range)(C.calloc(C.size_t(len(ranges)), C.size_t(unsafe.Sizeof(C.th_range{}))))
@@ -80,19 +72,19 @@ func (c *Client) FetchRanges(ctx context.Context, model string, version uint64, 
 	}()
 	for i, r := range ranges {
 		if r.Dst == nil {
-			return 0, stats, newError(StatusInvalidArg, fmt.Sprintf("range %d of tensor '%s' has no buffer", i, r.Tensor))
+			return 0, newError(StatusInvalidArg, fmt.Sprintf("range %d of tensor '%s' has no buffer", i, r.Tensor))
 		}
 		if raws[i].tensor, err = cString("tensor", r.Tensor); err != nil {
-			return 0, stats, err
+			return 0, err
 		}
 		ptr, err := r.Dst.acquire()
 		if err != nil {
-			return 0, stats, newError(StatusInvalidArg, fmt.Sprintf("range %d of tensor '%s': %s", i, r.Tensor, err.(*Error).msg))
+			return 0, newError(StatusInvalidArg, fmt.Sprintf("range %d of tensor '%s': %s", i, r.Tensor, err.(*Error).msg))
 		}
 		bufs = append(bufs, r.Dst)
 		n := uint64(r.Dst.Len())
 		if r.DstOffset > n {
-			return 0, stats, newError(StatusInvalidArg,
+			return 0, newError(StatusInvalidArg,
 				fmt.Sprintf("range %d of tensor '%s': DstOffset %d is outside its %d-byte buffer", i, r.Tensor, r.DstOffset, n))
 		}
 		rows, rowBytes := r.Rows, r.RowBytes
@@ -113,11 +105,14 @@ func (c *Client) FetchRanges(ctx context.Context, model string, version uint64, 
 	}
 	var got C.uint64_t
 	err = c.use(func(p *C.th_client) error {
-		return call(func() C.th_status { return C.th_fetch_ranges(p, &raw, arr, C.size_t(len(ranges)), &got) })
+		return call(func() C.th_status { return C.th_fetch_ranges(p, run.raw, arr, C.size_t(len(ranges)), &got) })
 	})
-	if err != nil {
-		return 0, stats, withContext(ctx, err)
+	if value, panicked := run.progress.recovered(); panicked {
+		panic(value)
 	}
-	cs.copyTo(&stats)
-	return uint64(got), stats, nil
+	if err != nil {
+		return 0, withContext(ctx, err)
+	}
+	run.stats.copyTo(opts.Stats)
+	return uint64(got), nil
 }

@@ -27,13 +27,45 @@ type ServerConfig struct {
 	// relayed along its own tree (1: chains; at most 11). Default
 	// DefaultStripes (0: 8 once 24 workers are registered, else chains).
 	Stripes uint32
+	// Token is the cluster token: when set, every message must carry an
+	// HMAC-SHA256 under it, and peers without it fail with ErrAuth. Default
+	// (empty): $TENSORHUB_TOKEN if set, else none.
+	Token string
+	// MetricsURL, when set, serves HTTP at this URL, e.g.
+	// "http://0.0.0.0:9090" (port 0: any free port): Prometheus metrics at
+	// <url>/metrics (see Server.MetricsURL), a live page at <url>/ and the
+	// status JSON it polls at <url>/api/status. Default: no HTTP.
+	MetricsURL string
+	// Standby makes a server that waits to take over from another (listed
+	// after it in the clients' ServerURL). Until workers fail over to it, and
+	// for one lease after, it cannot tell "unknown" from "not declared
+	// again yet", so such answers make clients ask again (within their
+	// timeouts) instead of failing.
+	Standby bool
+	// EtcdEndpoints, "host:port[,host:port...]" of etcd's client URLs (plain
+	// HTTP), makes the server one of a highly available group: servers with
+	// the same endpoints and EtcdPrefix campaign for leadership, only the
+	// leader serves, and clients follow it with ServerURL
+	// "etcd://<endpoints><prefix>". Default: no etcd.
+	EtcdEndpoints string
+	// EtcdPrefix is where in etcd this cluster keeps its keys; it starts with
+	// '/'. Default DefaultEtcdPrefix.
+	EtcdPrefix string
+	// EtcdLease is the leader's etcd lease (whole seconds, at least 2 s): a
+	// dead leader is replaced within about this long. Default DefaultEtcdLease.
+	EtcdLease time.Duration
+	// AdvertiseURL is the URL clients reach this server at, published in
+	// etcd. Default: the bound URL, which must then not be a wildcard
+	// address (0.0.0.0).
+	AdvertiseURL string
 }
 
 // Server is a metadata server running in this process on its own threads.
 type Server struct {
-	mu  sync.Mutex
-	ptr *C.th_server
-	url string
+	mu         sync.Mutex
+	ptr        *C.th_server
+	url        string
+	metricsURL string
 }
 
 // NewServer starts a server listening on listenURL, e.g. "tcp://127.0.0.1:0".
@@ -45,20 +77,23 @@ func NewServer(listenURL string) (*Server, error) {
 func NewServerWithConfig(cfg ServerConfig) (*Server, error) {
 	var raw C.th_server_config
 	C.th_server_config_init(&raw, C.sizeof_th_server_config)
-	if cfg.ListenURL != "" {
-		url, err := cString("listen URL", cfg.ListenURL)
-		if err != nil {
-			return nil, err
-		}
-		defer freeString(url)
-		raw.listen_url = url
-	}
-	lease, err := millis(cfg.Lease, "lease")
+	free, err := setStrings([]stringSetting{
+		{"listen URL", cfg.ListenURL, &raw.listen_url},
+		{"token", cfg.Token, &raw.token},
+		{"metrics URL", cfg.MetricsURL, &raw.metrics_url},
+		{"etcd endpoints", cfg.EtcdEndpoints, &raw.etcd_endpoints},
+		{"etcd prefix", cfg.EtcdPrefix, &raw.etcd_prefix},
+		{"advertise URL", cfg.AdvertiseURL, &raw.advertise_url},
+	})
+	defer free()
 	if err != nil {
 		return nil, err
 	}
-	if lease != 0 {
-		raw.lease_ms = lease
+	if err := setDurations([]durationSetting{
+		{"lease", cfg.Lease, &raw.lease_ms},
+		{"etcd lease", cfg.EtcdLease, &raw.etcd_lease_ms},
+	}); err != nil {
+		return nil, err
 	}
 	if cfg.MaxReadersPerSource != 0 {
 		raw.max_readers_per_source = C.uint32_t(cfg.MaxReadersPerSource)
@@ -66,11 +101,14 @@ func NewServerWithConfig(cfg ServerConfig) (*Server, error) {
 	if cfg.Stripes != 0 {
 		raw.stripes = C.uint32_t(cfg.Stripes)
 	}
+	if cfg.Standby {
+		raw.standby = 1
+	}
 	var ptr *C.th_server
 	if err := call(func() C.th_status { return C.th_server_create(&ptr, &raw) }); err != nil {
 		return nil, err
 	}
-	s := &Server{ptr: ptr, url: C.GoString(C.th_server_url(ptr))}
+	s := &Server{ptr: ptr, url: C.GoString(C.th_server_url(ptr)), metricsURL: C.GoString(C.th_server_metrics_url(ptr))}
 	// A forgotten server would keep its port and threads for good.
 	runtime.SetFinalizer(s, (*Server).Close)
 	return s, nil
@@ -78,6 +116,11 @@ func NewServerWithConfig(cfg ServerConfig) (*Server, error) {
 
 // URL is the address clients connect to, with the real port.
 func (s *Server) URL() string { return s.url }
+
+// MetricsURL is the URL of the server's Prometheus endpoint, with the real
+// port and the /metrics path ("http://127.0.0.1:41234/metrics"), or "" when
+// ServerConfig.MetricsURL was not set.
+func (s *Server) MetricsURL() string { return s.metricsURL }
 
 // Close stops the server; clients see ErrUnavailable afterwards. Idempotent.
 func (s *Server) Close() error {
