@@ -2,9 +2,9 @@
 
 use crate::cancel::Cancel;
 use crate::error::{check, Result};
-use crate::ffi::{created, cstring, init_config, millis, take_string, version_arg};
+use crate::ffi::{created, cstring, init_config, millis, opt_cstring, ptr_or, redacted, take_string, version_arg};
 use crate::sys;
-use std::ffi::CString;
+use std::fmt;
 use std::ptr::{self, NonNull};
 use std::time::Duration;
 
@@ -41,8 +41,11 @@ impl Retention {
 /// Settings of a client. [`ClientConfig::new`] fills in the library's defaults
 /// (read from `th_client_config_init`); change fields with struct update
 /// syntax: `ClientConfig { timeout, ..ClientConfig::new(url) }`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
+    /// E.g. `"tcp://10.0.0.1:7070"`; a comma-separated list fails over along
+    /// it; `"etcd://h1:2379,h2:2379/tensorhub"` follows the leader etcd names
+    /// under that prefix ([`ServerConfig::etcd_endpoints`](crate::ServerConfig::etcd_endpoints)).
     pub server_url: String,
     /// `None`: `"<hostname>-<pid>"`.
     pub worker_name: Option<String>,
@@ -58,6 +61,10 @@ pub struct ClientConfig {
     pub retention: Retention,
     /// How long `begin_mutation` waits for reads in flight to drain.
     pub mutation_wait: Duration,
+    /// The cluster token (see [`ServerConfig::token`](crate::ServerConfig::token)).
+    /// `None` (or empty): `$TENSORHUB_TOKEN` if set. The library never logs
+    /// it, and `Debug` does not show it.
+    pub token: Option<String>,
     /// Host memory the library may hold for owned copies (spill); 0: no
     /// limit. A spill that does not fit fails with `Status::NoMemory`.
     pub spill_pool_bytes: u64,
@@ -85,10 +92,47 @@ impl ClientConfig {
             max_inflight: raw.max_inflight,
             retention: Retention::from_raw(raw.retention),
             mutation_wait: ms(raw.mutation_wait_ms),
+            token: None,
             spill_pool_bytes: raw.spill_pool_bytes,
             spill_ahead: raw.spill_ahead != 0,
             copy_threads: raw.copy_threads,
         }
+    }
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be left out unnoticed.
+        let ClientConfig {
+            server_url,
+            worker_name,
+            labels,
+            timeout,
+            heartbeat,
+            chunk_timeout,
+            max_inflight,
+            retention,
+            mutation_wait,
+            token,
+            spill_pool_bytes,
+            spill_ahead,
+            copy_threads,
+        } = self;
+        f.debug_struct("ClientConfig")
+            .field("server_url", server_url)
+            .field("worker_name", worker_name)
+            .field("labels", labels)
+            .field("timeout", timeout)
+            .field("heartbeat", heartbeat)
+            .field("chunk_timeout", chunk_timeout)
+            .field("max_inflight", max_inflight)
+            .field("retention", retention)
+            .field("mutation_wait", mutation_wait)
+            .field("token", &redacted(token))
+            .field("spill_pool_bytes", spill_pool_bytes)
+            .field("spill_ahead", spill_ahead)
+            .field("copy_threads", copy_threads)
+            .finish()
     }
 }
 
@@ -105,10 +149,6 @@ pub struct Client {
 unsafe impl Send for Client {}
 unsafe impl Sync for Client {}
 
-fn opt_cstring(what: &str, value: &Option<String>) -> Result<Option<CString>> {
-    value.as_deref().map(|v| cstring(what, v)).transpose()
-}
-
 impl Client {
     /// Connects with default settings.
     pub fn connect(server_url: &str) -> Result<Client> {
@@ -122,20 +162,18 @@ impl Client {
         let url = cstring("server_url", &config.server_url)?;
         let name = opt_cstring("worker_name", &config.worker_name)?;
         let labels = opt_cstring("labels", &config.labels)?;
+        let token = opt_cstring("token", &config.token)?;
         let mut raw = init_config(sys::th_client_config_init);
         raw.server_url = url.as_ptr();
-        if let Some(name) = &name {
-            raw.worker_name = name.as_ptr();
-        }
-        if let Some(labels) = &labels {
-            raw.labels = labels.as_ptr();
-        }
+        raw.worker_name = ptr_or(&name, raw.worker_name);
+        raw.labels = ptr_or(&labels, raw.labels);
         raw.timeout_ms = millis(config.timeout);
         raw.heartbeat_ms = millis(config.heartbeat);
         raw.chunk_timeout_ms = millis(config.chunk_timeout);
         raw.max_inflight = config.max_inflight;
         raw.retention = config.retention.raw();
         raw.mutation_wait_ms = millis(config.mutation_wait);
+        raw.token = ptr_or(&token, raw.token);
         raw.spill_pool_bytes = config.spill_pool_bytes;
         raw.spill_ahead = config.spill_ahead.into();
         raw.copy_threads = config.copy_threads;

@@ -3,18 +3,22 @@
 use crate::cancel::Cancel;
 use crate::client::Client;
 use crate::error::{check, Result};
-use crate::ffi::{created, cstring, init_config, millis, version_arg};
+use crate::ffi::{created, cstring, init_config, millis, version_arg, Hidden};
 use crate::replica::Replica;
 use crate::stats::{raw_stats, SyncStats};
 use crate::sys;
 use crate::tensor::{RawTensors, TensorMut};
+use std::any::Any;
+use std::cell::RefCell;
 use std::ffi::{c_void, CString};
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::time::Duration;
 
 /// What to fetch. `FetchRequest::new(model)` asks for the whole shard 0 of
 /// the newest committed version under the client's default deadline.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct FetchRequest<'s> {
     pub model: &'s str,
     /// `None`: the newest committed version.
@@ -34,6 +38,53 @@ pub struct FetchRequest<'s> {
     /// A token whose [`cancel`](Cancel::cancel), from any thread, ends the
     /// fetch with [`Status::Canceled`](crate::Status::Canceled).
     pub cancel: Option<&'s Cancel>,
+    /// Called as `progress(bytes_done, bytes_total)` on the thread that
+    /// fetches, between transfers, at most every `progress_interval`, and
+    /// once more with `bytes_done == bytes_total` when every byte arrived
+    /// (not when the fetch fails). `bytes_total` is what the fetch needs:
+    /// the shard, the tensor range, or the ranges' bytes. The fetch (and the
+    /// readers relaying from this one) waits for it: keep it quick. A panic in
+    /// it stops the calls and resumes in the caller once the fetch returned
+    /// (a serving fetch's replica released first). `Sync` keeps a request
+    /// shareable between threads; use atomics or a `Mutex` for its state
+    /// (uncontended: only the fetching thread calls it).
+    pub progress: Option<&'s (dyn Fn(u64, u64) + Sync)>,
+    /// The least time between two `progress` calls (`Duration::ZERO`:
+    /// whenever bytes may have arrived). `None`: the library's default
+    /// (`TH_DEFAULT_PROGRESS_INTERVAL_MS`, 100 ms).
+    pub progress_interval: Option<Duration>,
+}
+
+impl fmt::Debug for FetchRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Destructured so that a new field cannot be left out unnoticed.
+        let FetchRequest {
+            model,
+            version,
+            shard,
+            timeout,
+            tensor,
+            offset,
+            length,
+            verify,
+            cancel,
+            progress,
+            progress_interval,
+        } = self;
+        f.debug_struct("FetchRequest")
+            .field("model", model)
+            .field("version", version)
+            .field("shard", shard)
+            .field("timeout", timeout)
+            .field("tensor", tensor)
+            .field("offset", offset)
+            .field("length", length)
+            .field("verify", verify)
+            .field("cancel", cancel)
+            .field("progress", &progress.map(|_| Hidden("<closure>")))
+            .field("progress_interval", progress_interval)
+            .finish()
+    }
 }
 
 /// Which chunks a fetch checks against the checksums their publisher declared.
@@ -55,9 +106,59 @@ impl Verify {
     }
 }
 
+/// A request's progress closure as the C library calls it: through
+/// [`progress_trampoline`], with a pointer to this as user_data. It lives on
+/// the fetching thread's stack for the duration of the call.
+struct ProgressHook<'a> {
+    callback: Option<&'a (dyn Fn(u64, u64) + Sync)>,
+    /// What the closure panicked with: it is not called again, and the panic
+    /// resumes in the caller once the C call returned.
+    panic: RefCell<Option<Box<dyn Any + Send>>>,
+}
+
+impl<'a> ProgressHook<'a> {
+    fn new(request: &FetchRequest<'a>) -> Self {
+        ProgressHook { callback: request.progress, panic: RefCell::new(None) }
+    }
+
+    /// Hands `result` back, unless the closure panicked: then drops it (a
+    /// serving fetch's replica is released while its buffers are still
+    /// borrowed) and resumes that panic, with its payload, on this thread.
+    fn finish<T>(self, result: T) -> T {
+        if let Some(payload) = self.panic.into_inner() {
+            drop(result);
+            panic::resume_unwind(payload);
+        }
+        result
+    }
+}
+
+/// `th_fetch_config.progress`. A panic must not unwind into C: it is kept for
+/// [`ProgressHook::finish`] and the closure is not called again.
+unsafe extern "C" fn progress_trampoline(bytes_done: u64, bytes_total: u64, user_data: *mut c_void) {
+    // SAFETY: user_data is the ProgressHook that raw_config installed; it
+    // outlives the th_fetch call, during which alone the library calls this,
+    // and only on the thread that made that call (so the RefCell is never
+    // shared between threads).
+    let hook = unsafe { &*(user_data as *const ProgressHook<'_>) };
+    let Some(callback) = hook.callback else { return };
+    if hook.panic.borrow().is_some() {
+        return;
+    }
+    // AssertUnwindSafe: the panic resumes in the caller, which then sees the
+    // closure's state as any panic would leave it.
+    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| callback(bytes_done, bytes_total))) {
+        *hook.panic.borrow_mut() = Some(payload);
+    }
+}
+
 /// The `th_fetch_config` of a request, and the strings it points into (keep
-/// them alive while the config is used).
-fn raw_config(request: &FetchRequest<'_>) -> Result<(sys::th_fetch_config, (CString, Option<CString>))> {
+/// them alive while the config is used). Its progress fields point at `hook`,
+/// which must stay where it is until the fetch returned.
+fn raw_config(
+    request: &FetchRequest<'_>,
+    hook: &ProgressHook<'_>,
+) -> Result<(sys::th_fetch_config, (CString, Option<CString>))> {
     let model = cstring("model", request.model)?;
     let tensor: Option<CString> = request.tensor.map(|t| cstring("tensor", t)).transpose()?;
     let mut raw = init_config(sys::th_fetch_config_init);
@@ -71,6 +172,13 @@ fn raw_config(request: &FetchRequest<'_>) -> Result<(sys::th_fetch_config, (CStr
         raw.verify = verify.raw();
     }
     raw.cancel = request.cancel.map_or(ptr::null_mut(), Cancel::raw);
+    if hook.callback.is_some() {
+        raw.progress = Some(progress_trampoline);
+        raw.progress_user_data = hook as *const ProgressHook<'_> as *mut c_void;
+    }
+    if let Some(interval) = request.progress_interval {
+        raw.progress_interval_ms = millis(interval);
+    }
     Ok((raw, (model, tensor)))
 }
 
@@ -116,7 +224,19 @@ impl Client {
         dst: &'a mut [TensorMut<'_>],
         serve: bool,
     ) -> Result<(u64, Option<Replica<'a>>, SyncStats)> {
-        let (mut raw, _strings) = raw_config(request)?;
+        let hook = ProgressHook::new(request);
+        let result = self.fetch_hooked(request, &hook, dst, serve);
+        hook.finish(result)
+    }
+
+    fn fetch_hooked<'a>(
+        &'a self,
+        request: &FetchRequest<'_>,
+        hook: &ProgressHook<'_>,
+        dst: &'a mut [TensorMut<'_>],
+        serve: bool,
+    ) -> Result<(u64, Option<Replica<'a>>, SyncStats)> {
+        let (mut raw, _strings) = raw_config(request, hook)?;
         raw.offset = request.offset;
         raw.length = request.length;
         let mut stats = raw_stats();
@@ -183,7 +303,18 @@ impl Client {
     /// its range's buffer. Returns the version delivered and the fetch's
     /// summary (`bytes` counts the ranges' bytes). The buffers do not serve.
     pub fn fetch_ranges(&self, request: &FetchRequest<'_>, ranges: &mut [RangeMut<'_>]) -> Result<(u64, SyncStats)> {
-        let (mut raw, _strings) = raw_config(request)?;
+        let hook = ProgressHook::new(request);
+        let result = self.fetch_ranges_hooked(request, &hook, ranges);
+        hook.finish(result)
+    }
+
+    fn fetch_ranges_hooked(
+        &self,
+        request: &FetchRequest<'_>,
+        hook: &ProgressHook<'_>,
+        ranges: &mut [RangeMut<'_>],
+    ) -> Result<(u64, SyncStats)> {
+        let (mut raw, _strings) = raw_config(request, hook)?;
         let mut stats = raw_stats();
         raw.stats = &mut stats;
 

@@ -17,6 +17,11 @@ fn configs_start_from_the_headers_defaults() {
     assert_eq!(server.lease, ms(TH_DEFAULT_LEASE_MS));
     assert_eq!(server.max_readers_per_source, TH_DEFAULT_MAX_READERS_PER_SOURCE);
     assert_eq!(server.stripes, TH_DEFAULT_STRIPES);
+    assert_eq!(server.etcd_prefix, TH_DEFAULT_ETCD_PREFIX);
+    assert_eq!(server.etcd_lease, ms(TH_DEFAULT_ETCD_LEASE_MS));
+    assert!(!server.standby);
+    let unset = (&server.token, &server.metrics_url, &server.etcd_endpoints, &server.advertise_url);
+    assert_eq!(unset, (&None, &None, &None, &None));
 
     let client = ClientConfig::new("tcp://127.0.0.1:1");
     assert_eq!(client.timeout, ms(TH_DEFAULT_TIMEOUT_MS));
@@ -29,6 +34,7 @@ fn configs_start_from_the_headers_defaults() {
     assert_eq!(client.spill_pool_bytes, TH_DEFAULT_SPILL_POOL_BYTES);
     assert_eq!(client.spill_ahead, TH_DEFAULT_SPILL_AHEAD != 0);
     assert_eq!(client.copy_threads, TH_DEFAULT_COPY_THREADS);
+    assert_eq!(client.token, None);
 
     let publish = PublishConfig::new("m", 1);
     assert_eq!(publish.num_shards, TH_DEFAULT_NUM_SHARDS);
