@@ -38,8 +38,8 @@ LeaderRecord FollowLeader::next(const LeaderRecord &after, bool must_change, con
     std::string last = "etcd names no leader yet";
     for (;;) {
         try {
-            if (std::optional<EtcdKv> kv = etcd_.get(etcd::leader_key(prefix_))) {
-                LeaderRecord r = etcd::parse_leader_record(kv->value);
+            if (std::optional<LeaderRecord> named = current()) {
+                const LeaderRecord &r = *named;
                 if (!(r == after)) return r;
                 if (patience.expired() && !must_change) return r;
                 last = str("etcd still names ", r.url, " (epoch ", r.epoch, ")");
@@ -53,6 +53,12 @@ LeaderRecord FollowLeader::next(const LeaderRecord &after, bool must_change, con
                  etcd_.endpoints().front(), " (", last, ")");
         std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int32_t>(kPollMs, deadline.remaining_ms())));
     }
+}
+
+std::optional<LeaderRecord> FollowLeader::current() {
+    std::optional<EtcdKv> kv = etcd_.get(etcd::leader_key(prefix_));
+    if (!kv) return std::nullopt;
+    return etcd::parse_leader_record(kv->value);
 }
 
 }  // namespace th

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,9 @@ class FollowLeader {
     // (its server stopped answering, perhaps for a moment only). Fails with
     // TH_ERR_UNAVAILABLE at the deadline.
     LeaderRecord next(const LeaderRecord &after, bool must_change, const Deadline &deadline);
+    // The leader etcd names now, if any: one read of etcd (errors as
+    // EtcdClient's: TH_ERR_UNAVAILABLE, TH_ERR_TIMEOUT, TH_ERR_PROTOCOL).
+    std::optional<LeaderRecord> current();
     const std::string &prefix() const { return prefix_; }
 
   private:

@@ -21,6 +21,12 @@ namespace {
 // timed by this process: it was stopped or starved meanwhile.
 constexpr int64_t kLateTimerMs = 250;
 
+// etcd mode: a call that has waited this long on the server in use has etcd
+// asked whether it names another leader, and again at this period while a
+// call waits (watch_leader()).
+constexpr auto kLeaderCheckAfter = std::chrono::milliseconds(500);
+constexpr auto kLeaderCheckEvery = std::chrono::milliseconds(250);
+
 // How soon a Hello answered "probing" (the server asks the one we left
 // whether it still answers) is sent again.
 constexpr int32_t kProbingRetryMs = 20;
@@ -94,6 +100,12 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
         name_this_thread("th-heartbeat");
         heartbeat_loop();
     });
+    if (leader_) {
+        watcher_ = std::thread([this] {
+            name_this_thread("th-leader");
+            watch_leader();
+        });
+    }
 }
 
 void ServerSession::stop_heartbeats() {
@@ -103,6 +115,12 @@ void ServerSession::stop_heartbeats() {
     }
     hb_cv_.notify_all();
     if (heartbeat_.joinable()) heartbeat_.join();
+    {
+        std::lock_guard lk(watch_mu_);
+        watch_stop_ = true;
+    }
+    watch_cv_.notify_all();
+    if (watcher_.joinable()) watcher_.join();
 }
 
 void ServerSession::goodbye() {
@@ -190,8 +208,7 @@ void ServerSession::fail_over(const std::shared_ptr<RpcClient> &from, const std:
         TH_LOG(Warn, "server ", from->url(), ": ", why, "; failing over to ", to);
         rpc_ = std::make_shared<RpcClient>(to, cfg_.token);
         failed_over_to_ = leader_ ? nullptr : rpc_;
-        // Calls still waiting on the old server end by their attempt deadline
-        // (at most half a call's timeout) and come here next.
+        // Calls still waiting on the old server end at once and ask here.
         from->abandon();
         rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
     }
@@ -230,6 +247,16 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         // A leaving worker (and a heartbeat in flight as it leaves) gives up
         // where it would fail over or register again.
         bool recover = recover_asked && !stop_.load();
+        // Registering again where another thread has moved us on meanwhile
+        // ends at once (RpcClient::abandon): this call then asks the server
+        // in use now.
+        auto moving_on = [&](auto step) {
+            try {
+                step();
+            } catch (const Error &e) {
+                if (e.code() != TH_ERR_CLOSED || !recover || deadline.expired()) throw;
+            }
+        };
         std::shared_ptr<RpcClient> rpc = this->rpc();
         Bytes reply;
         int32_t attempt_ms = 0;
@@ -250,7 +277,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             Bytes request = build(b, header());
             const Envelope *sent = trace::on() ? GetEnvelope(request.data()) : nullptr;
             if (sent) trace::event("call", sent->request_id(), static_cast<uint64_t>(sent->body_type()));
-            reply = rpc->call(request, attempt);
+            reply = exchange(rpc, request, attempt);
             if (sent) trace::event("call_done", sent->request_id());
         } catch (const Error &e) {
             // Another thread failed over while this call waited: try again there.
@@ -299,10 +326,12 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
                 std::lock_guard lk(rpc_mu_);
                 return rpc == rpc_ && rpc == failed_over_to_;
             }();
-            if (can_fail_over() && !(moved_here && reregistered++ < 2))
-                fail_over(rpc, why, true, deadline);
-            else
-                reregister(deadline);
+            moving_on([&] {
+                if (can_fail_over() && !(moved_here && reregistered++ < 2))
+                    fail_over(rpc, why, true, deadline);
+                else
+                    reregister(deadline);
+            });
             continue;
         }
         if (env->body_type() != Body::ErrorReply) return reply;
@@ -322,7 +351,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         if (e->unknown_worker() && recover && rpc != this->rpc()) continue;
         if (e->unknown_worker() && recover && reregistered++ < 2) {
             TH_LOG(Warn, "the server (", rpc->url(), ") does not know this worker; registering again");
-            reregister(deadline);
+            moving_on([&] { reregister(deadline); });
             continue;
         }
         if (e->unknown_worker())
@@ -359,7 +388,7 @@ void ServerSession::hello(const Deadline &deadline) {
         auto body = CreateHello(b, worker_id_, b.CreateString(cfg_.worker_name), put_labels(b, cfg_.labels),
                                 b.CreateVector(address), left.empty() ? 0 : b.CreateString(left),
                                 left.empty() ? 0 : probe_ms);
-        reply = rpc->call(finish(b, h, body), deadline);
+        reply = exchange(rpc, finish(b, h, body), deadline);
         env = verify(reply.data(), reply.size());
         if (env->body_type() != Body::ErrorReply) break;
         const ErrorReply *e = env->body_as_ErrorReply();
@@ -544,6 +573,83 @@ void ServerSession::beat() {
         for (const ChunkCheck *c : *r->check())
             if (c->chunks() != nullptr && c->chunks()->size() > 0)
                 listener_->check_reported(c->replica_id(), std::vector<uint32_t>(c->chunks()->begin(), c->chunks()->end()));
+}
+
+Bytes ServerSession::exchange(const std::shared_ptr<RpcClient> &rpc, const Bytes &request, const Deadline &deadline) {
+    if (!leader_) return rpc->call(request, deadline);
+    std::multiset<Clock::time_point>::iterator waiting;
+    bool first;
+    {
+        std::lock_guard lk(watch_mu_);
+        first = waiting_since_.empty();
+        waiting = waiting_since_.insert(Clock::now());
+    }
+    // Otherwise the watcher already waits for an earlier call's turn.
+    if (first) watch_cv_.notify_all();
+    auto done = [&] {
+        std::lock_guard lk(watch_mu_);
+        waiting_since_.erase(waiting);
+    };
+    try {
+        Bytes reply = rpc->call(request, deadline);
+        done();
+        return reply;
+    } catch (...) {
+        done();
+        throw;
+    }
+}
+
+// A call learns that its server stopped leading when it answers "not the
+// leader", or else when its attempt runs out (half a call's timeout): a
+// leader that died or resigned kept every call waiting that long, ~5 s with
+// the default timeout, while etcd had named the next one in well under a
+// second after a resignation and within a lease after a crash. Asking etcd
+// only while a call waits keeps a quiet cluster from reading etcd at all.
+void ServerSession::watch_leader() {
+    std::unique_lock lk(watch_mu_);
+    while (!watch_stop_) {
+        if (waiting_since_.empty()) {
+            watch_cv_.wait(lk);
+            continue;
+        }
+        Clock::time_point due = *waiting_since_.begin() + kLeaderCheckAfter;
+        if (Clock::now() < due) {
+            watch_cv_.wait_until(lk, due);
+            continue;
+        }
+        lk.unlock();
+        follow_if_etcd_moved();
+        lk.lock();
+        watch_cv_.wait_for(lk, kLeaderCheckEvery, [this] { return watch_stop_; });
+    }
+}
+
+// fail_over() abandons the server left, which ends the calls waiting on it
+// at once; they ask the new leader.
+void ServerSession::follow_if_etcd_moved() {
+    std::shared_ptr<RpcClient> from;
+    LeaderRecord seen;
+    {
+        std::lock_guard lk(rpc_mu_);
+        from = rpc_;
+        seen = following_;
+    }
+    std::optional<LeaderRecord> named;
+    try {
+        named = leader_->current();
+    } catch (const Error &e) {
+        TH_LOG(Debug, "asking etcd for the leader: ", e.what());
+        return;
+    }
+    if (!named || *named == seen) return;
+    try {
+        fail_over(from, str("etcd names ", named->url, " (epoch ", named->epoch, ") the leader now"), true,
+                  Deadline(cfg_.timeout_ms));
+    } catch (const Error &e) {
+        // The calls that were waiting go on with the new leader themselves.
+        TH_LOG(Info, "registering with the leader etcd names now failed: ", e.what());
+    }
 }
 
 void ServerSession::heartbeat_loop() {

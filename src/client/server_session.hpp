@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +115,13 @@ class ServerSession {
     void send_report(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
                      const Deadline &deadline, bool recover);
     void heartbeat_loop();
+    // rpc->call; in etcd mode, watch_leader() knows the call is waiting.
+    wire::Bytes exchange(const std::shared_ptr<RpcClient> &rpc, const wire::Bytes &request, const Deadline &deadline);
+    // etcd mode, on a thread of its own: while a call has been waiting on the
+    // server in use for a while, asks etcd now and then whether it names
+    // another leader, and moves there at once if it does.
+    void watch_leader();
+    void follow_if_etcd_moved();
     // Whether the last Hello gave the server the UCX address we have now.
     bool registered_address_is_current();
     void on_event(const uint8_t *data, size_t size);
@@ -200,6 +208,14 @@ class ServerSession {
     bool reregister_asked_ = false;  // the UCX worker has a new address
     bool beat_asked_ = false;        // beat_soon()
     std::thread heartbeat_;
+
+    // etcd mode: when each call now waiting on a server started (exchange()),
+    // for watch_leader().
+    std::mutex watch_mu_;
+    std::condition_variable watch_cv_;
+    std::multiset<Clock::time_point> waiting_since_;
+    bool watch_stop_ = false;
+    std::thread watcher_;
 };
 
 }  // namespace th

@@ -170,7 +170,7 @@ EtcdClient::EtcdClient(const std::string &endpoints, uint32_t timeout_ms)
 std::string EtcdClient::post(const std::string &path, const std::string &body) {
     std::string last;
     for (size_t tried = 0; tried < endpoints_.size(); ++tried) {
-        size_t i = (next_ + tried) % endpoints_.size();
+        size_t i = (next_.load() + tried) % endpoints_.size();
         try {
             std::string reply = http_post_json(endpoints_[i] + path, body, timeout_ms_);
             next_ = i;

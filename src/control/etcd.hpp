@@ -5,6 +5,7 @@
 // strings (base64 on the wire, as the gateway wants).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,7 +47,7 @@ class EtcdClient {
     std::string post(const std::string &path, const std::string &body);
 
     std::vector<std::string> endpoints_;  // "http://host:port"
-    size_t next_ = 0;                     // the endpoint that answered last
+    std::atomic<size_t> next_{0};         // the endpoint that answered last (calls may overlap)
     uint32_t timeout_ms_;
 };
 

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -50,6 +51,7 @@ class PlainRequests final : public Requests {
     ~PlainRequests() override;
     bool connected() const override { return connected_.load(); }
     std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) override;
+    void interrupt() override;
 
   private:
     struct Call {
@@ -83,6 +85,8 @@ class PlainRequests final : public Requests {
     bool reading_ = false;     // a caller is the reader
     plain::Inbox inbox_;       // what was read of the connection; the reader's alone while it reads
     std::atomic<bool> connected_{false};
+    bool interrupted_ = false;  // interrupt(): every exchange ends
+    plain::Signal interrupting_;  // raised by interrupt(): wakes the reader
     plain::Dialer dialer_;  // last: its thread starts once the rest is set up, and stops first
 };
 
@@ -154,7 +158,7 @@ void PlainRequests::read_replies(std::unique_lock<std::mutex> &lk, const Deadlin
     lk.unlock();
     std::vector<std::vector<uint8_t>> replies;
     bool broken = false;
-    if (plain::wait(fd, POLLIN, -1, &deadline) == plain::Ready::Yes) {
+    if (plain::wait(fd, POLLIN, interrupting_.fd(), &deadline) == plain::Ready::Yes) {
         plain::Inbox::Read read = inbox_.read_from(fd);
         std::vector<uint8_t> msg;
         while (inbox_.next(msg)) {
@@ -196,6 +200,10 @@ std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::By
             calls_.erase(id);
             return reply;
         }
+        if (interrupted_) {
+            calls_.erase(id);
+            return RequestFailure{RequestFailure::Closed, "the caller moved on to another server"};
+        }
         uint64_t now_on = connection_;
         if (now_on != 0 && now_on != sent_on && !deadline.expired()) {
             lk.unlock();
@@ -219,6 +227,15 @@ std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::By
     }
 }
 
+void PlainRequests::interrupt() {
+    {
+        std::lock_guard lk(mu_);
+        interrupted_ = true;
+    }
+    interrupting_.raise();  // stays raised: a later reader returns at once too
+    cv_.notify_all();
+}
+
 // NNG's REQ socket, for the schemes not dialled on plain sockets here.
 class NngRequests final : public Requests {
   public:
@@ -228,10 +245,14 @@ class NngRequests final : public Requests {
     ~NngRequests() override { close_socket(sock_, "the connection to the server", pipes_); }
     bool connected() const override { return pipes_->load() > 0; }
     std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) override;
+    void interrupt() override;
 
   private:
     static void on_pipe(nng_pipe, nng_pipe_ev ev, void *pipes);
     nng_socket sock_ = NNG_SOCKET_INITIALIZER;
+    std::mutex mu_;  // guards what follows
+    bool interrupted_ = false;
+    std::unordered_set<nng_aio *> in_flight_;  // the exchanges' aios, for interrupt() to cancel
     // Connected pipes, counted by NNG's callbacks; its own allocation, which
     // a close that outlives this object keeps alive.
     std::shared_ptr<std::atomic<int>> pipes_ = std::make_shared<std::atomic<int>>(0);
@@ -267,7 +288,21 @@ std::variant<wire::Bytes, RequestFailure> NngRequests::exchange(const wire::Byte
         nng_ctx_close(ctx);
         return RequestFailure{RequestFailure::Broken, str("nng_aio_alloc: ", nng_error(rv))};
     }
+    // Runs an operation on aio to its end, unless interrupt() came first:
+    // NNG_ECANCELED then, as when interrupt() cancels it (both under mu_, so
+    // that no operation starts unseen between them).
+    auto run = [&](auto operation) -> int {
+        {
+            std::lock_guard lk(mu_);
+            if (interrupted_) return NNG_ECANCELED;
+            in_flight_.insert(aio);
+            operation();
+        }
+        nng_aio_wait(aio);
+        return nng_aio_result(aio);
+    };
     auto failure = [&](int rv, const char *doing) {
+        if (rv == NNG_ECANCELED) return RequestFailure{RequestFailure::Closed, "the caller moved on to another server"};
         RequestFailure::Kind kind = rv == NNG_ECLOSED ? RequestFailure::Closed : RequestFailure::Broken;
         if (rv == NNG_ETIMEDOUT) kind = connected() ? RequestFailure::NoAnswer : RequestFailure::Unreachable;
         return RequestFailure{kind, str(doing, ": ", nng_error(rv))};
@@ -280,17 +315,13 @@ std::variant<wire::Bytes, RequestFailure> NngRequests::exchange(const wire::Byte
         nng_msg_append(msg, request.data(), request.size());
         nng_aio_set_msg(aio, msg);
         nng_aio_set_timeout(aio, deadline.remaining_ms());
-        nng_ctx_send(ctx, aio);
-        nng_aio_wait(aio);
-        if (int rv = nng_aio_result(aio); rv != 0) {
+        if (int rv = run([&] { nng_ctx_send(ctx, aio); }); rv != 0) {
             nng_msg_free(nng_aio_get_msg(aio));  // on a failed send we still own it
             // A request is sent once a server is connected.
             out = rv == NNG_ETIMEDOUT ? RequestFailure{RequestFailure::Unreachable, ""} : failure(rv, "sending");
         } else {
             nng_aio_set_timeout(aio, deadline.remaining_ms());
-            nng_ctx_recv(ctx, aio);
-            nng_aio_wait(aio);
-            if (int rv = nng_aio_result(aio); rv != 0) {
+            if (int rv = run([&] { nng_ctx_recv(ctx, aio); }); rv != 0) {
                 out = failure(rv, "receiving");
             } else {
                 nng_msg *reply = nng_aio_get_msg(aio);
@@ -300,9 +331,19 @@ std::variant<wire::Bytes, RequestFailure> NngRequests::exchange(const wire::Byte
             }
         }
     }
+    {
+        std::lock_guard lk(mu_);
+        in_flight_.erase(aio);
+    }
     nng_aio_free(aio);
     nng_ctx_close(ctx);
     return out;
+}
+
+void NngRequests::interrupt() {
+    std::lock_guard lk(mu_);
+    interrupted_ = true;
+    for (nng_aio *aio : in_flight_) nng_aio_cancel(aio);
 }
 
 }  // namespace

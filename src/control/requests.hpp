@@ -36,6 +36,10 @@ class Requests {
     // Thread-safe: many may be in flight at once. A request whose
     // connection is lost before its reply is sent again on the next one.
     virtual std::variant<wire::Bytes, RequestFailure> exchange(const wire::Bytes &request, const Deadline &deadline) = 0;
+    // Ends every exchange in flight at once, and every later one before it
+    // is sent, with RequestFailure::Closed: its caller moved on to another
+    // server. Thread-safe.
+    virtual void interrupt() = 0;
 };
 
 // Dials url in the background, again after every loss: on a plain socket

@@ -64,6 +64,11 @@ wire::Bytes RpcClient::call(const wire::Bytes &request, const Deadline &deadline
     return std::move(reply);
 }
 
+void RpcClient::abandon() {
+    abandoned_ = true;
+    requests_->interrupt();
+}
+
 RpcServer::RpcServer(const std::string &url, Handler handler, int parallel)
     : replies_(serve_replies(url, std::move(handler), parallel)) {}
 

@@ -45,11 +45,11 @@ class RpcClient {
     const std::string &url() const { return url_; }
     bool connected() const;
 
-    // The caller moved on to another server: later calls fail at once with
-    // TH_ERR_CLOSED. Calls in flight end as they would have (reply or
-    // deadline): the connection closes with the client, once no call is in
-    // flight.
-    void abandon() { abandoned_ = true; }
+    // The caller moved on to another server: calls in flight end at once,
+    // and later ones fail at once, with TH_ERR_CLOSED (their callers ask the
+    // next server). The connection closes with the client, once no call is
+    // in flight.
+    void abandon();
     bool abandoned() const { return abandoned_.load(); }
 
   private:

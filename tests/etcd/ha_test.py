@@ -36,10 +36,12 @@ ETCD_LEASE_MS = 3000
 CLIENT_TIMEOUT_S = 10.0
 FETCH_DEADLINE_S = CLIENT_TIMEOUT_S * 6  # a whole fetch (th_fetch_config.timeout_ms 0)
 HEARTBEAT_S = 1.0
-# A worker notices a dead or cut-off leader within a heartbeat and half its
-# timeout; etcd names the next leader within the lease and a quarter; then
-# the worker registers again. With room for a loaded machine:
-REREGISTER_BOUND_S = HEARTBEAT_S + CLIENT_TIMEOUT_S / 2 + ETCD_LEASE_MS / 1000 * 1.25 + 5.0
+# etcd names the next leader within the lease and a quarter of a dead or
+# cut-off one; a worker's call (a heartbeat at the latest) that has waited on
+# the old leader for 0.5 s has etcd read every 0.25 s, and the worker moves
+# to the one etcd names and registers there. With room for a loaded machine:
+LEADER_CHECK_S = 0.5 + 0.25
+REREGISTER_BOUND_S = HEARTBEAT_S + LEADER_CHECK_S + ETCD_LEASE_MS / 1000 * 1.25 + 5.0
 PREFIX = "/tensorhub"
 
 

@@ -94,6 +94,35 @@ def test_clients_follow_the_leader(etcd: str) -> None:
     second.close()
 
 
+def test_calls_waiting_on_a_leader_that_left_move_to_the_next_at_once(etcd: str) -> None:
+    """A call to a leader that is gone learns of the next one from etcd while
+    it waits, not when its attempt runs out (half its timeout: 30 s here)."""
+    said: list[str] = []
+    tensorhub.set_log_handler(lambda _level, message: said.append(message))
+    try:
+        first = tensorhub.Server(etcd=etcd, etcd_lease_ms=2000)
+        second = tensorhub.Server(etcd=etcd, etcd_lease_ms=2000)
+        url = f"etcd://{etcd}/tensorhub"
+        with tensorhub.Client(url, name="pub", timeout=60.0) as pub, \
+                tensorhub.Client(url, name="reader", timeout=60.0) as reader:
+            pub.publish("m", 1, weights(1))
+            leader = _leader(first, second)
+            assert leader is not None
+            follower = second if leader is first else first
+            leader.close()
+            deadline = time.time() + 30
+            while _leader(follower) is None and time.time() < deadline:
+                time.sleep(0.1)
+            started = time.monotonic()
+            assert reader.resolve("m") == 1
+            moved = [m for m in said if "etcd names" in m and "the leader now" in m]
+            assert moved, f"no call moved on when etcd named the next leader (after {time.monotonic() - started:.1f} s): {said}"
+        first.close()
+        second.close()
+    finally:
+        tensorhub.set_log_handler(None)
+
+
 def test_no_etcd_is_a_clear_error() -> None:
     with pytest.raises(tensorhub.Unavailable, match="no tensorhub server leads under /x in etcd"):
         tensorhub.Client(f"etcd://127.0.0.1:{_port()}/x", timeout=0.5)
