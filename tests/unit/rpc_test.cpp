@@ -113,6 +113,9 @@ TEST(Rpc, AbandonEndsCallsInFlightAndRefusesLaterOnes) {
         } catch (const Error &e) {
             EXPECT_EQ(e.code(), TH_ERR_CLOSED) << e.what();
         }
+        // The client goes before the server answers: NNG 1.5.2 leaks now
+        // and then a reply that reaches a REQ socket as it closes.
+        client.reset();
         hold = false;
     }
 }
