@@ -21,11 +21,11 @@ namespace {
 // timed by this process: it was stopped or starved meanwhile.
 constexpr int64_t kLateTimerMs = 250;
 
-// etcd mode: a call that has waited this long on the server in use has etcd
-// asked whether it names another leader, and again at this period while a
-// call waits (watch_leader()).
-constexpr auto kLeaderCheckAfter = std::chrono::milliseconds(500);
-constexpr auto kLeaderCheckEvery = std::chrono::milliseconds(250);
+// A call that has waited this long on the server in use has its server
+// checked (etcd: does etcd name another leader; a list: is its connection
+// gone), and again at this period while a call waits (watch_calls()).
+constexpr auto kServerCheckAfter = std::chrono::milliseconds(500);
+constexpr auto kServerCheckEvery = std::chrono::milliseconds(250);
 
 // How soon a Hello answered "probing" (the server asks the one we left
 // whether it still answers) is sent again.
@@ -100,10 +100,10 @@ void ServerSession::connect(UcxWorker &ucx, SessionListener &listener) {
         name_this_thread("th-heartbeat");
         heartbeat_loop();
     });
-    if (leader_) {
+    if (can_fail_over()) {
         watcher_ = std::thread([this] {
-            name_this_thread("th-leader");
-            watch_leader();
+            name_this_thread("th-failover");
+            watch_calls();
         });
     }
 }
@@ -576,7 +576,7 @@ void ServerSession::beat() {
 }
 
 Bytes ServerSession::exchange(const std::shared_ptr<RpcClient> &rpc, const Bytes &request, const Deadline &deadline) {
-    if (!leader_) return rpc->call(request, deadline);
+    if (!can_fail_over()) return rpc->call(request, deadline);
     std::multiset<Clock::time_point>::iterator waiting;
     bool first;
     {
@@ -600,28 +600,33 @@ Bytes ServerSession::exchange(const std::shared_ptr<RpcClient> &rpc, const Bytes
     }
 }
 
-// A call learns that its server stopped leading when it answers "not the
-// leader", or else when its attempt runs out (half a call's timeout): a
-// leader that died or resigned kept every call waiting that long, ~5 s with
-// the default timeout, while etcd had named the next one in well under a
-// second after a resignation and within a lease after a crash. Asking etcd
-// only while a call waits keeps a quiet cluster from reading etcd at all.
-void ServerSession::watch_leader() {
+// A call learns that its server is gone when its attempt runs out (half a
+// call's timeout, 5 s by default), or in etcd mode when the server answers
+// "not the leader". A leader that died or resigned kept every call waiting
+// that long, while etcd had named the next one in well under a second after
+// a resignation and within a lease after a crash; a listed server whose
+// process ended did too, while its port refused every new connection.
+// Checking only while a call waits keeps a quiet client from reading etcd at
+// all.
+void ServerSession::watch_calls() {
     std::unique_lock lk(watch_mu_);
     while (!watch_stop_) {
         if (waiting_since_.empty()) {
             watch_cv_.wait(lk);
             continue;
         }
-        Clock::time_point due = *waiting_since_.begin() + kLeaderCheckAfter;
+        Clock::time_point due = *waiting_since_.begin() + kServerCheckAfter;
         if (Clock::now() < due) {
             watch_cv_.wait_until(lk, due);
             continue;
         }
         lk.unlock();
-        follow_if_etcd_moved();
+        if (leader_)
+            follow_if_etcd_moved();
+        else
+            leave_if_disconnected();
         lk.lock();
-        watch_cv_.wait_for(lk, kLeaderCheckEvery, [this] { return watch_stop_; });
+        watch_cv_.wait_for(lk, kServerCheckEvery, [this] { return watch_stop_; });
     }
 }
 
@@ -649,6 +654,31 @@ void ServerSession::follow_if_etcd_moved() {
     } catch (const Error &e) {
         // The calls that were waiting go on with the new leader themselves.
         TH_LOG(Info, "registering with the leader etcd names now failed: ", e.what());
+    }
+}
+
+// A list: a server with no connection while a call waits on it, which a
+// new connection does not reach either (its process ended: its port
+// refuses; its host does not answer), is left for the next at once. One
+// that is slow or paused keeps its connection, and its calls their whole
+// attempt; one still being dialled or greeted (busy) takes the probe's
+// connection. The next server takes over only if it finds this one silent
+// too (Hello.left_url), else the worker comes back (go_back()).
+void ServerSession::leave_if_disconnected() {
+    constexpr uint32_t kProbeMs = 200;
+    std::shared_ptr<RpcClient> from = rpc();
+    if (from->connected() || confirmed_alive(from)) return;
+    std::string why;
+    try {
+        check_dial(from->url(), kProbeMs);
+        return;
+    } catch (const Error &e) {
+        why = e.what();
+    }
+    try {
+        fail_over(from, str("no connection while a call waits (", why, ")"), false, Deadline(cfg_.timeout_ms));
+    } catch (const Error &e) {
+        TH_LOG(Info, "registering with the next server failed: ", e.what());
     }
 }
 

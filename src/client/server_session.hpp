@@ -115,13 +115,17 @@ class ServerSession {
     void send_report(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
                      const Deadline &deadline, bool recover);
     void heartbeat_loop();
-    // rpc->call; in etcd mode, watch_leader() knows the call is waiting.
+    // rpc->call; with servers to fail over to, watch_calls() knows the call
+    // is waiting.
     wire::Bytes exchange(const std::shared_ptr<RpcClient> &rpc, const wire::Bytes &request, const Deadline &deadline);
-    // etcd mode, on a thread of its own: while a call has been waiting on the
-    // server in use for a while, asks etcd now and then whether it names
-    // another leader, and moves there at once if it does.
-    void watch_leader();
+    // With servers to fail over to, on a thread of its own: while a call has
+    // been waiting on the server in use for a while, checks now and then
+    // whether that server is gone, and moves on at once if it is: in etcd
+    // mode when etcd names another leader (follow_if_etcd_moved), with a
+    // list when the server has no connection (leave_if_disconnected).
+    void watch_calls();
     void follow_if_etcd_moved();
+    void leave_if_disconnected();
     // Whether the last Hello gave the server the UCX address we have now.
     bool registered_address_is_current();
     void on_event(const uint8_t *data, size_t size);
@@ -209,8 +213,8 @@ class ServerSession {
     bool beat_asked_ = false;        // beat_soon()
     std::thread heartbeat_;
 
-    // etcd mode: when each call now waiting on a server started (exchange()),
-    // for watch_leader().
+    // When each call now waiting on a server started (exchange()), for
+    // watch_calls().
     std::mutex watch_mu_;
     std::condition_variable watch_cv_;
     std::multiset<Clock::time_point> waiting_since_;

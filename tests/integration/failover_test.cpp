@@ -508,3 +508,32 @@ TEST(Failover, AnAnswerOlderThanItsHelloDoesNotSendAWorkerBackToTheDeadServer) {
     EXPECT_NE(log.find("failing over to " + standby.url), std::string::npos) << log;
     EXPECT_EQ(log.find("failing over to " + primary.url), std::string::npos) << log;
 }
+
+// The server in use dies for good and its port refuses. A worker whose call
+// waits on it moves to the next server as soon as it sees no connection to
+// it, not when the call's attempt runs out (half its 60 s timeout here).
+TEST(Failover, AWorkerLeavesAServerWithNoConnectionWithoutWaitingOutItsCall) {
+    PrimaryAndStandby servers;
+    auto &[standby, primary, both] = servers;
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    LoggedTrainer pub(both, "gone", "8000", "60000");
+    ASSERT_TRUE(eventually(primary.url, [](const nlohmann::json &s) { return !version_status(s, "gone", 2).is_null(); }))
+        << "the trainer's log:\n" << pub.log();
+    const uint64_t before = standby.epoch();
+    kill(primary.proc.pid(), SIGKILL);
+    // The standby asks the reader to ask again until the trainer has moved
+    // there; the trainer would only have moved after 30 s.
+    Process r(worker({"fetch", "--server", standby.url, "--name", "reader", "--model", "gone", "--shard-kb", "64",
+                      "--no-serve", "--exit", "--timeout-ms", "15000"}));
+    std::string l = r.line(30000);
+    EXPECT_EQ(l.rfind("ok", 0), 0u) << l << "\nthe trainer's log:\n" << pub.log();
+    EXPECT_GT(standby.epoch(), before);  // it took over when the trainer came
+    l = pub.proc.line(30000);
+    EXPECT_EQ(l.rfind("ready", 0), 0u) << l;
+    EXPECT_EQ(pub.proc.stop(), 0);
+    const std::string log = pub.log();
+    EXPECT_NE(log.find("no connection while a call waits (cannot reach the tensorhub server at " + primary.url +
+                       ": Connection refused); failing over to " + standby.url),
+              std::string::npos)
+        << log;
+}
