@@ -4,6 +4,8 @@ the leader through server_url etcd://... while a publisher keeps publishing
 and readers keep fetching and checking every byte.
 
   kill       SIGKILL the leader while transfers are in flight (one host).
+  stop       SIGTERM the leader while transfers are in flight: it resigns
+             in etcd as it shuts down (a rolling upgrade; one host).
   partition  cut the leader off from etcd and from half of the workers with
              blackhole routes between network namespaces, then heal.
 
@@ -248,7 +250,7 @@ def check(cluster, fault_at, killed=None):
     return problems, report
 
 
-def scenario_kill(args, tmp):
+def scenario_kill(args, tmp, sig=signal.SIGKILL):
     here = Host("local", "127.0.0.1", [])
     c = Cluster(args.build, tmp, [here], {"TENSORHUB_LOG_LEVEL": os.environ.get("TH_WORKER_LOG", "info")})
     try:
@@ -261,11 +263,12 @@ def scenario_kill(args, tmp):
             c.start_worker(f"r{i}", here, "read")
         c.wait_for_ops(3, 0, 120, "before the fault")
         fault_at = time.time()
-        os.killpg(c.servers["s1"][0].pid, signal.SIGKILL)
-        print(f"killed the leader {first} with transfers in flight", flush=True)
+        os.killpg(c.servers["s1"][0].pid, sig)
+        print(f"sent {sig.name} to the leader {first} with transfers in flight", flush=True)
         c.wait_for_ops(5, fault_at, REREGISTER_BOUND_S + 30, "after the fault")
         c.finish_workers(timeout=FETCH_DEADLINE_S + 30)
-        return check(c, fault_at, killed="s1")
+        # A stopped leader logs the end of its term as it resigns.
+        return check(c, fault_at, killed="s1" if sig == signal.SIGKILL else None)
     finally:
         c.stop()
 
@@ -328,7 +331,7 @@ def scenario_partition(args, tmp):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", required=True, help="the build folder (tensorhub-server, libtensorhub.so)")
-    p.add_argument("scenario", choices=("kill", "partition"))
+    p.add_argument("scenario", choices=("kill", "stop", "partition"))
     args = p.parse_args()
     if shutil.which("etcd") is None:
         print("skipped: no etcd (Debian: apt-get install etcd-server)")
@@ -337,7 +340,10 @@ def main():
     os.environ["PYTHONPATH"] = os.path.join(ROOT, "bindings", "python")
     tmp = tempfile.mkdtemp(prefix="th-etcd-")
     try:
-        result = (scenario_kill if args.scenario == "kill" else scenario_partition)(args, tmp)
+        if args.scenario == "partition":
+            result = scenario_partition(args, tmp)
+        else:
+            result = scenario_kill(args, tmp, signal.SIGKILL if args.scenario == "kill" else signal.SIGTERM)
         if result is None:
             return SKIP
         problems, report = result
