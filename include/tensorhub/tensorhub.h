@@ -650,7 +650,10 @@ TH_API th_status th_resolve(th_client *client, const char *model, uint64_t versi
 /* Waits until model has a committed version newer than newer_than (pass 0 for
  * "any"), without polling the server: the server publishes commits as events;
  * a missed event is caught by a query. *out_version receives that version.
- * Errors: TH_ERR_TIMEOUT when none appears within timeout_ms. */
+ * Errors: TH_ERR_TIMEOUT when none appears within timeout_ms. It returns
+ * within about timeout_ms (giving a query to the server at least 100 ms)
+ * also when the server does not answer (TH_ERR_UNAVAILABLE, TH_ERR_TIMEOUT)
+ * or is a standby that asks to ask again. */
 TH_API th_status th_wait_for_version(th_client *client, const char *model, uint64_t newer_than,
                                      uint32_t timeout_ms, uint64_t *out_version);
 

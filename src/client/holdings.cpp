@@ -227,7 +227,7 @@ void Holdings::withdraw_all() {
             }
         } catch (const Error &e) {
             TH_LOG(Info, "releasing replica ", r->id(), " at shutdown: ", e.what());
-            server_answers = e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT;
+            server_answers = e.code() != TH_ERR_UNAVAILABLE && e.code() != TH_ERR_TIMEOUT && e.code() != TH_ERR_CLOSED;
         } catch (const std::exception &e) {
             TH_LOG(Info, "releasing replica ", r->id(), " at shutdown: ", e.what());
         }

@@ -1,5 +1,7 @@
 #include "client/queries.hpp"
 
+#include <algorithm>
+
 #include "client/follow_leader.hpp"
 #include "common/error.hpp"
 #include "control/http_client.hpp"
@@ -24,9 +26,15 @@ uint64_t wait_for_version(ServerSession &session, const std::string &model, uint
     // runs after a gap in the event sequence, and at least once a second in
     // case events are lost entirely.
     constexpr uint32_t kCatchUpMs = 1000;
+    // A query gets at least this long, even from a wait of no time at all
+    // ("is there one now?").
+    constexpr uint32_t kLeastQueryMs = 100;
+    const uint32_t control_ms = session.config().timeout_ms;
     for (;;) {
         try {
-            uint64_t v = resolve(session, model, UINT64_MAX);
+            uint32_t query_ms = std::clamp<uint32_t>(static_cast<uint32_t>(std::max(deadline.remaining_ms(), 0)),
+                                                     std::min(kLeastQueryMs, control_ms), control_ms);
+            uint64_t v = resolve(session, model, UINT64_MAX, Deadline(query_ms));
             if (v > newer_than) return v;
         } catch (const Error &e) {
             if (e.code() != TH_ERR_NOT_FOUND) throw;
@@ -52,10 +60,14 @@ std::string describe_json(ServerSession &session, const std::string &model, uint
 }
 
 uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version) {
+    return resolve(session, model, version, Deadline(session.config().timeout_ms));
+}
+
+uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version, const Deadline &deadline) {
     if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
     Bytes reply = session.call(
         [&](Builder &b, const Header &h) { return finish(b, h, CreateResolve(b, b.CreateString(model), version)); },
-        Deadline(session.config().timeout_ms));
+        deadline);
     const Envelope *env = GetEnvelope(reply.data());
     if (env->body_type() != Body::ResolveReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Resolve");
     return env->body_as_ResolveReply()->version();

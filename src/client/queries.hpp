@@ -11,10 +11,13 @@
 
 namespace th {
 
-// The committed version `version` (a number, or UINT64_MAX for the newest) of model.
+// The committed version `version` (a number, or UINT64_MAX for the newest) of
+// model; within deadline when one is given.
 uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version);
+uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version, const Deadline &deadline);
 // Waits up to timeout_ms until model has a committed version newer than
-// newer_than, and returns it.
+// newer_than, and returns it. Its queries end by then too (a server that is
+// gone, or a standby asking to ask again, holds the caller no longer).
 // cancel (may be null): set by another thread to end the wait with TH_ERR_CANCELED.
 uint64_t wait_for_version(ServerSession &session, const std::string &model, uint64_t newer_than, uint32_t timeout_ms,
                           CancelFlag cancel = nullptr);

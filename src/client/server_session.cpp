@@ -114,6 +114,15 @@ void ServerSession::stop_heartbeats() {
         stop_ = true;
     }
     hb_cv_.notify_all();
+    // A heartbeat waiting on a server this client has no connection to (it
+    // is gone: its port refuses) would hold the close for a whole call's
+    // timeout, and the goodbye and releases after it as long each: they end
+    // at once instead (TH_ERR_CLOSED), and the server forgets this worker
+    // with its lease.
+    if (std::shared_ptr<RpcClient> at = rpc(); at && !at->connected()) {
+        TH_LOG(Info, "closing without a connection to the server at ", at->url(), ": not saying goodbye");
+        at->abandon();
+    }
     if (heartbeat_.joinable()) heartbeat_.join();
     {
         std::lock_guard lk(watch_mu_);

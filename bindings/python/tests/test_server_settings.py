@@ -108,3 +108,36 @@ def test_a_standby_asks_readers_to_ask_again_until_holders_arrive() -> None:
         pub.publish("m", 1, {"w": np.arange(1024, dtype=np.float32)})
         asking.join(timeout=15)
         assert got == [1]
+
+
+def test_a_wait_for_a_version_ends_by_its_own_timeout() -> None:
+    # Its queries are bounded by the wait too, not only by the client's 10 s
+    # control timeout: a standby asks to ask again, a server that is gone
+    # does not answer at all.
+    with tensorhub.Server(standby=True) as standby, connect(standby, "reader", timeout=10.0) as reader:
+        started = time.monotonic()
+        with pytest.raises(tensorhub.Timeout):
+            reader.wait_for_version("m", newer_than=0, timeout=0.3)
+        assert time.monotonic() - started < 5.0  # not a timing claim: the 10 s control timeout held it before
+    server = tensorhub.Server()
+    reader = connect(server, "reader", timeout=10.0)
+    server.close()
+    started = time.monotonic()
+    with pytest.raises((tensorhub.Unavailable, tensorhub.Timeout)):
+        reader.wait_for_version("m", newer_than=0, timeout=0.3)
+    assert time.monotonic() - started < 5.0
+    reader.close()
+
+
+def test_a_client_whose_server_is_gone_closes_at_once() -> None:
+    # Its heartbeat, goodbye and releases used to wait a control timeout
+    # (10 s) each for a server whose port refuses: 21 s for this publisher.
+    server = tensorhub.Server()
+    pub = connect(server, "pub", timeout=10.0)
+    pub.publish("m", 1, weights(1))
+    pub.publish("n", 1, weights(2))
+    server.close()
+    time.sleep(0.2)  # the connection's end is seen
+    started = time.monotonic()
+    pub.close()
+    assert time.monotonic() - started < 5.0  # not a timing claim: 21 s before
