@@ -34,7 +34,9 @@ uint64_t wait_for_version(ServerSession &session, const std::string &model, uint
         try {
             uint32_t query_ms = std::clamp<uint32_t>(static_cast<uint32_t>(std::max(deadline.remaining_ms(), 0)),
                                                      std::min(kLeastQueryMs, control_ms), control_ms);
-            uint64_t v = resolve(session, model, UINT64_MAX, Deadline(query_ms));
+            // A query cut short by the wait is not a server that failed.
+            auto attempts = query_ms < control_ms ? ServerSession::Attempts::Whole : ServerSession::Attempts::Split;
+            uint64_t v = resolve(session, model, UINT64_MAX, Deadline(query_ms), attempts);
             if (v > newer_than) return v;
         } catch (const Error &e) {
             if (e.code() != TH_ERR_NOT_FOUND) throw;
@@ -60,14 +62,15 @@ std::string describe_json(ServerSession &session, const std::string &model, uint
 }
 
 uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version) {
-    return resolve(session, model, version, Deadline(session.config().timeout_ms));
+    return resolve(session, model, version, Deadline(session.config().timeout_ms), ServerSession::Attempts::Split);
 }
 
-uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version, const Deadline &deadline) {
+uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version, const Deadline &deadline,
+                 ServerSession::Attempts attempts) {
     if (model.empty()) fail(TH_ERR_INVALID_ARG, "model name is empty");
     Bytes reply = session.call(
         [&](Builder &b, const Header &h) { return finish(b, h, CreateResolve(b, b.CreateString(model), version)); },
-        deadline);
+        deadline, true, attempts);
     const Envelope *env = GetEnvelope(reply.data());
     if (env->body_type() != Body::ResolveReply) fail(TH_ERR_PROTOCOL, "unexpected reply to Resolve");
     return env->body_as_ResolveReply()->version();

@@ -12,9 +12,10 @@
 namespace th {
 
 // The committed version `version` (a number, or UINT64_MAX for the newest) of
-// model; within deadline when one is given.
+// model; within deadline when one is given (ServerSession::call: attempts).
 uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version);
-uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version, const Deadline &deadline);
+uint64_t resolve(ServerSession &session, const std::string &model, uint64_t version, const Deadline &deadline,
+                 ServerSession::Attempts attempts);
 // Waits up to timeout_ms until model has a committed version newer than
 // newer_than, and returns it. Its queries end by then too (a server that is
 // gone, or a standby asking to ask again, holds the caller no longer).

@@ -250,7 +250,7 @@ void ServerSession::try_fail_over(const std::shared_ptr<RpcClient> &from, const 
     }
 }
 
-Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover_asked) {
+Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover_asked, Attempts attempts) {
     bool asked_again = false;
     for (int reregistered = 0;;) {
         // A leaving worker (and a heartbeat in flight as it leaves) gives up
@@ -279,7 +279,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             // Not on a server the next one just said still answers: it is
             // slow, and asking it again and again would only pile up work.
             int32_t half = std::min(deadline.remaining_ms() / 2, static_cast<int32_t>(cfg_.timeout_ms / 2));
-            Deadline attempt = recover_asked && can_fail_over() && !confirmed_alive(rpc)
+            Deadline attempt = attempts == Attempts::Split && recover_asked && can_fail_over() && !confirmed_alive(rpc)
                                    ? deadline.capped(std::max(half, 1))
                                    : deadline;
             attempt_ms = attempt.remaining_ms();

@@ -70,7 +70,14 @@ class ServerSession {
     // envelope bytes. Error replies become Error exceptions. recover: on
     // "unknown worker", a stale or an unreachable server, register again or
     // fail over and retry; off inside re-registration.
-    wire::Bytes call(const Build &build, const Deadline &deadline, bool recover = true);
+    // attempts: with servers to fail over to, Split leaves a server that has
+    // not answered within half the deadline (at most half a control call's
+    // timeout) for the next; Whole gives it the whole deadline, for a caller
+    // whose own short bound it is (running out of it says nothing about the
+    // server; watch_calls() still moves on from a server that is gone).
+    enum class Attempts { Split, Whole };
+    wire::Bytes call(const Build &build, const Deadline &deadline, bool recover = true,
+                     Attempts attempts = Attempts::Split);
     // A heartbeat now; the listener drops the owned copies its reply names.
     void beat();
     // The same, soon, on the heartbeat thread: the caller does not wait.
