@@ -11,6 +11,7 @@
 //                                      server whose answers come too late for some calls
 //   TENSORHUB_FAULT_PLAN_ANSWER_DELAY_US=N  (server) sleep N us before handling a PlanFetch: a slow
 //                                      or distant server
+//   TENSORHUB_FAULT_RESOLVE_ANSWER_DELAY_US=N  (server) the same before handling a Resolve
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@ struct Faults {
     uint32_t hello_delay_us = 0;
     uint32_t heartbeat_delay_us = 0;
     uint32_t plan_answer_delay_us = 0;
+    uint32_t resolve_answer_delay_us = 0;
 };
 
 inline const Faults &faults() {
@@ -42,6 +44,7 @@ inline const Faults &faults() {
         out.hello_delay_us = us("TENSORHUB_FAULT_HELLO_DELAY_US");
         out.heartbeat_delay_us = us("TENSORHUB_FAULT_HEARTBEAT_DELAY_US");
         out.plan_answer_delay_us = us("TENSORHUB_FAULT_PLAN_ANSWER_DELAY_US");
+        out.resolve_answer_delay_us = us("TENSORHUB_FAULT_RESOLVE_ANSWER_DELAY_US");
         return out;
     }();
     return f;

@@ -81,6 +81,8 @@ Bytes Service::handle(const uint8_t *data, size_t size) {
             std::this_thread::sleep_for(std::chrono::microseconds(faults().heartbeat_delay_us));
         if (type == Body::PlanFetch && faults().plan_answer_delay_us)
             std::this_thread::sleep_for(std::chrono::microseconds(faults().plan_answer_delay_us));
+        if (type == Body::Resolve && faults().resolve_answer_delay_us)
+            std::this_thread::sleep_for(std::chrono::microseconds(faults().resolve_answer_delay_us));
         if (type == Body::Hello)
             if (std::optional<Bytes> refused = keep_live_leader(*env, h)) return *refused;
         std::lock_guard lk(mu_);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -536,4 +537,44 @@ TEST(Failover, AWorkerLeavesAServerWithNoConnectionWithoutWaitingOutItsCall) {
                        ": Connection refused); failing over to " + standby.url),
               std::string::npos)
         << log;
+}
+
+namespace {
+
+// The library's log lines in this process, while it lives.
+struct LoggedLines {
+    std::mutex mu;
+    std::string text;
+    LoggedLines() { th_set_log_handler(take, this); }
+    ~LoggedLines() { th_set_log_handler(nullptr, nullptr); }
+    static void take(th_log_level, const char *message, void *self) {
+        auto *l = static_cast<LoggedLines *>(self);
+        std::lock_guard lk(l->mu);
+        l->text += std::string(message) + "\n";
+    }
+    std::string get() {
+        std::lock_guard lk(mu);
+        return text;
+    }
+};
+
+}  // namespace
+
+// A wait for a version shorter than a control call's timeout bounds its
+// query by itself; the server, slow to answer it (0.4 s), has not failed
+// when half of that passes: the worker stays, and the wait ends with its own
+// timeout, not on another server.
+TEST(Failover, AWaitsShortQueryToASlowServerDoesNotFailItOver) {
+    ServerProc standby(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the primary gets the newer epoch
+    ServerProc primary(false, {"TENSORHUB_FAULT_RESOLVE_ANSWER_DELAY_US=400000"});
+    ASSERT_GT(primary.epoch(), standby.epoch());
+    LoggedLines lines;
+    th_client *c = connect(primary.url + "," + standby.url, "waiter", 10000);
+    ASSERT_NE(c, nullptr);
+    uint64_t v = 0;
+    EXPECT_ERROR(th_wait_for_version(c, "m", 0, 700, &v), TH_ERR_TIMEOUT, "no version of model 'm'");
+    th_client_destroy(c);
+    EXPECT_EQ(lines.get().find("failing over"), std::string::npos) << lines.get();
+    EXPECT_TRUE(server_status(standby.url)["workers"].empty()) << server_status(standby.url).dump(1);
 }
