@@ -33,6 +33,9 @@ namespace {
 // reply starts with the same four bytes.
 constexpr uint32_t kIdBit = 0x80000000u;
 
+// How an exchange ends that interrupt() ended, on either kind of socket.
+RequestFailure interrupted() { return {RequestFailure::Closed, "the caller moved on to another server"}; }
+
 // NNG's REQ protocol on a plain socket (control/plain_socket.hpp). One
 // thread dials and greets, then only watches the connection for its end; the
 // callers write their requests and read the replies themselves. Of the
@@ -202,7 +205,7 @@ std::variant<wire::Bytes, RequestFailure> PlainRequests::exchange(const wire::By
         }
         if (interrupted_) {
             calls_.erase(id);
-            return RequestFailure{RequestFailure::Closed, "the caller moved on to another server"};
+            return interrupted();
         }
         uint64_t now_on = connection_;
         if (now_on != 0 && now_on != sent_on && !deadline.expired()) {
@@ -302,7 +305,7 @@ std::variant<wire::Bytes, RequestFailure> NngRequests::exchange(const wire::Byte
         return nng_aio_result(aio);
     };
     auto failure = [&](int rv, const char *doing) {
-        if (rv == NNG_ECANCELED) return RequestFailure{RequestFailure::Closed, "the caller moved on to another server"};
+        if (rv == NNG_ECANCELED) return interrupted();
         RequestFailure::Kind kind = rv == NNG_ECLOSED ? RequestFailure::Closed : RequestFailure::Broken;
         if (rv == NNG_ETIMEDOUT) kind = connected() ? RequestFailure::NoAnswer : RequestFailure::Unreachable;
         return RequestFailure{kind, str(doing, ": ", nng_error(rv))};
