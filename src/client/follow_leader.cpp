@@ -19,6 +19,8 @@ constexpr int32_t kSameLeaderWaitMs = 500;
 std::pair<std::string, std::string> parse_url(const std::string &url) {
     std::string rest = url.substr(std::string("etcd://").size());
     size_t slash = std::min(rest.find('/'), rest.size());
+    if (slash == 0)
+        fail(TH_ERR_INVALID_ARG, "'", url, "' names no etcd endpoint (etcd://host:port[,host:port...][/prefix])");
     std::string prefix = rest.substr(slash);
     while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
     return {rest.substr(0, slash), prefix.empty() || prefix == "/" ? TH_DEFAULT_ETCD_PREFIX : prefix};

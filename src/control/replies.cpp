@@ -21,6 +21,7 @@
 #include "control/close.hpp"
 #include "control/plain_socket.hpp"
 #include "control/rpc.hpp"
+#include "control/sp_stream.hpp"
 
 namespace th {
 
@@ -243,7 +244,7 @@ NngReplies::NngReplies(const std::string &url, ReplyHandler handler, int paralle
     if (int rv = nng_listen(sock_, url.c_str(), &listener, 0); rv != 0) {
         nng_close(sock_);
         fail(rv == NNG_EADDRINUSE ? TH_ERR_UNAVAILABLE : TH_ERR_INVALID_ARG, "cannot listen on '", url, "': ",
-             nng_error(rv));
+             nng_error(rv), sp::url_form_hint(url));
     }
     // "ws://host:0/path": the port picked goes in its place.
     if (int port = 0; nng_listener_get_int(listener, NNG_OPT_TCP_BOUND_PORT, &port) == 0) url_ = sp::with_port(url, port);

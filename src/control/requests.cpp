@@ -273,7 +273,7 @@ NngRequests::NngRequests(const std::string &url) {
     nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, &NngRequests::on_pipe, pipes_.get());
     if (int rv = nng_dial(sock_, url.c_str(), nullptr, NNG_FLAG_NONBLOCK); rv != 0) {
         nng_close(sock_);
-        fail(TH_ERR_INVALID_ARG, "cannot dial server URL '", url, "': ", nng_error(rv));
+        fail(TH_ERR_INVALID_ARG, "cannot dial server URL '", url, "': ", nng_error(rv), sp::url_form_hint(url));
     }
 }
 

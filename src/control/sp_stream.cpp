@@ -22,6 +22,16 @@ bool stream_url(const std::string &url, bool *ipc) {
     return s != nullptr;
 }
 
+std::string url_form_hint(const std::string &url) {
+    // NNG 1.5's schemes; tls+tcp:// and wss:// need TLS settings this
+    // library does not pass, so they are not offered.
+    static const char *const kSchemes[] = {"tcp://", "tcp4://", "tcp6://", "ipc://", "abstract://", "inproc://",
+                                           "ws://",  "ws4://",  "ws6://",  "wss://", "tls+tcp://"};
+    for (const char *s : kSchemes)
+        if (url.rfind(s, 0) == 0) return "";
+    return " (a control URL is tcp://host:port, ipc:///path or ws://host:port/path)";
+}
+
 void greeting(Protocol p, uint8_t out[8]) {
     const uint8_t g[8] = {0x00, 'S', 'P', 0x00, static_cast<uint8_t>(p >> 8), static_cast<uint8_t>(p & 0xff), 0x00, 0x00};
     std::copy(g, g + 8, out);

@@ -38,6 +38,11 @@ const StreamScheme *stream_scheme(const std::string &url);
 // the IPC mapping.
 bool stream_url(const std::string &url, bool *ipc);
 
+// For an error about url that NNG refused: what a control URL looks like,
+// when url does not (no "scheme://", or a scheme NNG does not speak); "" when
+// it does, so that NNG's own reason stands alone.
+std::string url_form_hint(const std::string &url);
+
 // The SP wire mapping (the same for TCP and IPC): each end first sends
 // 0x00 'S' 'P' 0x00, its protocol number (16 bits, big-endian) and two zero
 // bytes.

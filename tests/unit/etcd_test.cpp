@@ -105,7 +105,9 @@ TEST(Etcd, ServerUrlsNameEtcdAndAPrefix) {
     EXPECT_FALSE(FollowLeader::is_etcd_url("tcp://h:7070"));
     EXPECT_EQ(FollowLeader("etcd://h:2379,h2:2379/jobs/a/", 1000).prefix(), "/jobs/a");
     EXPECT_EQ(FollowLeader("etcd://h:2379", 1000).prefix(), TH_DEFAULT_ETCD_PREFIX);
-    error_of([] { FollowLeader("etcd:///tensorhub", 1000); }, TH_ERR_INVALID_ARG);
+    for (const char *url : {"etcd:///tensorhub", "etcd://"})
+        EXPECT_NE(error_of([&] { FollowLeader(url, 1000); }, TH_ERR_INVALID_ARG).find(str("'", url, "' names no etcd")),
+                  std::string::npos);
     error_of([] { FollowLeader("etcd://nohost/tensorhub", 1000); }, TH_ERR_INVALID_ARG);
 }
 

@@ -411,7 +411,11 @@ TEST(Rpc, AMalformedAddressIsRefusedAtOnceSayingWhy) {
     for (const Case &c : {Case{"tcp://127.0.0.1:http", "is not a port number", false},
                           Case{"tcp://127.0.0.1:99999", "is not a port number", true},
                           Case{"tcp://127.0.0.1", "has no port", false}, Case{"tcp://:7070", "names no host", false},
-                          Case{"ipc://", "socket path is empty", true}}) {
+                          Case{"ipc://", "socket path is empty", true},
+                          Case{"127.0.0.1:7070", "a control URL is tcp://host:port", false},
+                          Case{"127.0.0.1:7070", "a control URL is tcp://host:port", true},
+                          Case{"htp://127.0.0.1:7070", "a control URL is tcp://host:port", false},
+                          Case{"htp://127.0.0.1:7070", "a control URL is tcp://host:port", true}}) {
         try {
             if (c.server) RpcServer server(c.url, echo);
             else RpcClient client(c.url);
