@@ -133,6 +133,8 @@ void ServerSession::stop_heartbeats() {
 }
 
 void ServerSession::goodbye() {
+    // Closing without a connection (stop() said so): no goodbye to fail.
+    if (std::shared_ptr<RpcClient> at = rpc(); at && at->abandoned()) return;
     try {
         call([](Builder &b, const Header &h) { return wire::finish(b, h, CreateGoodbye(b)); },
              Deadline(std::min<uint32_t>(cfg_.timeout_ms, 1000)));
