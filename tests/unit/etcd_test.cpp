@@ -1,6 +1,6 @@
 // etcd mode without etcd: the gateway's replies as etcd 3.4 writes them, the
 // leader record, server_url parsing, and the service's terms. Leadership
-// against a real etcd is tested by tests/etcd.
+// against a real etcd is tested by tests/system (ha_test.py).
 #include <gtest/gtest.h>
 
 #include <thread>

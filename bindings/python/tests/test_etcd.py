@@ -2,7 +2,7 @@
 real etcd (started here), a client follows the leader through an etcd:// URL,
 and a new leader takes over when the first one closes. Skipped without etcd
 (Debian: etcd-server). Killing a leader and partitioning it are tested by
-tests/etcd/ha_test.py."""
+tests/system/ha_test.py."""
 
 from __future__ import annotations
 

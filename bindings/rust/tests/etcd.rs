@@ -2,7 +2,7 @@
 //! (started here), clients follow the leader through an etcd:// URL, and the
 //! other server takes over when the leader goes. Skipped, saying why, when
 //! `etcd` is not on PATH (Debian: etcd-server). Killing a leader and
-//! partitioning it are tested by tests/etcd/ha_test.py.
+//! partitioning it are tested by tests/system/ha_test.py.
 
 mod common;
 
