@@ -173,9 +173,7 @@ int Sim::add_worker(int dc, bool reader) {
     w.dc = dc;
     w.reader = reader;
     // One GPU per host, each with its own NIC.
-    w.labels = {{"dc", "dc" + std::to_string(dc)},
-                {"rack", "dc" + std::to_string(dc) + "-r" + std::to_string(i / s_.hosts_per_rack)},
-                {"host", "h" + std::to_string(i)}};
+    w.labels = {{"dc", str("dc", dc)}, {"rack", str("dc", dc, "-r", i / s_.hosts_per_rack)}, {"host", str("h", i)}};
     w_.push_back(std::move(w));
     up_.push_back(net_.add_link(s_.host_bps));
     down_.push_back(net_.add_link(s_.host_bps));

@@ -138,7 +138,7 @@ TEST(RangeSelection, RandomRangesMatchAStridedCopy) {
         std::vector<th::TensorSpec> specs;
         int n = 1 + static_cast<int>(rng() % 4);
         for (int t = 0; t < n; ++t)
-            specs.push_back(spec("t" + std::to_string(t), {int64_t(1 + rng() % 40), int64_t(1 + rng() % 700)}));
+            specs.push_back(spec(th::str("t", t), {int64_t(1 + rng() % 40), int64_t(1 + rng() % 700)}));
         Sim s(Layout(specs, chunk));
         std::vector<RangeRequest> ranges;
         int k = 1 + static_cast<int>(rng() % 5);
