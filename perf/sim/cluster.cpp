@@ -377,7 +377,9 @@ void Sim::add_lanes(int w, const Plan &p) {
         l.src = static_cast<int>(r.worker - 1);
         l.src_replica = r.replica;
         l.bytes = bytes_of(l.first);
-        if (r.complete != w_[l.src].holds && !w_[l.src].holds) violation("server calls a filling replica complete");
+        // A lost worker's replicas stay listed until readers report it or it
+        // falls silent (server/reachability.hpp); read() handles those.
+        if (r.complete && !w_[l.src].holds && !w_[l.src].gone) violation("server calls a filling replica complete");
         x.lanes.push_back(l);
         read(w, static_cast<int>(x.lanes.size() - 1));
     }

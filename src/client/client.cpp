@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string_view>
+#include <thread>
 
 #include "client/queries.hpp"
 #include "common/error.hpp"
@@ -92,11 +94,60 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
     return holdings_->publish(model, version, shard, num_shards, chunk_bytes, std::move(buffers), stats, checksums);
 }
 
+// Fetches again, within the fetch's deadline, when
+// - every live holder is one this reader failed to read from: the path to
+//   them may be what is broken, and a reader fetching the version now may
+//   soon serve it (server/reachability.hpp). Planned without them, for up
+//   to chunk_timeout_ms from the first such failure;
+// - the newest version was asked for, and the one being fetched lost its
+//   last holder (or was forgotten for that) while a newer one was committed:
+//   its holders moved on, while this reader waited on a source that stalled,
+//   say. The newer one, at once.
+// Each attempt is a whole fetch: a failed one takes back the replica it was
+// filling, so that nobody waits on it meanwhile.
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {
-    Fetch f(*session_, *holdings_, *ucx_, req, std::move(dst), serve);
-    FetchResult r = f.run();
-    TH_LOG(Info, "fetched '", req.model, "' ", r.stats.fetch_summary(req.shard));
-    return r;
+    constexpr int32_t kAgainMs = 100, kCancelPollMs = 20;
+    Deadline deadline(req.timeout_ms != 0 ? req.timeout_ms : cfg_.timeout_ms * 6);
+    std::optional<Deadline> patience;
+    std::vector<uint64_t> failed;  // workers earlier attempts failed to read from
+    std::string last_failure;      // how the last of them failed
+    for (;;) {
+        FetchRequest attempt = req;
+        attempt.timeout_ms = static_cast<uint32_t>(std::max(deadline.remaining_ms(), 1));
+        Fetch f(*session_, *holdings_, *ucx_, attempt, dst, serve);
+        f.exclude_workers(failed);
+        try {
+            FetchResult r = f.run();
+            TH_LOG(Info, "fetched '", req.model, "' ", r.stats.fetch_summary(req.shard));
+            return r;
+        } catch (const wire::NoSourceYet &e) {
+            failed = f.failed_workers();
+            if (!f.last_failure().empty()) last_failure = f.last_failure();
+            if (!patience) {
+                patience = Deadline(cfg_.chunk_timeout_ms);
+                TH_LOG(Info, e.what(), "; fetching again for up to ", cfg_.chunk_timeout_ms, " ms");
+            }
+            for (int32_t slept = 0; slept < kAgainMs; slept += kCancelPollMs) {
+                if (patience->expired() || deadline.remaining_ms() < kAgainMs)
+                    fail(e.code(), e.what(), ", and no other came within ", cfg_.chunk_timeout_ms, " ms",
+                         last_failure.empty() ? "" : "; last failure here: ", last_failure);
+                if (canceled(req.cancel))
+                    fail(TH_ERR_CANCELED, "canceled while waiting for a holder this reader can read from");
+                std::this_thread::sleep_for(std::chrono::milliseconds(kCancelPollMs));
+            }
+        } catch (const Error &e) {
+            bool lost = e.code() == TH_ERR_UNAVAILABLE || e.code() == TH_ERR_NOT_FOUND;  // no holder, or forgotten
+            if (req.version != UINT64_MAX || !lost || f.version() == 0 || deadline.expired()) throw;
+            uint64_t newest = 0;
+            try {
+                newest = th::resolve(*session_, req.model, UINT64_MAX);
+            } catch (const Error &) {  // the fetch's own error says more
+            }
+            if (newest <= f.version()) throw;
+            TH_LOG(Info, e.what(), "; fetching version ", newest, ", committed since");
+            failed = f.failed_workers();
+        }
+    }
 }
 
 uint64_t Client::resolve(const std::string &model, uint64_t version) { return th::resolve(*session_, model, version); }

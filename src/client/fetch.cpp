@@ -36,6 +36,11 @@ Fetch::Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const F
     target_.set_regions(std::move(regions));
 }
 
+void Fetch::exclude_workers(const std::vector<uint64_t> &workers) {
+    for (uint64_t w : workers) exclude_worker(w);
+    source_lost_ = false;
+}
+
 Fetch::~Fetch() {
     if (!finished_) {
         try {
@@ -268,11 +273,7 @@ void Fetch::apply_plan(PlanCall &c) {
         }
         UcxWorker::PeerOrError &peer = c.peers[next_peer++];
         s->peer = std::move(peer.peer);
-        if (!s->peer) {
-            s->failed = true;
-            s->report = true;
-            s->why = peer.error;
-        }
+        if (!s->peer) fail_source(*s, peer.error);
         bool asked = s->peer && s->peer->path() == ReadPath::ActiveMessage;  // its holder answers
         s->waits_ok = !s->complete && s->desc.answers_waiting_reads && asked;
         s->guarded = s->desc.guards_reads && asked;
@@ -626,6 +627,7 @@ void Fetch::fail_source(FetchSource &s, const std::string &why) {
     s.paused_here = s.peer && s.peer->dropped_by_pause();
     s.report = !s.paused_here;
     s.why = why;
+    last_failure_ = str("worker ", s.worker, ": ", why);
     TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": dropping source worker ", s.worker,
            ": ", why);
 }
@@ -749,6 +751,15 @@ FetchResult Fetch::run() {
                 plan_uncovered(deadline);
             }
         }
+    } catch (const Error &e) {
+        drain();
+        finish(false);
+        // No source left: say how the last one failed (the caller does
+        // for NoSourceYet: it may fetch again).
+        if (e.code() != TH_ERR_UNAVAILABLE || last_failure_.empty() ||
+            dynamic_cast<const wire::NoSourceYet *>(&e) != nullptr)
+            throw;
+        fail(e.code(), e.what(), "; last failure here: ", last_failure_);
     } catch (...) {
         drain();
         finish(false);

@@ -52,7 +52,17 @@ class Fetch {
     Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const FetchRequest &req, std::vector<Buffer> dst,
           bool serve);
     ~Fetch();
+    // Not planned to these workers (ones an earlier attempt failed to read from).
+    void exclude_workers(const std::vector<uint64_t> &workers);
+    // Throws wire::NoSourceYet when live holders exist but none may serve
+    // this fetch now: it failed to read from each (failed_workers()), or
+    // they are still filling.
     FetchResult run();
+    const std::vector<uint64_t> &failed_workers() const { return exclude_; }
+    // How the last source dropped failed ("worker N: why"); "" if none did.
+    const std::string &last_failure() const { return last_failure_; }
+    // The version being fetched; 0 before the first plan.
+    uint64_t version() const { return version_; }
 
   private:
     // Verifying: read and covered by a control-word read, its hash (asked
@@ -184,6 +194,7 @@ class Fetch {
     double server_seconds_ = 0;           // the fetch's thread waiting for the server (SyncStats)
     std::vector<bool> waited_;            // per chunk: its last read was a waiting read
     uint32_t plans_ = 0, failed_sources_ = 0;
+    std::string last_failure_;  // the last source dropped ("worker N: why"), for the error
     std::vector<uint64_t> checksums_;  // of every chunk of the shard, from the first plan; empty: none
     VerifyPolicy verify_{TH_DEFAULT_VERIFY};
     ChunkSums sums_;  // per chunk in [first_chunk_, end_chunk_)

@@ -19,7 +19,9 @@ Candidate candidate(const ReplicaInfo &r) {
     return {r.worker, r.id, &w.labels, r.complete, w.active_reads, r.seq, w.bytes_served, r.publisher || r.owned};
 }
 
-bool routable(const ReplicaInfo &r) { return !r.holder->suspect && !r.mutating && r.reported.empty(); }
+bool routable(const ReplicaInfo &r) {
+    return !r.holder->suspect && !r.mutating && !r.sourceless && r.reported.empty();
+}
 
 // ---- workers
 
@@ -35,6 +37,7 @@ bool Catalog::register_worker(WorkerInfo w) {
         // the replicas it declares again.
         WorkerInfo &before = workers_.at(w.id);
         w.unchecked = std::move(before.unchecked);  // not declared again since the last time
+        w.avoid = std::move(before.avoid);          // its paths to others did not change
         for (const ReplicaInfo *r : before.held)
             if (!r->reported.empty()) w.unchecked[r->id] = r->reported;
         remove_worker(w.id);

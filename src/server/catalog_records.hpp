@@ -48,7 +48,19 @@ struct WorkerInfo {
     uint64_t last_seen_ms = 0;
     uint64_t bytes_served = 0;
     uint32_t active_reads = 0;
-    bool suspect = false;  // a reader failed to read from it: not routed to until it re-registers
+    bool suspect = false;  // not routed to until it re-registers (server/reachability.hpp)
+    // Readers that could not read from it, by reader id: when (server
+    // clock, ms). It stays in service while it talks to the server and only
+    // one of them failed.
+    std::map<uint64_t, uint64_t> reported_by;
+    // Workers this one could not read from: not planned for it until
+    // until_ms, unless they register with another UCX address (its hash).
+    struct Avoid {
+        uint64_t until_ms = 0;
+        uint32_t strikes = 0;
+        size_t address = 0;
+    };
+    std::unordered_map<uint64_t, Avoid> avoid;
     std::vector<ReplicaInfo *> held;  // its replicas: their ranks move with its load
     // Chunks reported of its replicas before it registered again, by replica
     // id: they stay reported when it declares them again.
@@ -73,6 +85,10 @@ struct ReplicaInfo {
     bool publisher = false;
     bool owned = false;     // a library-owned copy kept for retention
     bool mutating = false;  // its holder is about to overwrite it: not routed to
+    // Filling, and its reader was told every live holder failed it: it
+    // fills from nowhere for now, so nobody follows it until its reader's
+    // next plan finds a source.
+    bool sourceless = false;
     // Chunks readers found not matching the version's checksums: not routed
     // to until its holder has checked its own copy of them.
     std::vector<uint32_t> reported;

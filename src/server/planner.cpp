@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "common/stripes.hpp"
+#include "wire/wire.hpp"
 
 namespace th {
 
@@ -37,13 +38,31 @@ ReplicaInfo *Planner::find(const Request &req, const WorkerInfo &reader, ShardIn
 }
 
 void Planner::unavailable(const Request &req, const ShardInfo &s, const ReplicaKey &key) const {
-    size_t holders = std::count_if(s.replicas.begin(), s.replicas.end(), [&](auto &kv) {
-        return routable(kv.second) && kv.second.worker != req.reader_worker;
-    });
-    if (holders == 0)
-        fail(TH_ERR_UNAVAILABLE, "no live holder of model '", key.model, "' version ", key.version, " shard ", key.shard);
-    fail(TH_ERR_UNAVAILABLE, "every holder of model '", key.model, "' version ", key.version, " shard ", key.shard,
-         " failed this reader (", holders, " tried)");
+    std::vector<const WorkerInfo *> failed;  // live holders this reader failed to read from
+    size_t later = 0;                        // live ones it may not read from yet (filling)
+    for (const auto &[id, r] : s.replicas) {
+        if (!routable(r) || r.worker == req.reader_worker) continue;
+        if (excluded(req, candidate(r))) {
+            if (std::find(failed.begin(), failed.end(), r.holder) == failed.end()) failed.push_back(r.holder);
+        } else {
+            later++;
+        }
+    }
+    std::string what = str("model '", key.model, "' version ", key.version, " shard ", key.shard);
+    if (failed.empty() && later == 0) fail(TH_ERR_UNAVAILABLE, "no live holder of ", what);
+    std::string names;
+    for (size_t i = 0; i < std::min<size_t>(failed.size(), 3); ++i)
+        names += str(i == 0 ? "" : ", ", "worker ", failed[i]->id, " '", failed[i]->name, "'");
+    if (failed.size() > 3) names += ", ...";
+    std::string why;
+    if (later == 0)
+        why = str("every holder of ", what, " failed this reader (", failed.size(), " tried: ", names, ")");
+    else if (failed.empty())
+        why = str("no holder of ", what, " can serve this reader yet: ", later, " replica(s) still filling may not");
+    else
+        why = str("no holder of ", what, " can serve this reader yet: ", failed.size(), " failed it (", names, "), ",
+                  later, " replica(s) still filling may not serve it yet");
+    throw wire::NoSourceYet(TH_ERR_UNAVAILABLE, why);
 }
 
 std::vector<Assignment> Planner::plan_stripes(const Request &req, const WorkerInfo &reader, ShardInfo &s,

@@ -26,7 +26,9 @@ class Planner {
     explicit Planner(PolicyConfig policy) : policy_(policy) {}
 
     // The replica of key's shard (s) that reader should read from; throws
-    // Error(TH_ERR_UNAVAILABLE) saying why when no holder is eligible.
+    // Error(TH_ERR_UNAVAILABLE) saying why when no holder is eligible
+    // (wire::NoSourceYet when live ones exist, but the reader failed to
+    // read from each, or they fill after the reader's own replica).
     ReplicaInfo &choose(const Request &req, const WorkerInfo &reader, ShardInfo &s, const ReplicaKey &key) const;
 
     // Chunks [first, first + count) of s for a reader whose own replica

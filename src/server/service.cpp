@@ -61,6 +61,7 @@ Service::Service(ServiceConfig cfg)
       start_ms_(clock_ms()),
       catalog_(empty_catalog()),
       planner_(cfg.policy),
+      reachability_(cfg.heartbeat_ms, cfg.lease_ms),
       replies_(kReplyCacheSize) {
     if (cfg_.ping_server && !cfg_.await_leadership)
         probe_ = std::make_unique<TakeoverProbe>(cfg_.ping_server, [this] { return clock_ms(); });
@@ -201,7 +202,9 @@ Bytes Service::refuse(Header h, const Error &e, Body type) {
     // about its own replica: it has re-declared all it will.
     bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
     bool own = type == Body::Release || type == Body::BeginMutation || type == Body::CancelMutation;
-    return error_reply(h, e.code(), e.what(), {.rebuilding = missing && !own && rebuilding()});
+    return error_reply(h, e.code(), e.what(),
+                       {.rebuilding = missing && !own && rebuilding(),
+                        .no_source_yet = dynamic_cast<const NoSourceYet *>(&e) != nullptr});
 }
 
 Bytes Service::dispatch(const Envelope &env, const Header &h) {
@@ -371,12 +374,17 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
                  "': ", diff);
     }
     ReplicaKey key{name, v.number, m->shard()};
-    const WorkerInfo &reader = *catalog_.find_worker(h.worker_id);
+    settle_reports(clock_ms());
+    WorkerInfo &reader = *catalog_.find_worker(h.worker_id);
     Request req;
     req.labels = &reader.labels;
     req.reader_worker = h.worker_id;
     if (const auto *ex = aligned(m->exclude(), "exclude list")) req.exclude.assign(ex->begin(), ex->end());
     if (const auto *ex = aligned(m->exclude_replicas(), "exclude list")) req.exclude_replicas.assign(ex->begin(), ex->end());
+    // Sources this reader could not read from lately are left out too: with
+    // nothing else left it is told so, and waits for another holder.
+    for (uint64_t id : reachability_.avoided(reader, catalog_, clock_ms()))
+        if (std::find(req.exclude.begin(), req.exclude.end(), id) == req.exclude.end()) req.exclude.push_back(id);
     // A reader that will serve becomes a filling replica now, so later readers
     // can follow it.
     ReplicaInfo *mine = nullptr;
@@ -395,6 +403,9 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     // stripe; its earlier sources keep counting unless it gave them up.
     uint32_t stripes = s.stripes;
     bool striped = mine != nullptr && m->mode() != PlanMode::Single && stripes > 1;
+    // Nobody follows the reader's replica until a plan finds it a source:
+    // when none does, its reader waits for another holder.
+    if (mine != nullptr) mine->sourceless = true;
     std::vector<Assignment> plan;
     if (striped) {
         if (mine->home < 0) catalog_.set_relay(*mine, s.next_home++ % stripes, kNoDepth);
@@ -412,6 +423,7 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
         catalog_.start_read(h.worker_id, key, src);
         plan.push_back({&src, first, count});
     }
+    if (mine != nullptr) mine->sourceless = false;
 
     Builder b(1024);
     std::vector<flatbuffers::Offset<SourceRange>> ranges;
@@ -445,6 +457,9 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
         for (const auto *sb : *m->bytes_from()) from.push_back({sb->worker_id(), sb->replica_id(), sb->bytes()});
     for (const auto &[kind, bytes] : catalog_.finish_read(h.worker_id, key, m->ok(), from, m->replica_id()))
         metrics_.bytes_served_by_kind[kind] += bytes;
+    if (WorkerInfo *reader = catalog_.find_worker(h.worker_id))
+        for (const SourceRead &r : from)
+            if (r.bytes > 0) Reachability::read_from(*reader, r.worker);
     if (m->ok() && m->duration_us() > 0) metrics_.fetch_seconds.observe(m->duration_us() / 1e6);
     return ack(h);
 }
@@ -474,9 +489,15 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
         return ack(h);
     }
     if (w == nullptr) return ack(h);
-    TH_LOG(Warn, "worker ", h.worker_id, " could not read from worker ", m->worker_id(), " '", w->name, "': ", reason);
-    w->suspect = true;
+    WorkerInfo &reader = *catalog_.find_worker(h.worker_id);  // registered (unknown_sender)
+    std::string suspect = reachability_.reported(reader, *w, clock_ms());
     metrics_.source_failed++;
+    if (suspect.empty())
+        TH_LOG(Warn, "worker ", h.worker_id, " '", reader.name, "' could not read from worker ", m->worker_id(), " '",
+               w->name, "': ", reason, "; it still talks to this server: not planned for that reader for now");
+    else
+        TH_LOG(Warn, "worker ", h.worker_id, " '", reader.name, "' could not read from worker ", m->worker_id(), " '",
+               w->name, "': ", reason, "; ", suspect, ": not routed to until it registers again");
     return ack(h);
 }
 
@@ -568,8 +589,14 @@ void Service::emit(EventKind kind, const std::string &model, uint64_t version, u
     cfg_.publish_event(finish(b, h, CreateEvent(b, ++event_seq_, kind, b.CreateString(model), version, replica)));
 }
 
+void Service::settle_reports(uint64_t now) {
+    for (const auto &[w, why] : reachability_.settle(catalog_, now))
+        TH_LOG(Warn, "worker ", w->id, " '", w->name, "': ", why, ": not routed to until it registers again");
+}
+
 size_t Service::expire(uint64_t now) {
     std::lock_guard lk(mu_);
+    settle_reports(now);
     std::vector<uint64_t> dead = catalog_.silent(now, cfg_.lease_ms);
     metrics_.lease_expired += dead.size();
     for (uint64_t id : dead) {

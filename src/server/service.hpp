@@ -21,6 +21,7 @@
 #include "server/metrics.hpp"
 #include "server/planner.hpp"
 #include "server/policy.hpp"
+#include "server/reachability.hpp"
 #include "server/reply_cache.hpp"
 #include "server/takeover_probe.hpp"
 #include "tensorhub/tensorhub.h"
@@ -105,6 +106,8 @@ class Service {
     // Why the sender must register (again) before this request, or nullopt.
     std::optional<std::string> unknown_sender(const Env &env, const Header &h);
     bool rebuilding() const;
+    // Makes sources reported once and silent since suspect (Reachability::settle).
+    void settle_reports(uint64_t now_ms);
     wire::Bytes refuse(Header h, const Error &e, wire::Body type);
     wire::Bytes dispatch(const Env &env, const Header &h);
     wire::Bytes on_hello(const Env &env, const Header &h);
@@ -147,6 +150,7 @@ class Service {
     std::mutex mu_;  // guards everything below but metrics_.bad_requests
     Catalog catalog_;
     Planner planner_;
+    Reachability reachability_;
     std::deque<uint64_t> recent_workers_;  // the last few registered, newest first
     // The last workers that published a version of their own, newest
     // first, and how many newcomers each was offered to.

@@ -24,7 +24,8 @@ Bytes error_reply(const Header &h, int32_t code, const std::string &message, Err
     Builder b(256);
     auto msg = b.CreateString(message);
     return finish(b, h, CreateErrorReply(b, code, msg, flags.unknown_worker, flags.stale_server, flags.rebuilding,
-                                                flags.not_leader, flags.left_server_alive, flags.probing));
+                                                flags.not_leader, flags.left_server_alive, flags.probing,
+                                                flags.no_source_yet));
 }
 
 flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<tensorhub::wire::TensorSpec>>> put_tensors(
@@ -74,6 +75,7 @@ void throw_reply_error(const ErrorReply &e, const char *context) {
     int32_t code = e.code();
     std::string msg = e.message() ? e.message()->str() : str(context, ": server error without message");
     if (code >= 0 || code < kLowestStatus) throw Error(TH_ERR_PROTOCOL, str("unknown status ", code, ": ", msg));
+    if (e.no_source_yet()) throw NoSourceYet(static_cast<th_status>(code), msg);
     throw Error(static_cast<th_status>(code), msg);
 }
 

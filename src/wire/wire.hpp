@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/layout.hpp"
 #include "common/labels.hpp"
 #include "tensorhub_generated.h"
@@ -49,6 +50,14 @@ struct ErrorFlags {
     bool not_leader = false;      // etcd mode: this server does not lead; ask etcd who does
     bool left_server_alive = false;  // list mode: the server the worker left still answers
     bool probing = false;            // list mode: finding that out; say Hello again
+    bool no_source_yet = false;      // a plan: live holders, but none this reader may read from now
+};
+
+// What an ErrorReply with no_source_yet carries: a reader may plan again
+// shortly, when another holder may serve it.
+class NoSourceYet : public Error {
+  public:
+    using Error::Error;
 };
 
 Bytes error_reply(const Header &h, int32_t code, const std::string &message, ErrorFlags flags = {});

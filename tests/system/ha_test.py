@@ -25,15 +25,15 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "perf", "cluster"))
 import netns  # noqa: E402
+import verdict  # noqa: E402
 
-SKIP = 77
+SKIP = verdict.SKIP
 ETCD_LEASE_MS = 3000
 CLIENT_TIMEOUT_S = 10.0
 FETCH_DEADLINE_S = CLIENT_TIMEOUT_S * 6  # a whole fetch (th_fetch_config.timeout_ms 0)
@@ -338,29 +338,13 @@ def main():
         return SKIP
     os.environ["TENSORHUB_LIB"] = os.path.join(args.build, "libtensorhub.so")
     os.environ["PYTHONPATH"] = os.path.join(ROOT, "bindings", "python")
-    tmp = tempfile.mkdtemp(prefix="th-etcd-")
-    try:
+
+    def body(tmp):
         if args.scenario == "partition":
-            result = scenario_partition(args, tmp)
-        else:
-            result = scenario_kill(args, tmp, signal.SIGKILL if args.scenario == "kill" else signal.SIGTERM)
-        if result is None:
-            return SKIP
-        problems, report = result
-        print(json.dumps(report, indent=1))
-        if problems:
-            print("FAILED:\n  " + "\n  ".join(problems))
-            for f in sorted(os.listdir(tmp)):
-                if f.endswith(".log") and not f.startswith("etcd"):
-                    print(f"--- {f} (last lines)\n" + "".join(open(os.path.join(tmp, f)).readlines()[-15:]))
-            return 1
-        print("passed")
-        return 0
-    finally:
-        if os.environ.get("TH_KEEP_TMP"):
-            print("kept", tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+            return scenario_partition(args, tmp)
+        return scenario_kill(args, tmp, signal.SIGKILL if args.scenario == "kill" else signal.SIGTERM)
+
+    return verdict.run_in_tmp("th-etcd-", body, show_log=lambda name: not name.startswith("etcd"))
 
 
 if __name__ == "__main__":

@@ -46,10 +46,17 @@ def publisher(client, args):
 def reader(client, args):
     dst = {"w": np.zeros(args.bytes, dtype=np.uint8)}
     end = time.time() + args.seconds
+    last = 0  # the version fetched last
     while time.time() < end and not os.path.exists(args.stop):
+        if args.newer and last:
+            try:  # a rollout worker: only a newer version is worth a fetch
+                client.wait_for_version(args.model, newer_than=last, timeout=1.0)
+            except tensorhub.Timeout:
+                continue
         t0 = time.time()
         try:
-            version = client.fetch(args.model, into=dst, serve=False)
+            version = client.fetch(args.model, into=dst, serve=args.serve)
+            last = version
             good = np.array_equal(dst["w"], pattern(version, args.bytes))
             emit(op="fetch", version=version, start=t0, end=time.time(), ok=good, corrupt=not good)
         except tensorhub.VersionNotFound as e:  # nothing committed yet
@@ -71,6 +78,8 @@ def main():
     p.add_argument("--seconds", type=float, default=600, help="stop after this long in any case")
     p.add_argument("--period", type=float, default=0.2)
     p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--serve", action="store_true", help="readers serve what they fetched to others")
+    p.add_argument("--newer", action="store_true", help="readers fetch only versions newer than their last")
     args = p.parse_args()
     t0 = time.time()
     with tensorhub.Client(args.url, name=args.name, timeout=args.timeout) as client:

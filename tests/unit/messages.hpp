@@ -17,10 +17,11 @@ inline Header hdr(uint64_t worker, uint64_t req) { return Header{req, worker, 0}
 
 // epoch: the newest server epoch the worker has seen.
 // left_url: the server a worker failing over left (list mode).
+// address: the worker's UCX address.
 inline Bytes hello(uint64_t worker, uint64_t req, const Labels &labels = {}, uint64_t epoch = 0,
-                   const std::string &left_url = "", uint32_t probe_ms = 0) {
+                   const std::string &left_url = "", uint32_t probe_ms = 0,
+                   const std::vector<uint8_t> &addr = {1, 2, 3, 4}) {
     Builder b;
-    std::vector<uint8_t> addr = {1, 2, 3, 4};
     return finish(b, Header{req, worker, epoch},
                   CreateHello(b, worker, b.CreateString(th::str("w", worker)), put_labels(b, labels), b.CreateVector(addr),
                               left_url.empty() ? 0 : b.CreateString(left_url), probe_ms));
@@ -65,6 +66,22 @@ inline Bytes plan(uint64_t worker, uint64_t req, const std::string &model, uint6
     if (ts) given = put_tensors(b, *ts);
     return finish(b, hdr(worker, req),
                   CreatePlanFetch(b, b.CreateString(model), version, shard, 0, 0, d, replica_id, 0, given));
+}
+
+// reader could not read from source.
+inline Bytes source_failed(uint64_t reader, uint64_t req, uint64_t source) {
+    Builder b;
+    return finish(b, hdr(reader, req), CreateSourceFailed(b, source, b.CreateString("test")));
+}
+
+// reader's fetch of (model, version, shard) into its replica replica_id (0:
+// none) ended; it read bytes from source.
+inline Bytes fetch_done(uint64_t reader, uint64_t req, const std::string &model, uint64_t version, uint32_t shard,
+                        uint64_t source, uint64_t bytes, uint64_t replica_id = 0, bool ok = true) {
+    Builder b;
+    std::vector<flatbuffers::Offset<SourceBytes>> from{CreateSourceBytes(b, source, bytes, 0)};
+    return finish(b, hdr(reader, req),
+                  CreateFetchDone(b, b.CreateString(model), version, shard, replica_id, ok, b.CreateVector(from), 1000));
 }
 
 inline Bytes heartbeat(uint64_t worker, uint64_t req) {

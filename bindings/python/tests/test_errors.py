@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import connect, empty_like, weights
+from conftest import assert_same, connect, empty_like, weights
 
 import tensorhub
 from tensorhub import _errors as errors_module
@@ -141,6 +141,29 @@ def test_a_last_holder_that_leaves_makes_the_version_unavailable(server: tensorh
     with pytest.raises(tensorhub.Unavailable, match="no live holder"):
         reader.fetch("m", 1, into=dst)
     assert time.monotonic() - t0 < 2
+
+
+def test_a_fetch_of_the_newest_version_moves_on_when_its_last_holder_leaves(server: tensorhub.Server,
+                                                                            reader: tensorhub.Client) -> None:
+    # The newest version when the fetch starts loses its only holder halfway,
+    # while a newer one is published: the fetch delivers the newer one
+    # rather than "no live holder" (a fetch of a given version still fails).
+    old, new = weights(11, sizes=(16 << 20,)), weights(12, sizes=(16 << 20,))
+    dst = empty_like(old)
+    with connect(server, "leaving") as leaving, connect(server, "next") as nxt:
+        leaving.publish("m", 1, old)
+        moved = False
+
+        def halfway(done: int, total: int) -> None:
+            nonlocal moved
+            if not moved and 0 < done < total:
+                moved = True
+                nxt.publish("m", 2, new)
+                leaving.close()
+
+        assert reader.fetch("m", into=dst, serve=False, progress=halfway, progress_interval=0) == 2
+        assert moved, "the fetch was over before its holder could leave"
+        assert_same(dst, new)
 
 
 def test_fetch_deadline_is_a_timeout(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
