@@ -107,7 +107,10 @@ def run(args, tmp):
                 problems.append(f"{r} read wrong bytes of version {o.get('version')}")
             elif not o.get("ok"):
                 problems.append(f"{r}: a fetch failed: {o.get('error')}")
-        if len(ok) < 5:
+        # r1 waits out a read timeout each time it tries the trainer again
+        # over a silent path (its avoidance doubles each time).
+        least = 2 if r == "r1" and args.how == "silent" else 5
+        if len(ok) < least:
             problems.append(f"{r} fetched only {len(ok)} versions in {SECONDS} s")
     published = [o for o in ops(os.path.join(tmp, "trainer.log")) if o["op"] == "publish" and o.get("ok")]
     report["published"] = len(published)
