@@ -104,16 +104,25 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 //   its holders moved on, while this reader waited on a source that stalled,
 //   say. The newer one, at once.
 // Each attempt is a whole fetch: a failed one takes back the replica it was
-// filling, so that nobody waits on it meanwhile.
+// filling, so that nobody waits on it meanwhile. Progress is passed on only
+// once a later attempt has caught up with what the caller was shown, and
+// the stats are the last attempt's.
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {
     constexpr int32_t kAgainMs = 100, kCancelPollMs = 20;
     Deadline deadline(req.timeout_ms != 0 ? req.timeout_ms : cfg_.timeout_ms * 6);
     std::optional<Deadline> patience;
     std::vector<uint64_t> failed;  // workers earlier attempts failed to read from
     std::string last_failure;      // how the last of them failed
+    uint64_t progress_shown = 0;   // the caller sees progress only go forward
     for (;;) {
         FetchRequest attempt = req;
         attempt.timeout_ms = static_cast<uint32_t>(std::max(deadline.remaining_ms(), 1));
+        if (req.progress)
+            attempt.progress = [&](uint64_t done, uint64_t total) {
+                if (done < progress_shown && done != total) return;  // a later attempt catching up
+                progress_shown = std::max(progress_shown, done);
+                req.progress(done, total);
+            };
         Fetch f(*session_, *holdings_, *ucx_, attempt, dst, serve);
         f.exclude_workers(failed);
         try {

@@ -153,9 +153,11 @@ def test_a_fetch_of_the_newest_version_moves_on_when_its_last_holder_leaves(serv
     with connect(server, "leaving") as leaving, connect(server, "next") as nxt:
         leaving.publish("m", 1, old)
         moved = False
+        shown: list[int] = []
 
         def halfway(done: int, total: int) -> None:
             nonlocal moved
+            shown.append(done)
             if not moved and 0 < done < total:
                 moved = True
                 nxt.publish("m", 2, new)
@@ -164,6 +166,7 @@ def test_a_fetch_of_the_newest_version_moves_on_when_its_last_holder_leaves(serv
         assert reader.fetch("m", into=dst, serve=False, progress=halfway, progress_interval=0) == 2
         assert moved, "the fetch was over before its holder could leave"
         assert_same(dst, new)
+        assert shown == sorted(shown), "progress went back when the fetch started over"
 
 
 def test_fetch_deadline_is_a_timeout(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
