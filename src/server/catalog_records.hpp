@@ -53,10 +53,14 @@ struct WorkerInfo {
     // clock, ms). It stays in service while it talks to the server and only
     // one of them failed.
     std::map<uint64_t, uint64_t> reported_by;
+    // When a fetch that read from it last ended without its reader having
+    // reported it (server clock, ms; 0: never).
+    uint64_t served_ms = 0;
     // Workers this one could not read from: not planned for it until
     // until_ms, unless they register with another UCX address (its hash).
     struct Avoid {
         uint64_t until_ms = 0;
+        uint64_t reported_ms = 0;  // the last report
         uint32_t strikes = 0;
         size_t address = 0;
     };

@@ -14,6 +14,12 @@ size_t address_hash(const std::vector<uint8_t> &a) {
     return std::hash<std::string_view>{}(std::string_view(reinterpret_cast<const char *>(a.data()), a.size()));
 }
 
+uint64_t first_report(const WorkerInfo &w) {
+    uint64_t first = UINT64_MAX;
+    for (const auto &[reader, at] : w.reported_by) first = std::min(first, at);
+    return first;
+}
+
 // Heard from within grace_ms of now (its last request, heartbeats included).
 bool talking(const WorkerInfo &w, uint64_t now_ms, uint64_t grace_ms) { return now_ms <= w.last_seen_ms + grace_ms; }
 
@@ -26,6 +32,7 @@ std::string Reachability::reported(WorkerInfo &reader, WorkerInfo &holder, uint6
     auto &a = reader.avoid[holder.id];
     a.strikes = std::min<uint32_t>(a.strikes + 1, 16);
     a.until_ms = now_ms + std::min(kFirstAvoidMs << (a.strikes - 1), kLongestAvoidMs);
+    a.reported_ms = now_ms;
     a.address = address_hash(holder.ucx_address);
     if (holder.suspect) return "";
     std::erase_if(holder.reported_by, [&](const auto &kv) { return kv.second + window_ms_ < now_ms; });
@@ -33,8 +40,9 @@ std::string Reachability::reported(WorkerInfo &reader, WorkerInfo &holder, uint6
     std::string why;
     if (!talking(holder, now_ms, grace_ms_))
         why = str("it has not been heard from for ", now_ms - holder.last_seen_ms, " ms either");
-    else if (holder.reported_by.size() >= 2)
-        why = str(holder.reported_by.size(), " readers could not read from it within ", window_ms_, " ms");
+    else if (holder.reported_by.size() >= 2 && holder.served_ms < first_report(holder))
+        why = str(holder.reported_by.size(), " readers could not read from it within ", window_ms_,
+                  " ms, and no fetch read from it since");
     if (why.empty()) {
         doubted_.insert(holder.id);
         return "";
@@ -84,6 +92,13 @@ std::vector<uint64_t> Reachability::avoided(WorkerInfo &reader, const Catalog &c
     return out;
 }
 
-void Reachability::read_from(WorkerInfo &reader, uint64_t holder) { reader.avoid.erase(holder); }
+void Reachability::read_from(WorkerInfo &reader, WorkerInfo &holder, uint64_t started_ms, uint64_t now_ms) {
+    auto it = reader.avoid.find(holder.id);
+    if (it != reader.avoid.end()) {
+        if (it->second.reported_ms >= started_ms) return;  // what it read came before it gave up on holder
+        reader.avoid.erase(it);
+    }
+    holder.served_ms = now_ms;
+}
 
 }  // namespace th

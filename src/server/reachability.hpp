@@ -18,8 +18,10 @@
 //   registers again) when it is silent as well, heard from by the server
 //   neither in the grace before the report nor within the grace after it
 //   (two heartbeat periods), or when a second reader reports it within a
-//   lease. A source that keeps talking to the server and that only one
-//   reader fails to read stays in service for the others.
+//   lease, unless a fetch that read from it ended well since the first of
+//   those reports (a rack cut off from it, not the source). A source that
+//   keeps talking to the server and that only one reader fails to read
+//   stays in service for the others.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +50,10 @@ class Reachability {
     std::vector<std::pair<const WorkerInfo *, std::string>> settle(Catalog &catalog, uint64_t now_ms);
     // The workers reader is not planned to now, besides its own exclusions.
     std::vector<uint64_t> avoided(WorkerInfo &reader, const Catalog &catalog, uint64_t now_ms) const;
-    // reader read from holder: it is not avoided any more.
-    static void read_from(WorkerInfo &reader, uint64_t holder);
+    // reader's fetch, which started at started_ms, ended at now_ms and read
+    // from holder: unless reader reported holder during that fetch, holder
+    // is not avoided any more and counts as serving.
+    static void read_from(WorkerInfo &reader, WorkerInfo &holder, uint64_t started_ms, uint64_t now_ms);
 
   private:
     uint64_t grace_ms_, window_ms_;

@@ -457,9 +457,12 @@ Bytes Service::on_fetch_done(const Envelope &env, const Header &h) {
         for (const auto *sb : *m->bytes_from()) from.push_back({sb->worker_id(), sb->replica_id(), sb->bytes()});
     for (const auto &[kind, bytes] : catalog_.finish_read(h.worker_id, key, m->ok(), from, m->replica_id()))
         metrics_.bytes_served_by_kind[kind] += bytes;
-    if (WorkerInfo *reader = catalog_.find_worker(h.worker_id))
+    if (WorkerInfo *reader = catalog_.find_worker(h.worker_id); reader != nullptr && m->ok()) {
+        uint64_t now = clock_ms(), took = m->duration_us() / 1000;
         for (const SourceRead &r : from)
-            if (r.bytes > 0) Reachability::read_from(*reader, r.worker);
+            if (WorkerInfo *holder = r.bytes > 0 ? catalog_.find_worker(r.worker) : nullptr)
+                Reachability::read_from(*reader, *holder, now - std::min(now, took), now);
+    }
     if (m->ok() && m->duration_us() > 0) metrics_.fetch_seconds.observe(m->duration_us() / 1e6);
     return ack(h);
 }

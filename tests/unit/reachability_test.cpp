@@ -82,6 +82,7 @@ TEST_F(ReachabilityTest, AReadThatSucceedsOrANewAddressEndsTheAvoidance) {
     report(2, 1);
     report(2, 1);
     EXPECT_EQ(source_for(2), 0u);
+    pass(100);  // a fetch (of 1 ms) that started after the reports
     ASSERT_EQ(error_code(call(fetch_done(2, req++, "m", 1, 0, 1, 16384))), 0);
     EXPECT_EQ(source_for(2), 1u);
     report(2, 1);
@@ -91,6 +92,26 @@ TEST_F(ReachabilityTest, AReadThatSucceedsOrANewAddressEndsTheAvoidance) {
     ASSERT_EQ(error_code(call(hello(1, req++, {}, 0, "", 0, {5, 6, 7, 8}))), 0);
     ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 100, 4096, true, true))), 0);
     EXPECT_EQ(source_for(2), 1u);
+}
+
+// What a fetch read from a source before its reader gave up on it says
+// nothing about the path now.
+TEST_F(ReachabilityTest, BytesReadBeforeGivingUpOnASourceDoNotEndItsAvoidance) {
+    report(2, 1);
+    ASSERT_EQ(error_code(call(fetch_done(2, req++, "m", 1, 0, 1, 16384))), 0);  // the same fetch ends
+    EXPECT_EQ(source_for(2), 0u);
+}
+
+// Two readers of one rack cut off from a source do not take it from a
+// third that reads from it meanwhile.
+TEST_F(ReachabilityTest, ASourceAFetchReadFromSinceTheFirstReportStaysInService) {
+    report(2, 1);
+    pass(100);
+    ASSERT_EQ(error_code(call(hello(4, req++))), 0);
+    ASSERT_EQ(error_code(call(fetch_done(3, req++, "m", 1, 0, 1, 16384))), 0);
+    report(4, 1);
+    EXPECT_FALSE(told_to_register(1));
+    EXPECT_EQ(source_for(3), 1u);
 }
 
 TEST_F(ReachabilityTest, ASourceThatFallsSilentAfterAReportIsTakenOutOfService) {
