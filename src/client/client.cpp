@@ -95,10 +95,13 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 }
 
 // Fetches again, within the fetch's deadline, when
-// - every live holder is one this reader failed to read from: the path to
-//   them may be what is broken, and a reader fetching the version now may
-//   soon serve it (server/reachability.hpp). Planned without them, for up
-//   to chunk_timeout_ms from the first such failure;
+// - no live holder may serve this reader now (it failed to read from each,
+//   or they are still filling): the path to them may be what is broken,
+//   and a reader fetching the version now may soon serve it
+//   (server/reachability.hpp: the server plans this reader without the
+//   sources it reported while it avoids them). For up to twice
+//   chunk_timeout_ms from the first such answer: the reader it waits for
+//   may itself be waiting out a source that stalled;
 // - the newest version was asked for, and the one being fetched lost its
 //   last holder (or was forgotten for that) while a newer one was committed:
 //   its holders moved on, while this reader waited on a source that stalled,
@@ -111,8 +114,7 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
     constexpr int32_t kAgainMs = 100, kCancelPollMs = 20;
     Deadline deadline(req.timeout_ms != 0 ? req.timeout_ms : cfg_.timeout_ms * 6);
     std::optional<Deadline> patience;
-    std::vector<uint64_t> failed;  // workers earlier attempts failed to read from
-    std::string last_failure;      // how the last of them failed
+    std::string last_failure;  // how the last source an attempt dropped failed
     uint64_t progress_shown = 0;   // the caller sees progress only go forward
     for (;;) {
         FetchRequest attempt = req;
@@ -124,21 +126,20 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
                 req.progress(done, total);
             };
         Fetch f(*session_, *holdings_, *ucx_, attempt, dst, serve);
-        f.exclude_workers(failed);
         try {
             FetchResult r = f.run();
             TH_LOG(Info, "fetched '", req.model, "' ", r.stats.fetch_summary(req.shard));
             return r;
         } catch (const wire::NoSourceYet &e) {
-            failed = f.failed_workers();
             if (!f.last_failure().empty()) last_failure = f.last_failure();
+            const uint32_t patience_ms = 2 * cfg_.chunk_timeout_ms;
             if (!patience) {
-                patience = Deadline(cfg_.chunk_timeout_ms);
-                TH_LOG(Info, e.what(), "; fetching again for up to ", cfg_.chunk_timeout_ms, " ms");
+                patience = Deadline(patience_ms);
+                TH_LOG(Info, e.what(), "; fetching again for up to ", patience_ms, " ms");
             }
             for (int32_t slept = 0; slept < kAgainMs; slept += kCancelPollMs) {
                 if (patience->expired() || deadline.remaining_ms() < kAgainMs)
-                    fail(e.code(), e.what(), ", and no other came within ", cfg_.chunk_timeout_ms, " ms",
+                    fail(e.code(), e.what(), ", and no other came within ", patience_ms, " ms",
                          last_failure.empty() ? "" : "; last failure here: ", last_failure);
                 if (canceled(req.cancel))
                     fail(TH_ERR_CANCELED, "canceled while waiting for a holder this reader can read from");
@@ -154,7 +155,6 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
             }
             if (newest <= f.version()) throw;
             TH_LOG(Info, e.what(), "; fetching version ", newest, ", committed since");
-            failed = f.failed_workers();
         }
     }
 }

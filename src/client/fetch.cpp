@@ -36,11 +36,6 @@ Fetch::Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const F
     target_.set_regions(std::move(regions));
 }
 
-void Fetch::exclude_workers(const std::vector<uint64_t> &workers) {
-    for (uint64_t w : workers) exclude_worker(w);
-    source_lost_ = false;
-}
-
 Fetch::~Fetch() {
     if (!finished_) {
         try {

@@ -52,13 +52,9 @@ class Fetch {
     Fetch(ServerSession &session, Holdings &holdings, UcxWorker &ucx, const FetchRequest &req, std::vector<Buffer> dst,
           bool serve);
     ~Fetch();
-    // Not planned to these workers (ones an earlier attempt failed to read from).
-    void exclude_workers(const std::vector<uint64_t> &workers);
     // Throws wire::NoSourceYet when live holders exist but none may serve
-    // this fetch now: it failed to read from each (failed_workers()), or
-    // they are still filling.
+    // this fetch now: it failed to read from each, or they are still filling.
     FetchResult run();
-    const std::vector<uint64_t> &failed_workers() const { return exclude_; }
     // How the last source dropped failed ("worker N: why"); "" if none did.
     const std::string &last_failure() const { return last_failure_; }
     // The version being fetched; 0 before the first plan.
