@@ -112,10 +112,10 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 // the stats are the last attempt's.
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {
     constexpr int32_t kAgainMs = 100, kCancelPollMs = 20;
-    Deadline deadline(req.timeout_ms != 0 ? req.timeout_ms : cfg_.timeout_ms * 6);
+    Deadline deadline(fetch_timeout_ms(req, cfg_));
     std::optional<Deadline> patience;
-    std::string last_failure;  // how the last source an attempt dropped failed
-    uint64_t progress_shown = 0;   // the caller sees progress only go forward
+    std::string last_failure;     // how the last source an attempt dropped failed
+    uint64_t progress_shown = 0;  // the caller sees progress only go forward
     for (;;) {
         FetchRequest attempt = req;
         attempt.timeout_ms = static_cast<uint32_t>(std::max(deadline.remaining_ms(), 1));

@@ -686,7 +686,7 @@ void Fetch::advance_served_prefix() {
 }
 
 FetchResult Fetch::run() {
-    Deadline deadline(req_.timeout_ms != 0 ? req_.timeout_ms : cfg_.timeout_ms * 6);
+    Deadline deadline(fetch_timeout_ms(req_, cfg_));
     auto chunk_timeout = std::chrono::milliseconds(cfg_.chunk_timeout_ms);
     trace::event("fetch", session_.worker_id(), req_.shard, serve_);
     try {

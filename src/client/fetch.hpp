@@ -41,6 +41,11 @@ constexpr std::chrono::milliseconds kStripeWait{2};
 // answer as soon as it holds the chunk.
 constexpr uint32_t kWaitingReads = 2;
 
+// A whole fetch's deadline: the request's own, else six control-call timeouts.
+inline uint32_t fetch_timeout_ms(const FetchRequest &req, const ClientConfig &cfg) {
+    return req.timeout_ms != 0 ? req.timeout_ms : cfg.timeout_ms * 6;
+}
+
 struct FetchResult {
     uint64_t version = 0;
     std::unique_ptr<Replica> replica;  // set when the fetch was asked to serve
