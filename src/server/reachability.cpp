@@ -20,6 +20,12 @@ uint64_t first_report(const WorkerInfo &w) {
     return first;
 }
 
+// Takes w out of service until it registers again (Catalog's routable()).
+void take_out(WorkerInfo &w) {
+    w.suspect = true;
+    w.reported_by.clear();
+}
+
 // Heard from within grace_ms of now (its last request, heartbeats included).
 bool talking(const WorkerInfo &w, uint64_t now_ms, uint64_t grace_ms) { return now_ms <= w.last_seen_ms + grace_ms; }
 
@@ -35,7 +41,7 @@ std::string Reachability::reported(WorkerInfo &reader, WorkerInfo &holder, uint6
     a.reported_ms = now_ms;
     a.address = address_hash(holder.ucx_address);
     if (holder.suspect) return "";
-    std::erase_if(holder.reported_by, [&](const auto &kv) { return kv.second + window_ms_ < now_ms; });
+    forget_old_reports(holder, now_ms);
     holder.reported_by[reader.id] = now_ms;
     std::string why;
     if (!talking(holder, now_ms, grace_ms_))
@@ -47,8 +53,7 @@ std::string Reachability::reported(WorkerInfo &reader, WorkerInfo &holder, uint6
         doubted_.insert(holder.id);
         return "";
     }
-    holder.suspect = true;
-    holder.reported_by.clear();
+    take_out(holder);
     doubted_.erase(holder.id);
     return why;
 }
@@ -59,12 +64,11 @@ std::vector<std::pair<const WorkerInfo *, std::string>> Reachability::settle(Cat
         WorkerInfo *w = catalog.find_worker(*it);
         if (w != nullptr && !w->suspect) {
             if (!talking(*w, now_ms, grace_ms_)) {
-                w->suspect = true;
-                w->reported_by.clear();
+                take_out(*w);
                 out.emplace_back(w, str("a reader could not read from it, and it has not been heard from for ",
                                         now_ms - w->last_seen_ms, " ms since"));
             } else {
-                std::erase_if(w->reported_by, [&](const auto &kv) { return kv.second + window_ms_ < now_ms; });
+                forget_old_reports(*w, now_ms);
                 if (!w->reported_by.empty()) {
                     ++it;
                     continue;
@@ -74,6 +78,10 @@ std::vector<std::pair<const WorkerInfo *, std::string>> Reachability::settle(Cat
         it = doubted_.erase(it);
     }
     return out;
+}
+
+void Reachability::forget_old_reports(WorkerInfo &w, uint64_t now_ms) const {
+    std::erase_if(w.reported_by, [&](const auto &kv) { return kv.second + window_ms_ < now_ms; });
 }
 
 std::vector<uint64_t> Reachability::avoided(WorkerInfo &reader, const Catalog &catalog, uint64_t now_ms) const {

@@ -56,6 +56,9 @@ class Reachability {
     static void read_from(WorkerInfo &reader, WorkerInfo &holder, uint64_t started_ms, uint64_t now_ms);
 
   private:
+    // Drops w's reports older than a lease: they no longer count together.
+    void forget_old_reports(WorkerInfo &w, uint64_t now_ms) const;
+
     uint64_t grace_ms_, window_ms_;
     std::set<uint64_t> doubted_;  // workers reported once and not settled yet
 };
