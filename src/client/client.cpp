@@ -4,12 +4,12 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
 
 #include "client/queries.hpp"
+#include "client/source_wait.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
@@ -100,20 +100,21 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 //   and a reader fetching the version now may soon serve it
 //   (server/reachability.hpp: the server plans this reader without the
 //   sources it reported while it avoids them). For up to twice
-//   chunk_timeout_ms from the first such answer: the reader it waits for
+//   chunk_timeout_ms without a source (SourceWait): the reader it waits for
 //   may itself be waiting out a source that stalled;
 // - the newest version was asked for, and the one being fetched lost its
 //   last holder (or was forgotten for that) while a newer one was committed:
 //   its holders moved on, while this reader waited on a source that stalled,
 //   say. The newer one, at once.
-// Each attempt is a whole fetch: a failed one takes back the replica it was
-// filling, so that nobody waits on it meanwhile. Progress is passed on only
-// once a later attempt has caught up with what the caller was shown, and
-// the stats are the last attempt's.
+// Each attempt is a whole fetch of the version asked for (the newest one
+// committed by then, for TH_LATEST): a failed one takes back the replica it
+// was filling, so that nobody waits on it meanwhile. Progress is passed on
+// only once a later attempt has caught up with what the caller was shown,
+// and the stats are the last attempt's.
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {
     constexpr int32_t kAgainMs = 100, kCancelPollMs = 20;
     Deadline deadline(fetch_timeout_ms(req, cfg_));
-    std::optional<Deadline> patience;
+    SourceWait wait(std::chrono::milliseconds(2 * cfg_.chunk_timeout_ms));
     std::string last_failure;     // how the last source an attempt dropped failed
     uint64_t progress_shown = 0;  // the caller sees progress only go forward
     for (;;) {
@@ -132,14 +133,11 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
             return r;
         } catch (const wire::NoSourceYet &e) {
             if (!f.last_failure().empty()) last_failure = f.last_failure();
-            const uint32_t patience_ms = 2 * cfg_.chunk_timeout_ms;
-            if (!patience) {
-                patience = Deadline(patience_ms);
-                TH_LOG(Info, e.what(), "; fetching again for up to ", patience_ms, " ms");
-            }
+            if (wait.begin(f.had_source(), Clock::now()))
+                TH_LOG(Info, e.what(), "; fetching again for up to ", wait.patience().count(), " ms");
             for (int32_t slept = 0; slept < kAgainMs; slept += kCancelPollMs) {
-                if (patience->expired() || deadline.remaining_ms() < kAgainMs)
-                    fail(e.code(), e.what(), ", and no other came within ", patience_ms, " ms",
+                if (wait.spent(Clock::now()) || deadline.remaining_ms() < kAgainMs)
+                    fail(e.code(), e.what(), ", and no other came within ", wait.patience().count(), " ms",
                          last_failure.empty() ? "" : "; last failure here: ", last_failure);
                 if (canceled(req.cancel))
                     fail(TH_ERR_CANCELED, "canceled while waiting for a holder this reader can read from");

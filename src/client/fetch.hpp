@@ -64,6 +64,8 @@ class Fetch {
     const std::string &last_failure() const { return last_failure_; }
     // The version being fetched; 0 before the first plan.
     uint64_t version() const { return version_; }
+    // Whether a plan gave it a source to read from.
+    bool had_source() const { return !sources_.empty(); }
 
   private:
     // Verifying: read and covered by a control-word read, its hash (asked

@@ -7,6 +7,7 @@
 
 #include "buffers.hpp"
 #include "client/client.hpp"
+#include "client/source_wait.hpp"
 #include "server/server.hpp"
 
 using namespace th;
@@ -174,4 +175,29 @@ TEST(Client, ACopyMadeAheadThatNoSpillNeedsIsGivenBack) {
     EXPECT_EQ(client.copies_ahead().first, 0u);
     EXPECT_EQ(client.spill_usage().lent, 0u);
     reader.release(*held.replica, false);
+}
+
+// Client::fetch's patience while no holder may serve its reader.
+TEST(SourceWait, EndsAfterThePatienceWithoutASource) {
+    using namespace std::chrono_literals;
+    SourceWait wait(2000ms);
+    auto t0 = Clock::now();
+    EXPECT_FALSE(wait.spent(t0 + 1h));  // no wait begun
+    EXPECT_TRUE(wait.begin(false, t0));
+    EXPECT_FALSE(wait.begin(false, t0 + 1500ms));  // answered the same again: the same wait
+    EXPECT_FALSE(wait.spent(t0 + 1999ms));
+    EXPECT_TRUE(wait.spent(t0 + 2000ms));
+}
+
+// A reader whose attempt tried a source (here for 6 s: a first read that
+// timed out, then no progress) was not idle: the wait begins again, or
+// every source over a stalled lane would leave it no patience for the next.
+TEST(SourceWait, AnAttemptThatHadASourceStartsItAfresh) {
+    using namespace std::chrono_literals;
+    SourceWait wait(2000ms);
+    auto t0 = Clock::now();
+    EXPECT_TRUE(wait.begin(false, t0));
+    EXPECT_TRUE(wait.begin(true, t0 + 6s));
+    EXPECT_FALSE(wait.spent(t0 + 7s));
+    EXPECT_TRUE(wait.spent(t0 + 8s));
 }
