@@ -424,7 +424,7 @@ void Fetch::handle(const ReadEvent &e) {
                 return;
             }
             if (!s.failed) {
-                fail_source(s, str("read failed: ", e.error));
+                fail_source(s, str("read failed: ", e.error), e.error == kReadReset);
                 // Released under us (the seqlock would have said so next):
                 // another replica, and no blame for the worker.
                 if (e.error == kReadRefused) s.report = false;
@@ -452,7 +452,7 @@ void Fetch::handle(const ReadEvent &e) {
     }
     s.ctrl_inflight = false;
     if (e.error != nullptr) {
-        if (!s.failed) fail_source(s, str("reading its control word failed: ", e.error));
+        if (!s.failed) fail_source(s, str("reading its control word failed: ", e.error), e.error == kReadReset);
         return;
     }
     if (s.failed) return;
@@ -617,10 +617,17 @@ bool Fetch::hashing(const FetchSource &s) const {
                        [&](const auto &u) { return sums_.in_flight(u.first - first_chunk_); });
 }
 
-void Fetch::fail_source(FetchSource &s, const std::string &why) {
+void Fetch::fail_source(FetchSource &s, const std::string &why, bool closed_by_holder) {
     s.failed = true;
     s.paused_here = s.peer && s.peer->dropped_by_pause();
-    s.report = !s.paused_here;
+    // A holder that gave up on reads of its own from this process closed the
+    // connection these reads used too: once, that holder is planned and
+    // connected to again rather than reported (one that is gone fails to
+    // connect).
+    s.reconnect = !s.paused_here && closed_by_holder &&
+                  std::find(reconnected_.begin(), reconnected_.end(), s.worker) == reconnected_.end();
+    if (s.reconnect) reconnected_.push_back(s.worker);
+    s.report = !s.paused_here && !s.reconnect;
     s.why = why;
     last_failure_ = str("worker ", s.worker, ": ", why);
     TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": dropping source worker ", s.worker,
@@ -644,7 +651,7 @@ void Fetch::retire_failed_sources() {
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
-            if (!s.paused_here) exclude_replica(s.replica);
+            if (!s.paused_here && !s.reconnect) exclude_replica(s.replica);
             continue;
         }
         exclude_worker(s.worker);

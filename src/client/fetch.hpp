@@ -143,7 +143,9 @@ class Fetch {
     void reject(FetchSource &s, const std::vector<uint32_t> &bad);
     // A chunk s read and did not confirm is still being hashed.
     bool hashing(const FetchSource &s) const;
-    void fail_source(FetchSource &s, const std::string &why);
+    // closed_by_holder: its reads failed because the holder's side closed
+    // the connection (kReadReset).
+    void fail_source(FetchSource &s, const std::string &why, bool closed_by_holder = false);
     // Plans leave this worker out from now on (a source of it misbehaved).
     void exclude_worker(uint64_t worker);
     // Plans leave this replica out from now on (it changed under us).
@@ -188,6 +190,7 @@ class Fetch {
     Clock::time_point replan_at_{};
     std::vector<uint64_t> exclude_;           // workers that failed
     std::vector<uint64_t> exclude_replicas_;  // replicas that changed under us
+    std::vector<uint64_t> reconnected_;       // workers whose closed connection was made again
     std::map<std::pair<uint64_t, uint64_t>, uint64_t> bytes_from_;  // (worker, replica) -> bytes confirmed
     std::map<uint64_t, bool> publisher_;  // source replica -> is a publisher's
     uint64_t bytes_done_ = 0;             // confirmed bytes in the requested range

@@ -159,46 +159,71 @@ std::vector<UcxWorker::PeerOrError> UcxWorker::peers(const std::vector<PeerAddre
                 out[i].peer = it->second;
                 continue;
             }
-            PeerRef p = Peer::create(this, worker_id, address);
-            ucp_ep_params_t ep = p->endpoint_params();
-            ucs_status_t st = UCS_OK;
-            for (ucp_ep_h &e : p->eps_) {
-                st = ucp_ep_create(main_.worker, &ep, &e);
-                if (st != UCS_OK) break;
-            }
-            if (st != UCS_OK) {
-                for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
-                out[i].error = str("cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
-                continue;
-            }
-            p->choose_path(one_sided_);
-            if (p->path_ == ReadPath::OneSided && make_copiers()) add_copy_endpoints(*p, ep);
-            TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_,
-                   p->copy_slots() > 0 ? str(", posted by ", p->copy_slots() + 1, " threads") : std::string());
-            // Only the active-message path over tcp needs the greeting (see greet).
-            if (p->path_ == ReadPath::ActiveMessage) {
-                greetings.emplace_back(p->greeting_);
-                to_greet.push_back(p);
-            }
-            if (it != peers_.end()) {
-                // The failed (or outdated) endpoints stay referenced by
-                // whoever still uses them; close them.
-                PeerRef old = it->second;
-                it->second = p;
-                std::lock_guard plk(old->mu_);
-                for (void *req : old->drop_endpoints(/*close=*/true)) ucp_request_free(req);
-            } else {
-                peers_.emplace(worker_id, p);
-            }
-            out[i].peer = p;
+            out[i] = connect(worker_id, address, greetings, to_greet);
         }
     }
-    greet(to_greet, stop);  // a copy: to_greet is compared against below
+    greet(to_greet, stop);
+    // One that did not answer may have been given an endpoint its process
+    // had closed (ucx_env.hpp, KEEPALIVE_INTERVAL): once more, afresh.
+    std::vector<PeerRef> again;
+    if (!(stop && stop->load())) {
+        std::lock_guard lk(mu_);
+        for (size_t i = 0; i < wanted.size(); ++i) {
+            const PeerRef &p = out[i].peer;
+            if (!p || p->greeted_ || std::find(to_greet.begin(), to_greet.end(), p) == to_greet.end()) continue;
+            TH_LOG(Info, "connecting to worker ", wanted[i].first, " again");
+            out[i] = connect(wanted[i].first, wanted[i].second, greetings, again);
+        }
+    }
+    greet(again, stop);
+    to_greet.insert(to_greet.end(), again.begin(), again.end());
     greetings.clear();
     // Peers another thread created: until it has greeted them.
     for (const PeerOrError &o : out)
         if (o.peer && std::find(to_greet.begin(), to_greet.end(), o.peer) == to_greet.end())
             std::lock_guard wait(o.peer->greeting_);
+    return out;
+}
+
+// A new peer in place of any before it (whose endpoints are closed; whoever
+// still uses them sees them fail). One whose reads are answered by its
+// process is added to to_greet, its greeting lock to greetings. Caller holds
+// mu_.
+UcxWorker::PeerOrError UcxWorker::connect(uint64_t worker_id, const std::vector<uint8_t> &address,
+                                          std::vector<std::unique_lock<std::mutex>> &greetings,
+                                          std::vector<PeerRef> &to_greet) {
+    PeerOrError out;
+    PeerRef p = Peer::create(this, worker_id, address);
+    ucp_ep_params_t ep = p->endpoint_params();
+    ucs_status_t st = UCS_OK;
+    for (ucp_ep_h &e : p->eps_) {
+        st = ucp_ep_create(main_.worker, &ep, &e);
+        if (st != UCS_OK) break;
+    }
+    if (st != UCS_OK) {
+        for (void *req : p->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+        out.error = str("cannot connect to worker ", worker_id, ": ", ucs_status_string(st));
+        return out;
+    }
+    p->choose_path(one_sided_);
+    if (p->path_ == ReadPath::OneSided && make_copiers()) add_copy_endpoints(*p, ep);
+    TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_,
+           p->copy_slots() > 0 ? str(", posted by ", p->copy_slots() + 1, " threads") : std::string());
+    // Only the active-message path over tcp needs the greeting (see greet).
+    if (p->path_ == ReadPath::ActiveMessage) {
+        greetings.emplace_back(p->greeting_);
+        to_greet.push_back(p);
+    }
+    auto it = peers_.find(worker_id);
+    if (it != peers_.end()) {
+        PeerRef old = it->second;
+        it->second = p;
+        std::lock_guard plk(old->mu_);
+        for (void *req : old->drop_endpoints(/*close=*/true)) ucp_request_free(req);
+    } else {
+        peers_.emplace(worker_id, p);
+    }
+    out.peer = p;
     return out;
 }
 

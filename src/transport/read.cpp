@@ -15,6 +15,7 @@ namespace th {
 
 const char *const kReadRefused = "the holder no longer serves that memory";
 const char *const kReadNotYet = "the holder did not get the bytes in time";
+const char *const kReadReset = "the holder's side closed the connection";
 
 namespace {
 
@@ -25,6 +26,7 @@ const char *describe(ucs_status_t st) {
     if (st == UCS_ERR_CANCELED) return "the endpoint was closed";
     if (st == UCS_ERR_INVALID_ADDR) return kReadRefused;
     if (st == kNotYet) return kReadNotYet;
+    if (st == UCS_ERR_CONNECTION_RESET) return kReadReset;
     return ucs_status_string(st);
 }
 

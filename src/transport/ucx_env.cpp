@@ -46,6 +46,11 @@ bool apply_ucx_defaults(ucp_config_t *config, const char **refused) {
         {"TCP_TX_SEG_SIZE", "64K", true},
         {"TCP_RX_SEG_SIZE", "256K", true},
         {"TCP_CONN_NB", "y", ucx_tcp_connects_without_blocking()},
+        // An endpoint whose other side was closed (one that gave up on this
+        // process, say) is found out within a second, not 20: else a new
+        // endpoint to that process can be matched with it and its reads
+        // vanish (ucx_env.hpp).
+        {"KEEPALIVE_INTERVAL", "1s", !ucx_aborts_on_a_failed_wireup_reply()},
         {"POSIX_ERROR_HANDLING", "y", one_sided},
         {"SYSV_ERROR_HANDLING", "y", one_sided},
         {"CMA_MEMORY_INVALIDATE", "y", one_sided},

@@ -42,6 +42,18 @@ namespace th {
 // "auto" turned one-sided GETs over cuda_ipc off on an H200, and device reads
 // then went through the holder's CPU at ~0.7 GB/s instead of ~530 GB/s
 // (measured with tensorhub-fetch-bench's cuda lane).
+//
+// With UCX >= 1.14, KEEPALIVE_INTERVAL=1s (UCX's default is 20 s). A process
+// that gives up on a peer (no progress) closes its endpoints without telling
+// it; the peer keeps the endpoints UCX made for those connections, and UCX
+// pairs the next endpoint the peer makes to that process with one of them
+// (endpoints to a worker address are matched by creation order). Reads on it
+// reached nothing: a reader stalled for its whole chunk timeout on a live
+// holder that had earlier given up on it
+// (WaitingReads.AWorkerThatGaveUpOnAnotherCanBeReadByIt hangs with 20 s;
+// over tcp with UCX 1.22). A keepalive round finds such an endpoint out: it
+// fails, and is no longer paired with new ones. Not with 1.13, which aborts
+// when an endpoint fails at the wrong moment (below).
 // Returns false with the name of the setting UCX refused in *refused.
 bool apply_ucx_defaults(ucp_config_t *config, const char **refused);
 

@@ -58,6 +58,11 @@ extern const char *const kReadRefused;
 // The error of a waiting read (WaitFor) whose bytes the holder did not get in
 // time: nothing failed, the read may be asked for again. Compared by address.
 extern const char *const kReadNotYet;
+// The error of a read whose connection the holder's side closed: it gave up
+// on reads of its own from this process, say (UCX pairs the endpoints two
+// processes make to each other, and a close ends both), or it is gone.
+// Compared by address.
+extern const char *const kReadReset;
 
 // What the progress thread does after this process was paused (SIGSTOP, a
 // debugger, a frozen VM) for longer than pause_ms: peers have given up on it
@@ -225,6 +230,8 @@ class UcxWorker {
     void add_copy_endpoints(Peer &p, const ucp_ep_params_t &params);
     void restart_after_pause(uint64_t paused_ms);
     void settle_pause();
+    PeerOrError connect(uint64_t worker_id, const std::vector<uint8_t> &address,
+                        std::vector<std::unique_lock<std::mutex>> &greetings, std::vector<PeerRef> &to_greet);
     void greet(std::vector<PeerRef> ps, const std::atomic<bool> *stop);
     // Whether p's lanes are usable: greeted (active messages), or flushed
     // within a second (one-sided lanes, which wire up on first use).

@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "buffers.hpp"
+#include "scoped_env.hpp"
 #include "client/client.hpp"
 #include "client/source_wait.hpp"
 #include "server/server.hpp"
+#include "transport/worker.hpp"
 
 using namespace th;
 
@@ -200,4 +202,37 @@ TEST(SourceWait, AnAttemptThatHadASourceStartsItAfresh) {
     EXPECT_TRUE(wait.begin(true, t0 + 6s));
     EXPECT_FALSE(wait.spent(t0 + 7s));
     EXPECT_TRUE(wait.spent(t0 + 8s));
+}
+
+// A holder that closes its connection to a reader (it gave up on reads of
+// its own from that reader, say) ends the reader's endpoints to it too: UCX
+// pairs the endpoints two processes make to each other. The reader's next
+// fetch from it fails on them, connects again and reads; it does not report
+// the holder, which is fine, to the server (that would keep it from this
+// reader for seconds).
+TEST(Client, AReaderWhoseConnectionTheHolderClosedConnectsAgainWithoutReportingIt) {
+    th_support::ScopedEnv tcp("UCX_TLS", "tcp");  // shared memory reads one-sided: no connection to lose
+    Server server("tcp://127.0.0.1:0", ServiceConfig{});
+    ClientConfig cfg;
+    cfg.server_url = server.url();
+    Client holder(cfg), reader(cfg);
+    std::vector<uint8_t> a(1 << 20, 1), got(1 << 20);
+    auto v1 = holder.publish("m", 1, 0, 1, 256 << 10, one_tensor(a));
+    FetchRequest req;
+    req.model = "m";
+    req.version = 1;
+    reader.fetch(req, one_tensor(got), false);
+    // The holder connects to the reader (UCX gives it the reader's
+    // connections) and gives up on it.
+    PeerRef back = holder.ucx().peer(reader.worker_id(), reader.ucx().address());
+    holder.ucx().close_peer(back, "test: giving up on the reader");
+    std::fill(a.begin(), a.end(), 2);
+    auto v2 = holder.publish("m", 2, 0, 1, 256 << 10, one_tensor(a));
+    req.version = 2;
+    FetchResult r = reader.fetch(req, one_tensor(got), false);
+    EXPECT_EQ(got, a);
+    std::string metrics = server.service().metrics_text();
+    EXPECT_NE(metrics.find("tensorhub_failures_total{kind=\"source_failed\"} 0"), std::string::npos) << metrics;
+    holder.release(*v1);
+    holder.release(*v2);
 }

@@ -927,6 +927,32 @@ TEST(WaitingReads, AReaderThatGoesAwayLeavesTheHolderServing) {
     EXPECT_EQ(std::memcmp(w.src.data, w.dst.data, 8192), 0);
 }
 
+// A worker that gave up on another's waiting read (closed its endpoints, as
+// after "no progress") is then read from by that other one, which never
+// connected to it before: the new endpoints are not the ones just closed.
+TEST(WaitingReads, AWorkerThatGaveUpOnAnotherCanBeReadByIt) {
+    UcxWorker x({}, {"tcp"}), y({}, {"tcp"});
+    Mapping xs(8192), ys(4096), ctrl(4096), into(8192);
+    for (size_t i = 0; i < 8192; ++i) xs.data[i] = static_cast<uint8_t>(i * 13 + 1);
+    RegionRef x_region = x.register_memory(xs.data, 8192, TH_MEM_HOST, /*expose=*/true);
+    RegionRef y_region = y.register_memory(ys.data, 4096, TH_MEM_HOST, /*expose=*/true);
+    RegionRef y_block = y.register_memory(ctrl.data, 4096, TH_MEM_HOST, /*expose=*/true);
+    reinterpret_cast<std::atomic<uint64_t> *>(ctrl.data)->store(2);
+    auto at = reinterpret_cast<uint64_t>(ctrl.data);
+    PeerRef to_y = x.peer(2, y.address());
+    Completion never;
+    x.read(to_y, Lane::Data, into.data, 4096, nullptr, y_region->base, y_region->rkey, never.callback(),
+           WaitFor{at + 8, at, 2, 1});
+    EXPECT_FALSE(never.wait(std::chrono::milliseconds(300)).has_value());
+    x.close_peer(to_y, "no progress");
+    EXPECT_TRUE(never.wait().has_value());
+    PeerRef to_x = y.peer(1, x.address());
+    Completion got;
+    y.read(to_x, Lane::Data, into.data, 8192, nullptr, x_region->base, x_region->rkey, got.callback());
+    EXPECT_EQ(got.wait(std::chrono::seconds(5)), std::optional<std::string>(""));
+    EXPECT_EQ(std::memcmp(xs.data, into.data, 8192), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transport, Lanes, ::testing::Values("tcp", "sm"),
                          [](const auto &info) { return std::string(info.param); });
 
