@@ -10,6 +10,7 @@
 #include "client/client.hpp"
 #include "client/source_wait.hpp"
 #include "server/server.hpp"
+#include "transport/ucx_env.hpp"
 #include "transport/worker.hpp"
 
 using namespace th;
@@ -211,6 +212,9 @@ TEST(SourceWait, AnAttemptThatHadASourceStartsItAfresh) {
 // the holder, which is fine, to the server (that would keep it from this
 // reader for seconds).
 TEST(Client, AReaderWhoseConnectionTheHolderClosedConnectsAgainWithoutReportingIt) {
+    if (ucx_aborts_on_a_failed_wireup_reply())
+        GTEST_SKIP() << "UCX before 1.14 runs no keepalive (ucx_env.hpp): the reader finds the closed connection "
+                        "out by its chunk timeout, and reports the holder";
     th_support::ScopedEnv tcp("UCX_TLS", "tcp");  // shared memory reads one-sided: no connection to lose
     Server server("tcp://127.0.0.1:0", ServiceConfig{});
     ClientConfig cfg;

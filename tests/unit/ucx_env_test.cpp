@@ -45,6 +45,15 @@ std::string applied(const std::string &name, const char *user) {
     return v;
 }
 
+// Endpoints whose other side was closed are found out within a second
+// (ucx_env.hpp), with a UCX that does not abort when one fails then.
+TEST(UcxEnv, KeepaliveRunsEverySecondUnlessTheUserSaysOtherwise) {
+    if (ucx_aborts_on_a_failed_wireup_reply()) GTEST_SKIP() << "UCX before 1.14: the setting is not applied";
+    if (!ucx_one_sided_reads()) GTEST_SKIP() << "UCX before 1.19: set in the environment, not in the configuration";
+    EXPECT_EQ(applied("KEEPALIVE_INTERVAL", nullptr), "1000000.00us");
+    EXPECT_EQ(applied("KEEPALIVE_INTERVAL", "20s"), "20000000.00us");
+}
+
 TEST(UcxEnv, CudaBuffersAreRegisteredAsGivenUnlessTheUserSaysOtherwise) {
     if (!ucx_one_sided_reads()) GTEST_SKIP() << "UCX before 1.19: the setting is not applied";
     EXPECT_EQ(applied("MEMTYPE_REG_WHOLE_ALLOC_TYPES", nullptr), "");
