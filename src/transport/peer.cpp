@@ -210,8 +210,11 @@ UcxWorker::PeerOrError UcxWorker::connect(uint64_t worker_id, const std::vector<
     TH_LOG(Debug, "worker ", worker_id, ": ", read_path_name(p->path_), " over ", p->transports_,
            p->copy_slots() > 0 ? str(", posted by ", p->copy_slots() + 1, " threads") : std::string());
     // Only the active-message path over tcp needs the greeting (see greet).
+    // Taken while nobody else can know the peer, so it cannot wait; a try
+    // says so (peers() takes mu_ again while holding the greeting locks of
+    // the first round).
     if (p->path_ == ReadPath::ActiveMessage) {
-        greetings.emplace_back(p->greeting_);
+        greetings.emplace_back(p->greeting_, std::try_to_lock);
         to_greet.push_back(p);
     }
     auto it = peers_.find(worker_id);
