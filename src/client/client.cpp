@@ -109,11 +109,14 @@ std::unique_ptr<Replica> Client::publish(const std::string &model, uint64_t vers
 // Each attempt is a whole fetch of the version asked for (the newest one
 // committed by then, for TH_LATEST): a failed one takes back the replica it
 // was filling, so that nobody waits on it meanwhile. Progress is passed on
-// only once a later attempt has caught up with what the caller was shown,
-// and the stats are the last attempt's.
+// only once a later attempt has caught up with what the caller was shown.
+// The stats describe the whole call: its time, and the failures and plans
+// of every attempt that was given a source (SyncStats::add_earlier_attempt).
 FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool serve) {
     constexpr int32_t kAgainMs = 100, kCancelPollMs = 20;
     Deadline deadline(fetch_timeout_ms(req, cfg_));
+    const auto started = Clock::now();
+    std::vector<SyncStats> earlier;  // attempts that were given a source
     SourceWait wait(std::chrono::milliseconds(2 * cfg_.chunk_timeout_ms));
     std::string last_failure;     // how the last source an attempt dropped failed
     uint64_t progress_shown = 0;  // the caller sees progress only go forward
@@ -129,9 +132,12 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
         Fetch f(*session_, *holdings_, *ucx_, attempt, dst, serve);
         try {
             FetchResult r = f.run();
+            for (const SyncStats &e : earlier) r.stats.add_earlier_attempt(e);
+            r.stats.seconds = seconds_since(started);
             TH_LOG(Info, "fetched '", req.model, "' ", r.stats.fetch_summary(req.shard));
             return r;
         } catch (const wire::NoSourceYet &e) {
+            if (f.had_source()) earlier.push_back(f.stats());
             if (!f.last_failure().empty()) last_failure = f.last_failure();
             if (wait.begin(f.had_source(), Clock::now()))
                 TH_LOG(Info, e.what(), "; fetching again for up to ", wait.patience().count(), " ms");
@@ -152,6 +158,7 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
             } catch (const Error &) {  // the fetch's own error says more
             }
             if (newest <= f.version()) throw;
+            earlier.push_back(f.stats());
             TH_LOG(Info, e.what(), "; fetching version ", newest, ", committed since");
         }
     }

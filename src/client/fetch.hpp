@@ -66,6 +66,8 @@ class Fetch {
     uint64_t version() const { return version_; }
     // Whether a plan gave it a source to read from.
     bool had_source() const { return !sources_.empty(); }
+    // What it did so far (after run(), whether that returned or threw).
+    SyncStats stats() const;
 
   private:
     // Verifying: read and covered by a control-word read, its hash (asked
@@ -161,7 +163,6 @@ class Fetch {
     void finish(bool ok);
     // Calls req_.progress if it is due (or, with final, unconditionally).
     void report_progress(bool final);
-    SyncStats stats() const;
     [[noreturn]] void fail_fetch(th_status code, const std::string &why);
     void check_canceled();
 

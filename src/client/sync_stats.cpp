@@ -17,4 +17,11 @@ std::string SyncStats::fetch_summary(uint32_t shard) const {
     return buf;
 }
 
+void SyncStats::add_earlier_attempt(const SyncStats &earlier) {
+    replans += earlier.replans + 1;
+    failed_sources += earlier.failed_sources;
+    checksum_mismatches += earlier.checksum_mismatches;
+    server_seconds += earlier.server_seconds;
+}
+
 }  // namespace th

@@ -27,6 +27,12 @@ struct SyncStats {
 
     // bytes / seconds in GB/s (0 for a publish, or when nothing took time).
     double gbps() const { return moved && seconds > 0 ? bytes / seconds / 1e9 : 0; }
+    // Folds in an attempt of the same call that came before this one
+    // (Client::fetch fetched again): its failed sources, checksum mismatches
+    // and waits for the server count, and so do its plans (this attempt's
+    // first among them). Its bytes do not: they were read again, or were
+    // another version's. The caller sets seconds to the whole call's.
+    void add_earlier_attempt(const SyncStats &earlier);
     // "v7 shard 0: 64.0 MiB in 0.031 s (2.17 GB/s) from 2 sources (...), 0.001 s waiting for the server".
     std::string fetch_summary(uint32_t shard) const;
 };

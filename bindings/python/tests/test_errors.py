@@ -167,6 +167,11 @@ def test_a_fetch_of_the_newest_version_moves_on_when_its_last_holder_leaves(serv
         assert moved, "the fetch was over before its holder could leave"
         assert_same(dst, new)
         assert shown == sorted(shown), "progress went back when the fetch started over"
+        # The stats are the whole call's, not its last attempt's: the holder
+        # that left failed, and the newer version took another plan.
+        stats = reader.last_sync_stats
+        assert stats is not None and stats["version"] == 2
+        assert stats["failed_sources"] >= 1 and stats["replans"] >= 1, stats
 
 
 def test_fetch_deadline_is_a_timeout(pub: tensorhub.Client, reader: tensorhub.Client) -> None:
