@@ -99,7 +99,10 @@ std::string Run::start_server(const std::string &name, uint32_t lease_ms, bool s
     Child &c = spawn(name, opt_.server_bin, args);
     std::string l = c.line(10000);
     if (l.rfind("listening on ", 0) != 0) {
-        violation("server " + name + " did not start: '" + l + "'", &c);
+        std::optional<std::string> how = c.ended();
+        violation("server " + name + " did not start: '" + l + "' (" +
+                      (how ? "it ended: " + *how : std::string("still running, silent for 10 s")) + ")",
+                  &c);
         return "";
     }
     servers_[name] = &c;
