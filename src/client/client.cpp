@@ -137,9 +137,10 @@ FetchResult Client::fetch(const FetchRequest &req, std::vector<Buffer> dst, bool
             TH_LOG(Info, "fetched '", req.model, "' ", r.stats.fetch_summary(req.shard));
             return r;
         } catch (const wire::NoSourceYet &e) {
-            if (f.had_source()) earlier.push_back(f.stats());
+            bool had_source = f.had_source();
+            if (had_source) earlier.push_back(f.stats());
             if (!f.last_failure().empty()) last_failure = f.last_failure();
-            if (wait.begin(f.had_source(), Clock::now()))
+            if (wait.begin(had_source, Clock::now()))
                 TH_LOG(Info, e.what(), "; fetching again for up to ", wait.patience().count(), " ms");
             for (int32_t slept = 0; slept < kAgainMs; slept += kCancelPollMs) {
                 if (wait.spent(Clock::now()) || deadline.remaining_ms() < kAgainMs)

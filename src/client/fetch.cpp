@@ -619,15 +619,16 @@ bool Fetch::hashing(const FetchSource &s) const {
 
 void Fetch::fail_source(FetchSource &s, const std::string &why, bool closed_by_holder) {
     s.failed = true;
-    s.paused_here = s.peer && s.peer->dropped_by_pause();
     // A holder that gave up on reads of its own from this process closed the
     // connection these reads used too: once, that holder is planned and
     // connected to again rather than reported (one that is gone fails to
     // connect).
-    s.reconnect = !s.paused_here && closed_by_holder &&
-                  std::find(reconnected_.begin(), reconnected_.end(), s.worker) == reconnected_.end();
-    if (s.reconnect) reconnected_.push_back(s.worker);
-    s.report = !s.paused_here && !s.reconnect;
+    bool paused_here = s.peer && s.peer->dropped_by_pause();
+    bool reconnect = !paused_here && closed_by_holder &&
+                     std::find(reconnected_.begin(), reconnected_.end(), s.worker) == reconnected_.end();
+    if (reconnect) reconnected_.push_back(s.worker);
+    s.plan_again = paused_here || reconnect;
+    s.report = !s.plan_again;
     s.why = why;
     last_failure_ = str("worker ", s.worker, ": ", why);
     TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": dropping source worker ", s.worker,
@@ -651,7 +652,7 @@ void Fetch::retire_failed_sources() {
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
         if (!s.report) {
-            if (!s.paused_here && !s.reconnect) exclude_replica(s.replica);
+            if (!s.plan_again) exclude_replica(s.replica);
             continue;
         }
         exclude_worker(s.worker);

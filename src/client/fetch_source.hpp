@@ -137,10 +137,10 @@ struct FetchSource {
     bool retired = false;
     bool report = false;  // its worker failed: exclude it and tell the server
                           // (false: only this replica changed under us)
-    bool paused_here = false;  // this process was paused: the source is fine
-    // Its holder closed the connection (Fetch::fail_source): connected to
-    // again, once a fetch, before it counts as failed.
-    bool reconnect = false;
+    // Dropped, but the source is fine: neither reported nor left out of the
+    // next plans (this process was paused, or its holder closed the
+    // connection, once a fetch: Fetch::fail_source).
+    bool plan_again = false;
     std::string why;
     // Chunks read from it that did not match their checksums: reported with
     // it, so that its holder checks its own copy of them.
