@@ -427,7 +427,7 @@ void Fetch::handle(const ReadEvent &e) {
                 fail_source(s, str("read failed: ", e.error), e.error == kReadReset);
                 // Released under us (the seqlock would have said so next):
                 // another replica, and no blame for the worker.
-                if (e.error == kReadRefused) s.report = false;
+                if (e.error == kReadRefused) s.then = FetchSource::Then::Elsewhere;
             }
             return;
         }
@@ -455,6 +455,7 @@ void Fetch::handle(const ReadEvent &e) {
         if (!s.failed) fail_source(s, str("reading its control word failed: ", e.error), e.error == kReadReset);
         return;
     }
+    s.answered_at = Clock::now();
     if (s.failed) return;
     std::string changed = s.check_generation(e.generation);
     if (!changed.empty() && s.keeps_across_change(e.unsettled)) {
@@ -464,7 +465,7 @@ void Fetch::handle(const ReadEvent &e) {
     }
     if (!changed.empty()) {
         fail_source(s, changed);
-        s.report = false;
+        s.then = FetchSource::Then::Elsewhere;
         return;
     }
     confirm(s);
@@ -592,7 +593,7 @@ void Fetch::reject(FetchSource &s, const std::vector<uint32_t> &bad) {
     if (!s.failed) {
         fail_source(s, why);
     } else if (!s.retired) {  // dropped for another reason: this one is reported
-        s.report = true;
+        s.then = FetchSource::Then::Report;
         s.why = why;
     } else {  // retired meanwhile: not this worker again
         exclude_worker(s.worker);
@@ -617,6 +618,20 @@ bool Fetch::hashing(const FetchSource &s) const {
                        [&](const auto &u) { return sums_.in_flight(u.first - first_chunk_); });
 }
 
+// A source still filling that answers every read and has held nothing new for
+// `quiet`: its process is up and reachable, but what it fills from stands
+// still (its own source stalled, its reader paused). Reporting it as failed
+// would keep it from this reader for seconds and, with a second such report,
+// take it out of service for everyone; closing its endpoints would end the
+// connection it reads from us on too. So its replica is left for this fetch,
+// the server is told it stands still (nobody is planned onto it until it
+// moves again), and its connection stays.
+void Fetch::leave_stalled(FetchSource &s, Clock::duration quiet) {
+    fail_source(s, str("it is still filling and has held nothing new for ",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count(), " ms"));
+    s.then = FetchSource::Then::Stalled;
+}
+
 void Fetch::fail_source(FetchSource &s, const std::string &why, bool closed_by_holder) {
     s.failed = true;
     // A holder that gave up on reads of its own from this process closed the
@@ -627,8 +642,7 @@ void Fetch::fail_source(FetchSource &s, const std::string &why, bool closed_by_h
     bool reconnect = !paused_here && closed_by_holder &&
                      std::find(reconnected_.begin(), reconnected_.end(), s.worker) == reconnected_.end();
     if (reconnect) reconnected_.push_back(s.worker);
-    s.plan_again = paused_here || reconnect;
-    s.report = !s.plan_again;
+    s.then = paused_here || reconnect ? FetchSource::Then::PlanAgain : FetchSource::Then::Report;
     s.why = why;
     last_failure_ = str("worker ", s.worker, ": ", why);
     TH_LOG(Info, "fetch '", req_.model, "' v", version_, " shard ", req_.shard, ": dropping source worker ", s.worker,
@@ -643,7 +657,7 @@ void Fetch::retire_failed_sources() {
         // A changed source is done once what it sent is confirmed.
         if (s.changed && !s.failed && s.chunk_inflight == 0 && !s.ctrl_inflight && s.unconfirmed.empty()) {
             s.failed = true;
-            s.report = false;
+            s.then = FetchSource::Then::Elsewhere;
         }
         if (!s.failed || s.retired || s.chunk_inflight > 0 || s.ctrl_inflight || hashing(s)) continue;
         s.retired = true;
@@ -651,18 +665,28 @@ void Fetch::retire_failed_sources() {
         source_lost_ = true;
         for (auto &u : s.unconfirmed) state_[u.first - first_chunk_] = Missing;
         s.unconfirmed.clear();
-        if (!s.report) {
-            if (!s.plan_again) exclude_replica(s.replica);
-            continue;
+        switch (s.then) {
+        case FetchSource::Then::Report:
+            exclude_worker(s.worker);
+            report(s);
+            break;
+        case FetchSource::Then::Elsewhere:
+            exclude_replica(s.replica);
+            break;
+        case FetchSource::Then::PlanAgain:
+            break;
+        case FetchSource::Then::Stalled:
+            exclude_replica(s.replica);
+            report(s);
+            break;
         }
-        exclude_worker(s.worker);
-        report(s);
     }
 }
 
 void Fetch::report(const FetchSource &s) {
     const auto asked = Clock::now();
-    session_.report_source(s.worker, s.replica, s.why, s.mismatched, Deadline(cfg_.timeout_ms));
+    session_.report_source(s.worker, s.replica, s.why, s.mismatched, s.then == FetchSource::Then::Stalled,
+                           Deadline(cfg_.timeout_ms));
     server_seconds_ += seconds_since(asked);
 }
 
@@ -718,6 +742,9 @@ FetchResult Fetch::run() {
 
             // A source that stops making progress is treated as dead: closing
             // its endpoint completes what is still in flight with an error.
+            // One still filling that answers and only has nothing new is
+            // left, after as long as a poll waits, for another: it stands
+            // still, it is not broken (leave_stalled).
             auto now = Clock::now();
             for (auto &sp : sources_) {
                 FetchSource &s = *sp;
@@ -726,6 +753,10 @@ FetchResult Fetch::run() {
                         ucx_.close_peer(s.peer, "no completion after failure");
                         s.last_progress = now;
                     }
+                    continue;
+                }
+                if (s.starving_and_answering(now, chunk_timeout)) {
+                    if (now - s.last_progress > 2 * chunk_timeout) leave_stalled(s, 2 * chunk_timeout);
                     continue;
                 }
                 // Waiting reads wait for the source to fill: as long as a

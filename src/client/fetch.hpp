@@ -148,6 +148,7 @@ class Fetch {
     // closed_by_holder: its reads failed because the holder's side closed
     // the connection (kReadReset).
     void fail_source(FetchSource &s, const std::string &why, bool closed_by_holder = false);
+    void leave_stalled(FetchSource &s, Clock::duration quiet);
     // Plans leave this worker out from now on (a source of it misbehaved).
     void exclude_worker(uint64_t worker);
     // Plans leave this replica out from now on (it changed under us).

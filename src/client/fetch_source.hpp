@@ -135,20 +135,31 @@ struct FetchSource {
     bool changed = false;
     bool failed = false;
     bool retired = false;
-    bool report = false;  // its worker failed: exclude it and tell the server
-                          // (false: only this replica changed under us)
-    // Dropped, but the source is fine: neither reported nor left out of the
-    // next plans (this process was paused, or its holder closed the
-    // connection, once a fetch: Fetch::fail_source).
-    bool plan_again = false;
+    // What its retirement does once it failed (Fetch::retire_failed_sources).
+    enum class Then : uint8_t {
+        Report,     // its worker failed: left out of the next plans, and reported to the server
+        Elsewhere,  // its replica changed under us: that replica is left out, nobody is blamed
+        PlanAgain,  // the source is fine: neither reported nor left out (this process was
+                    // paused, or its holder closed the connection, once a fetch)
+        Stalled,    // still filling, answering, but holding nothing new for a while: its
+                    // replica is left out, and the server told it stands still
+    };
+    Then then = Then::Report;
     std::string why;
     // Chunks read from it that did not match their checksums: reported with
     // it, so that its holder checks its own copy of them.
     std::vector<uint32_t> mismatched;
     Clock::time_point last_progress = Clock::now();
+    Clock::time_point answered_at{};  // when a read of its word last came back
 
     // Waiting for chunks it does not hold yet.
     bool starving() const { return gen_known && next >= avail && next < end; }
+    // Starving, and answering: nothing of it in flight but a read of its
+    // word, and the last such read came back within `within` of now. Its
+    // process is up and the path to it works; it only has nothing new.
+    bool starving_and_answering(Clock::time_point now, Clock::duration within) const {
+        return starving() && waiting == 0 && chunk_inflight == 0 && now - answered_at < within;
+    }
     // Reads its control word; seq: the completions handled so far, so that
     // the answer confirms only chunk reads that had completed before it.
     void read_control_word(UcxWorker &ucx, const std::shared_ptr<Mailbox> &box, uint64_t seq);

@@ -510,7 +510,7 @@ bool ServerSession::reregister(const Deadline &deadline) {
 }
 
 void ServerSession::report_source(uint64_t worker, uint64_t replica, const std::string &why,
-                                  const std::vector<uint32_t> &chunks, const Deadline &deadline) {
+                                  const std::vector<uint32_t> &chunks, bool stalled, const Deadline &deadline) {
     if (!chunks.empty()) {
         constexpr size_t kMaxKept = 64;
         auto until = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
@@ -518,7 +518,7 @@ void ServerSession::report_source(uint64_t worker, uint64_t replica, const std::
         if (reports_.size() >= kMaxKept) reports_.erase(reports_.begin());
         reports_.push_back({worker, replica, why, chunks, until});
     }
-    send_report(worker, replica, why, chunks, deadline, /*recover=*/true);
+    send_report(worker, replica, why, chunks, stalled, deadline, /*recover=*/true);
 }
 
 // Inside re-registration: no recovery (a failure here ends the attempt, not
@@ -535,18 +535,19 @@ void ServerSession::resend_reports(const Deadline &deadline) {
     for (const SentReport &r : again) {
         TH_LOG(Info, "telling the server again that replica ", r.replica, " of worker ", r.worker,
                " had chunks that do not match their checksums");
-        send_report(r.worker, r.replica, r.why, r.chunks, deadline, /*recover=*/false);
+        send_report(r.worker, r.replica, r.why, r.chunks, /*stalled=*/false, deadline, /*recover=*/false);
     }
 }
 
 void ServerSession::send_report(uint64_t worker, uint64_t replica, const std::string &why,
-                                const std::vector<uint32_t> &chunks, const Deadline &deadline, bool recover) {
+                                const std::vector<uint32_t> &chunks, bool stalled, const Deadline &deadline,
+                                bool recover) {
     try {
         call(
             [&](Builder &b, const Header &h) {
                 auto reason = b.CreateString(why);
                 auto mismatched = chunks.empty() ? 0 : b.CreateVector(chunks);
-                return finish(b, h, CreateSourceFailed(b, worker, reason, replica, mismatched));
+                return finish(b, h, CreateSourceFailed(b, worker, reason, replica, mismatched, stalled));
             },
             deadline, recover);
     } catch (const std::exception &e) {

@@ -84,12 +84,13 @@ class ServerSession {
     void beat_soon();
 
     // Tells the server that reading from worker's replica failed (why), or,
-    // with chunks, that those chunks did not match their checksums. A
-    // mismatch report lives in the server's memory until the holder's next
+    // with chunks, that those chunks did not match their checksums, or, with
+    // stalled, that the replica (still filling) holds nothing new for a while.
+    // A mismatch report lives in the server's memory until the holder's next
     // heartbeat: it is kept for a lease and sent again after this worker
     // registers with another server. Errors are logged, not thrown.
     void report_source(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
-                       const Deadline &deadline);
+                       bool stalled, const Deadline &deadline);
 
     // The UCX worker has a new address (after a pause): the heartbeat thread
     // registers it.
@@ -120,7 +121,7 @@ class ServerSession {
     // After registering again: the mismatch reports of the last lease.
     void resend_reports(const Deadline &deadline);
     void send_report(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
-                     const Deadline &deadline, bool recover);
+                     bool stalled, const Deadline &deadline, bool recover);
     void heartbeat_loop();
     // rpc->call; with servers to fail over to, watch_calls() knows the call
     // is waiting.

@@ -93,6 +93,12 @@ struct ReplicaInfo {
     // fills from nowhere for now, so nobody follows it until its reader's
     // next plan finds a source.
     bool sourceless = false;
+    // Filling, and a reader found it answering but holding nothing new for a
+    // while (SourceFailed.stalled): nobody is routed to it until its fill
+    // level passes stalled_at (a Progress), its reader plans again or it is
+    // complete. kMoving: not stalled.
+    static constexpr uint32_t kMoving = UINT32_MAX;
+    uint32_t stalled_at = kMoving;
     // Chunks readers found not matching the version's checksums: not routed
     // to until its holder has checked its own copy of them.
     std::vector<uint32_t> reported;

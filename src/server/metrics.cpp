@@ -85,6 +85,7 @@ std::string ServerMetrics::render(const Catalog &catalog) const {
                    {prometheus_labels({{"kind", "again"}}), double(registered_again)}});
     render_family(out, "tensorhub_failures_total", "counter", "Failures seen by the server, by kind.",
                   {{prometheus_labels({{"kind", "source_failed"}}), double(source_failed)},
+                   {prometheus_labels({{"kind", "source_stalled"}}), double(source_stalled)},
                    {prometheus_labels({{"kind", "checksum_mismatch"}}), double(checksum_mismatch)},
                    {prometheus_labels({{"kind", "corrupt_replica"}}), double(corrupt_replica)},
                    {prometheus_labels({{"kind", "lease_expired"}}), double(lease_expired)},

@@ -40,7 +40,7 @@ void render_family(std::string &out, const std::string &name, const char *type, 
 // What the server counts. Changed under the Service's lock, except
 // bad_requests, counted where a request is refused before it is read.
 struct ServerMetrics {
-    uint64_t committed = 0, retired = 0, source_failed = 0, lease_expired = 0;
+    uint64_t committed = 0, retired = 0, source_failed = 0, source_stalled = 0, lease_expired = 0;
     // Readers' reports of chunks not matching their checksums, and replicas
     // their holders then found corrupt (and withdrew).
     uint64_t checksum_mismatch = 0, corrupt_replica = 0;

@@ -405,7 +405,10 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
     bool striped = mine != nullptr && m->mode() != PlanMode::Single && stripes > 1;
     // Nobody follows the reader's replica until a plan finds it a source:
     // when none does, its reader waits for another holder.
-    if (mine != nullptr) mine->sourceless = true;
+    if (mine != nullptr) {
+        mine->sourceless = true;
+        mine->stalled_at = ReplicaInfo::kMoving;  // its reader reads on
+    }
     std::vector<Assignment> plan;
     if (striped) {
         if (mine->home < 0) catalog_.set_relay(*mine, s.next_home++ % stripes, kNoDepth);
@@ -444,8 +447,10 @@ Bytes Service::on_plan(const Envelope &env, const Header &h) {
 
 Bytes Service::on_progress(const Envelope &env, const Header &h) {
     const Progress *m = env.body_as_Progress();
-    if (ReplicaInfo *r = catalog_.find_replica(m->replica_id(), h.worker_id); r != nullptr && !r->complete)
+    if (ReplicaInfo *r = catalog_.find_replica(m->replica_id(), h.worker_id); r != nullptr && !r->complete) {
         r->chunks_done = std::max(r->chunks_done, m->chunks_done());
+        if (r->stalled_at != ReplicaInfo::kMoving && r->chunks_done > r->stalled_at) r->stalled_at = ReplicaInfo::kMoving;
+    }
     return ack(h);
 }
 
@@ -472,6 +477,16 @@ Bytes Service::on_source_failed(const Envelope &env, const Header &h) {
     if (m->worker_id() == h.worker_id) return ack(h);
     WorkerInfo *w = catalog_.find_worker(m->worker_id());
     std::string reason = m->reason() ? m->reason()->str() : "no reason given";
+    if (m->stalled()) {
+        // The worker answers; the replica it fills only stands still.
+        ReplicaInfo *r = w != nullptr ? catalog_.find_replica(m->replica_id(), m->worker_id()) : nullptr;
+        if (r == nullptr || r->complete) return ack(h);
+        r->stalled_at = r->chunks_done;
+        metrics_.source_stalled++;
+        TH_LOG(Info, "worker ", h.worker_id, " left replica ", r->id, " of worker ", m->worker_id(), " '", w->name,
+               "' (", reason, "): not routed to until it fills further");
+        return ack(h);
+    }
     if (m->mismatched() != nullptr && m->mismatched()->size() > 0) {
         // The worker answers; one of its replicas may hold wrong bytes. Only
         // that replica waits for its holder's own check (a replica already

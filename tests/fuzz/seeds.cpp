@@ -45,6 +45,9 @@ int main(int argc, char **argv) {
         return CreateFetchDone(b, b.CreateString("m"), 2, 0, 300, true, b.CreateVector(from));
     }));
     requests.push_back(simple("source_failed", [](Builder &b) { return CreateSourceFailed(b, 8, b.CreateString("x")); }));
+    requests.push_back(simple("source_stalled", [](Builder &b) {
+        return CreateSourceFailed(b, 7, b.CreateString("x"), 300, 0, /*stalled=*/true);
+    }));
     requests.push_back(simple("release", [](Builder &b) { return CreateRelease(b, 200); }));
     requests.push_back(simple("begin_mutation", [](Builder &b) { return CreateBeginMutation(b, 200); }));
     requests.push_back(simple("cancel_mutation", [](Builder &b) { return CreateCancelMutation(b, 200); }));

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -240,3 +242,86 @@ TEST(Client, AReaderWhoseConnectionTheHolderClosedConnectsAgainWithoutReportingI
     holder.release(*v1);
     holder.release(*v2);
 }
+
+namespace {
+
+// A reader (r1) fills a replica of its own and stops part way while its
+// process stays up: its fetching thread waits in its progress callback, so
+// nothing more lands in its replica, but its progress thread answers every
+// read. A second reader, planned onto r1's replica (the publisher takes one
+// reader at a time), waits for chunks that do not come. r1 is starved, not
+// broken: the second reader reads the rest elsewhere without reporting r1
+// (a report would keep r1 from it for seconds and count towards taking r1
+// out of service for everyone), and nobody is planned onto r1's replica
+// until it moves again.
+void a_starved_source_is_left_but_not_reported(const char *transports) {
+    th_support::ScopedEnv tls("UCX_TLS", transports);
+    ServiceConfig scfg;
+    scfg.policy.max_readers_per_source = 1;
+    Server server("tcp://127.0.0.1:0", scfg);
+    ClientConfig cfg;
+    cfg.server_url = server.url();
+    Client holder(cfg);
+    cfg.chunk_timeout_ms = 60'000;  // r1 never gives up on its own source here
+    Client r1(cfg);
+    cfg.chunk_timeout_ms = 1'000;
+    Client r2(cfg), r3(cfg);
+
+    std::vector<uint8_t> a(32 << 20);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 7 + i / 4099);
+    auto v1 = holder.publish("m", 1, 0, 1, 64 << 10, one_tensor(a));
+
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stalled = false, resume = false;
+    std::vector<uint8_t> got1(a.size());
+    FetchResult res1;
+    std::thread t1([&] {
+        FetchRequest req;
+        req.model = "m";
+        req.version = 1;
+        req.progress_interval_ms = 1;
+        req.progress = [&](uint64_t done, uint64_t wanted) {
+            std::unique_lock lk(mu);
+            if (stalled || done == 0 || done == wanted) return;
+            stalled = true;
+            cv.notify_all();
+            cv.wait(lk, [&] { return resume; });
+        };
+        res1 = r1.fetch(req, one_tensor(got1), /*serve=*/true);
+    });
+    {
+        std::unique_lock lk(mu);
+        ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(20), [&] { return stalled; }));
+    }
+    FetchRequest req;
+    req.model = "m";
+    req.version = 1;
+    std::vector<uint8_t> got2(a.size()), got3(a.size());
+    FetchResult res2 = r2.fetch(req, one_tensor(got2), false);
+    EXPECT_EQ(got2, a);
+    EXPECT_EQ(res2.stats.failed_sources, 1u);  // r1, left
+    // r1 still stands still: the next reader is planned elsewhere at once.
+    FetchResult res3 = r3.fetch(req, one_tensor(got3), false);
+    EXPECT_EQ(got3, a);
+    EXPECT_EQ(res3.stats.failed_sources, 0u);
+    {
+        std::lock_guard lk(mu);
+        resume = true;
+        cv.notify_all();
+    }
+    t1.join();
+    EXPECT_EQ(got1, a);
+    std::string metrics = server.service().metrics_text();
+    EXPECT_NE(metrics.find("tensorhub_failures_total{kind=\"source_failed\"} 0"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("tensorhub_failures_total{kind=\"source_stalled\"} 1"), std::string::npos) << metrics;
+    r1.release(*res1.replica);
+    holder.release(*v1);
+}
+
+}  // namespace
+
+TEST(Client, AStarvedSourceIsLeftButNotReportedOverTcp) { a_starved_source_is_left_but_not_reported("tcp"); }
+
+// UCX's own choice on one host: shared memory, read one-sided.
+TEST(Client, AStarvedSourceIsLeftButNotReportedOverSharedMemory) { a_starved_source_is_left_but_not_reported(nullptr); }

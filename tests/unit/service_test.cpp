@@ -729,6 +729,41 @@ TEST_F(ServiceTest, PlansPickWhatThePolicyPicksAmongAllHolders) {
     EXPECT_GT(planned, 200);
 }
 
+// A reader that found a filling replica answering but holding nothing new
+// (SourceFailed.stalled) blames nobody: the replica is not routed to until
+// its fill level moves or its reader plans again, and its worker stays in
+// service, avoided by nobody.
+TEST_F(ServiceTest, AStalledFillingReplicaIsRoutedToAgainOnceItMoves) {
+    join(1, {{"host", "h1"}});
+    for (uint64_t w : {2, 3, 4}) join(w, {{"host", "h2"}});  // the filling replica is nearer than the publisher
+    auto ts = specs(8192);
+    ASSERT_EQ(error_code(call(publish(1, req++, "m", 1, 0, 1, ts, 1000))), 0);
+    EXPECT_EQ(plan_sources(call(plan(2, req++, "m", 1, 0, 2001, &ts))), std::set<uint64_t>{1});
+    EXPECT_EQ(plan_sources(call(plan(3, req++, "m", 1, 0))), std::set<uint64_t>{2});
+    auto stalled = [&](uint64_t reader) {
+        Builder b;
+        return call(finish(b, hdr(reader, req++),
+                           CreateSourceFailed(b, 2, b.CreateString("held nothing new"), 2001, 0, /*stalled=*/true)));
+    };
+    auto progress = [&](uint32_t chunks_done) {
+        Builder b;
+        return call(finish(b, hdr(2, req++), CreateProgress(b, 2001, chunks_done)));
+    };
+    ASSERT_EQ(error_code(stalled(3)), 0);
+    EXPECT_EQ(plan_sources(call(plan(4, req++, "m", 1, 0))), std::set<uint64_t>{1});
+    EXPECT_EQ(plan_sources(call(plan(3, req++, "m", 1, 0))), std::set<uint64_t>{1});
+    ASSERT_EQ(error_code(progress(1)), 0);  // it moves: routed to again, by the reader that left it too
+    EXPECT_EQ(plan_sources(call(plan(3, req++, "m", 1, 0))), std::set<uint64_t>{2});
+    ASSERT_EQ(error_code(stalled(4)), 0);
+    ASSERT_EQ(error_code(progress(1)), 0);  // the same level: still standing
+    EXPECT_EQ(plan_sources(call(plan(4, req++, "m", 1, 0))), std::set<uint64_t>{1});
+    EXPECT_EQ(plan_sources(call(plan(2, req++, "m", 1, 0, 2001, &ts))), std::set<uint64_t>{1});  // its reader reads on
+    EXPECT_EQ(plan_sources(call(plan(4, req++, "m", 1, 0))), std::set<uint64_t>{2});
+    std::string m = svc.metrics_text();
+    EXPECT_NE(m.find("tensorhub_failures_total{kind=\"source_stalled\"} 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("tensorhub_failures_total{kind=\"source_failed\"} 0"), std::string::npos) << m;
+}
+
 // A simulator drives the service with its own clock: leases follow it.
 TEST(ServiceClock, LeasesFollowTheConfiguredClock) {
     uint64_t fake = 1000;
