@@ -630,6 +630,7 @@ void Fetch::leave_stalled(FetchSource &s, Clock::duration quiet) {
     fail_source(s, str("it is still filling and has held nothing new for ",
                        std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count(), " ms"));
     s.then = FetchSource::Then::Stalled;
+    s.last_progress = Clock::now();  // a read of its word still in flight has a chunk timeout to land
 }
 
 void Fetch::fail_source(FetchSource &s, const std::string &why, bool closed_by_holder) {
