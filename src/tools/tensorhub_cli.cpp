@@ -86,7 +86,10 @@ const json &find_version(const json &m, uint64_t v) {
 
 std::string replica_state(const json &r) {
     if (r["mutating"].get<bool>()) return "mutating";
-    if (!r["complete"].get<bool>()) return "filling " + std::to_string(u(r["chunks_done"]));
+    if (!r["complete"].get<bool>()) {
+        std::string what = r.value("stalled", false) ? "stalled at " : "filling ";
+        return what + std::to_string(u(r["chunks_done"]));
+    }
     if (r["owned"].get<bool>()) return "owned copy";
     return r["publisher"].get<bool>() ? "published" : "complete";
 }

@@ -128,6 +128,7 @@ std::string status_to_json(const wire::StatusReply &s) {
                                     j.key("mutating"), j.boolean(r->mutating());
                                     j.key("active_reads"), j.num(r->active_reads());
                                     j.key("reported_chunks"), j.num(r->reported_chunks());
+                                    j.key("stalled"), j.boolean(r->stalled());
                                     j.close('}');
                                 }
                             j.close(']');

@@ -493,7 +493,7 @@ TEST_F(ServiceTest, AReplicaReportedCorruptWaitsForItsHoldersOwnCheck) {
     ASSERT_EQ(report(5, 2, 200, {0, 1}), 0);  // all listed already: not counted again
     EXPECT_EQ(checks(2), (Checks{{200, {1, 3, 0}}}));
     EXPECT_EQ(checks(1), Checks{});
-    EXPECT_TRUE(std::regex_search(state(), std::regex("\"replica_id\":200,[^}]*\"reported_chunks\":3\\}"))) << state();
+    EXPECT_TRUE(std::regex_search(state(), std::regex("\"replica_id\":200,[^}]*\"reported_chunks\":3,"))) << state();
     // Worker 2 stays registered and its other replica is routed to; the
     // reported one is not (reader 4 would have gone to the idle holder).
     EXPECT_EQ(sources(3), (std::set<uint64_t>{1}));
@@ -749,10 +749,14 @@ TEST_F(ServiceTest, AStalledFillingReplicaIsRoutedToAgainOnceItMoves) {
         Builder b;
         return call(finish(b, hdr(2, req++), CreateProgress(b, 2001, chunks_done)));
     };
+    auto shown_stalled = [&] { return std::regex_search(state(), std::regex("\"replica_id\":2001,[^}]*\"stalled\":true")); };
+    EXPECT_FALSE(shown_stalled()) << state();
     ASSERT_EQ(error_code(stalled(3)), 0);
+    EXPECT_TRUE(shown_stalled()) << state();
     EXPECT_EQ(plan_sources(call(plan(4, req++, "m", 1, 0))), std::set<uint64_t>{1});
     EXPECT_EQ(plan_sources(call(plan(3, req++, "m", 1, 0))), std::set<uint64_t>{1});
     ASSERT_EQ(error_code(progress(1)), 0);  // it moves: routed to again, by the reader that left it too
+    EXPECT_FALSE(shown_stalled()) << state();
     EXPECT_EQ(plan_sources(call(plan(3, req++, "m", 1, 0))), std::set<uint64_t>{2});
     ASSERT_EQ(error_code(stalled(4)), 0);
     ASSERT_EQ(error_code(progress(1)), 0);  // the same level: still standing
