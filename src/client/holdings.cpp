@@ -254,7 +254,21 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
             calls);
         return reply;
     };
-    Bytes reply = ask(Body::BeginMutation);
+    // A replica the server no longer lists (it forgot this worker's replicas
+    // and refused this one when the worker declared it again, its version
+    // being gone) has nobody routed to it: it may change at once.
+    Bytes reply;
+    auto listed = [&] {
+        try {
+            reply = ask(Body::BeginMutation);
+            return true;
+        } catch (const Error &e) {
+            if (e.code() != TH_ERR_NOT_FOUND) throw;
+            TH_LOG(Info, "replica ", r.id(), " is not listed by the server (", e.what(), "): nobody is routed to it");
+            return false;
+        }
+    };
+    if (!listed()) return 0;
     auto state = [&] { return GetEnvelope(reply.data())->body_as_BeginMutationReply(); };
     if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
     if (state()->last_copy()) {
@@ -268,7 +282,7 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
         Deadline wait = deadline.capped(cfg_.mutation_wait_ms);
         while (cfg_.retention == TH_RETAIN_WAIT && state()->last_copy() && state()->filling() > 0 && !wait.expired()) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            reply = ask(Body::BeginMutation);
+            if (!listed()) return 0;
         }
         if (state()->last_copy()) {
             TH_LOG(Info, what, ": keeping an owned copy");
@@ -276,6 +290,13 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
             // asking again finds the copy and stops that.
             try {
                 spill(r);
+            } catch (const Error &e) {
+                // The server forgot the version meanwhile (this worker
+                // registered again, its replicas were forgotten until
+                // declared again, and nobody else held it): nobody can fetch
+                // it any more, so it needs no copy.
+                if (e.code() != TH_ERR_CONFLICT) throw;
+                TH_LOG(Info, what, ", but the server no longer lists that version (", e.what(), "): no copy kept");
             } catch (...) {
                 // Nothing changed: it keeps serving. The spill's error is
                 // what the caller needs to hear, not this call's.
@@ -290,7 +311,7 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
             // The copy is local work as long as the shard is large (seconds
             // for GBs); the server is owed an answer within a deadline of its own.
             calls = Deadline(cfg_.timeout_ms);
-            reply = ask(Body::BeginMutation);
+            if (!listed()) return 0;
             if (state() == nullptr) fail(TH_ERR_PROTOCOL, "unexpected reply to BeginMutation");
         }
     }
@@ -426,7 +447,10 @@ void Holdings::spill(const Replica &r) {
     copy->control_word()->chunks_done.store(Layout(copy->specs(), copy->chunk_bytes()).num_chunks());
     copy->mark_complete();
     if (r.committed()) copy->mark_committed();
-    declare(*copy, Deadline(cfg_.timeout_ms));
+    // A copy of a committed version: one a server that has just taken over
+    // lists (as committed) even before the version's other holders declared
+    // it again.
+    declare(*copy, Deadline(cfg_.timeout_ms), /*recover=*/true, /*again=*/copy->committed());
     remember(copy.get());
     // Readers of r read on from the copy once r changes, without a new plan.
     copy->succeed(r);
@@ -566,9 +590,9 @@ void Holdings::check_reported(uint64_t id, std::vector<uint32_t> chunks) {
 
 // Under mu_ throughout: no replica is released or becomes held half-way
 // through, and re-registrations do not overlap.
-void Holdings::register_again(const std::function<void()> &hello, const Deadline &deadline) {
+void Holdings::register_again(const std::function<bool()> &hello, const Deadline &deadline) {
     std::lock_guard lk(mu_);
-    hello();
+    if (!hello()) return;
     // Without recovery: a failure here surfaces to the call that asked for
     // re-registration, which decides whether to try the next server.
     for (auto &[id, r] : held_) {

@@ -66,7 +66,7 @@ class Holdings : public SessionListener {
     std::pair<size_t, size_t> copies_ahead();
 
     // SessionListener
-    void register_again(const std::function<void()> &hello, const Deadline &deadline) override;
+    void register_again(const std::function<bool()> &hello, const Deadline &deadline) override;
     void drop_owned(const std::vector<uint64_t> &ids) override;
     void check_reported(uint64_t replica_id, std::vector<uint32_t> chunks) override;
 

@@ -269,6 +269,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
             }
         };
         std::shared_ptr<RpcClient> rpc = this->rpc();
+        uint64_t registered_before = registrations_.load();
         Bytes reply;
         int32_t attempt_ms = 0;
         Clock::time_point started = Clock::now();
@@ -361,8 +362,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         // Another thread moved to another server meanwhile: ask there.
         if (e->unknown_worker() && recover && rpc != this->rpc()) continue;
         if (e->unknown_worker() && recover && reregistered++ < 2) {
-            TH_LOG(Warn, "the server (", rpc->url(), ") does not know this worker; registering again");
-            moving_on([&] { reregister(deadline); });
+            moving_on([&] { reregister(deadline, registered_before); });
             continue;
         }
         if (e->unknown_worker())
@@ -424,14 +424,15 @@ void ServerSession::hello(const Deadline &deadline) {
     {
         std::lock_guard lk(hello_mu_);
         hello_address_ = std::move(address);
+        hello_rpc_ = rpc;
         if (registrations_ == 0 && r->connect_ahead() != nullptr)
             for (const PeerAddress *p : *r->connect_ahead())
                 if (p->worker_id() != 0 && p->worker_id() != worker_id_ && p->ucx_address() != nullptr &&
                     p->ucx_address()->size() > 0)
                     connect_ahead_.emplace_back(p->worker_id(), std::vector<uint8_t>(p->ucx_address()->begin(),
                                                                                      p->ucx_address()->end()));
+        registrations_++;
     }
-    registrations_++;
     if (r->lease_ms() > 0) lease_ms_ = r->lease_ms();
     std::string events = r->events_url() ? r->events_url()->str() : "";
     if (events.empty() && !told_no_events_) {
@@ -491,15 +492,30 @@ void ServerSession::wait_for_commit(const std::string &model, uint64_t newer_tha
 // After a server restart (or after being reported unreachable) the server has
 // forgotten us: introduce ourselves again and re-declare every complete replica,
 // so that the server rebuilds its view from the workers, which hold the truth.
-bool ServerSession::reregister(const Deadline &deadline) {
-    // Holders re-declare within a heartbeat plus a call's timeout of noticing;
-    // those that have not by the end of a lease are gone anyway. Set before
-    // the Hello: other threads may reach the new server as soon as it is sent.
-    rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+bool ServerSession::reregister(const Deadline &deadline, uint64_t since) {
     std::shared_ptr<RpcClient> at = rpc();
     try {
-        listener_->register_again([&] { hello(deadline); }, deadline);
-        resend_reports(deadline);
+        bool said_hello = false;
+        // Registrations take turns (the listener's lock): a later one sees
+        // whether an earlier one did its work.
+        listener_->register_again(
+            [&] {
+                if (since != kEveryTime) {
+                    std::lock_guard lk(hello_mu_);
+                    if (registrations_ != since && hello_rpc_ == at) return false;
+                }
+                if (since != kEveryTime)
+                    TH_LOG(Warn, "the server (", at->url(), ") does not know this worker; registering again");
+                // Holders re-declare within a heartbeat plus a call's timeout of
+                // noticing; those that have not by the end of a lease are gone
+                // anyway. Set before the Hello: other threads may reach the new
+                // server as soon as it is sent.
+                rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+                hello(deadline);
+                return said_hello = true;
+            },
+            deadline);
+        if (said_hello) resend_reports(deadline);
         return true;
     } catch (const LeftServerAlive &e) {
         // Our calls to the server we left were slow, not lost: moving on

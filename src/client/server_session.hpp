@@ -32,9 +32,10 @@ namespace th {
 class SessionListener {
   public:
     virtual ~SessionListener() = default;
-    // Registering again: runs hello, then declares every complete replica
-    // again (without recovery), with what is held kept unchanged throughout.
-    virtual void register_again(const std::function<void()> &hello, const Deadline &deadline) = 0;
+    // Registering again: runs hello, then, if it said Hello (true), declares
+    // every complete replica again (without recovery), with what is held kept
+    // unchanged throughout.
+    virtual void register_again(const std::function<bool()> &hello, const Deadline &deadline) = 0;
     // A heartbeat reply listed owned copies the server no longer requires.
     virtual void drop_owned(const std::vector<uint64_t> &ids) = 0;
     // A heartbeat reply listed chunks of this replica that a reader found
@@ -116,8 +117,13 @@ class ServerSession {
     // Says Hello again and re-declares what we hold. False: list mode, the
     // server we failed over to refused to take over because the one we left
     // still answers, and we went back to that one (the caller's request may
-    // be sent again there).
-    bool reregister(const Deadline &deadline);
+    // be sent again there). With `since` (registrations() when the call that
+    // found this worker unknown was sent): nothing, if this worker registered
+    // with the server in use since. Calls on several threads find it unknown
+    // together, and each Hello makes the server forget our replicas until
+    // they are declared again: one is enough.
+    static constexpr uint64_t kEveryTime = UINT64_MAX;
+    bool reregister(const Deadline &deadline, uint64_t since = kEveryTime);
     // After registering again: the mismatch reports of the last lease.
     void resend_reports(const Deadline &deadline);
     void send_report(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
@@ -190,6 +196,7 @@ class ServerSession {
     std::atomic<uint64_t> registrations_{0};
     std::mutex hello_mu_;
     std::vector<uint8_t> hello_address_;  // the UCX address the last Hello gave the server
+    std::shared_ptr<RpcClient> hello_rpc_;  // and the server it went to; guarded by hello_mu_
     std::vector<UcxWorker::PeerAddress> connect_ahead_;  // guarded by hello_mu_
     std::atomic<uint32_t> lease_ms_{TH_DEFAULT_LEASE_MS};  // the server's, from HelloReply
     std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};

@@ -1,8 +1,10 @@
 // Internals of the client that the public API does not show.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -325,3 +327,58 @@ TEST(Client, AStarvedSourceIsLeftButNotReportedOverTcp) { a_starved_source_is_le
 
 // UCX's own choice on one host: shared memory, read one-sided.
 TEST(Client, AStarvedSourceIsLeftButNotReportedOverSharedMemory) { a_starved_source_is_left_but_not_reported(nullptr); }
+
+// A server that does not know this worker (restarted, or taking over) answers
+// every call of it "unknown worker". Calls made on several threads at once
+// then register it once: each Hello makes the server forget the worker's
+// replicas until they are declared again, so a second one races the calls
+// that depend on them (an owned copy declared between a Hello and the
+// declarations after it found its version forgotten: a trainer's mutation
+// failed with a conflict).
+TEST(Client, CallsOnManyThreadsThatFindTheWorkerUnknownRegisterItOnce) {
+    auto server = std::make_unique<Server>("tcp://127.0.0.1:0", ServiceConfig{});
+    std::string url = server->url();
+    ClientConfig cfg;
+    cfg.server_url = url;
+    cfg.heartbeat_ms = 60'000;  // only the calls below find out
+    Client client(cfg);
+    std::vector<uint8_t> a(1 << 16, 3);
+    auto v1 = client.publish("m", 1, 0, 1, 16 << 10, one_tensor(a));
+    server.reset();
+    server = std::make_unique<Server>(url, ServiceConfig{});
+    std::vector<std::thread> callers;
+    std::atomic<int> resolved{0};
+    for (int i = 0; i < 8; ++i)
+        callers.emplace_back([&] {
+            if (client.resolve("m", UINT64_MAX) == 1) resolved++;
+        });
+    for (auto &t : callers) t.join();
+    EXPECT_EQ(resolved.load(), 8);
+    std::string metrics = server->service().metrics_text();
+    EXPECT_NE(metrics.find("tensorhub_registrations_total{kind=\"new\"} 1\n"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("tensorhub_registrations_total{kind=\"again\"} 0\n"), std::string::npos) << metrics;
+    client.release(*v1, false);
+}
+
+// A server that forgot a worker's replica (it took over knowing a newer
+// version, and the replica's version, held by nobody else, was gone when the
+// worker declared it again) routes nobody to it: the worker may change its
+// buffers at once. Before, begin_mutation failed with "replica ... is not
+// registered", and the trainer's step with it.
+TEST(Client, ABufferTheServerNoLongerListsMayChangeAtOnce) {
+    auto server = std::make_unique<Server>("tcp://127.0.0.1:0", ServiceConfig{});
+    std::string url = server->url();
+    ClientConfig cfg;
+    cfg.server_url = url;
+    cfg.heartbeat_ms = 60'000;  // registers again only when a call finds out
+    Client old_holder(cfg), publisher(cfg);
+    std::vector<uint8_t> a(1 << 16, 3), b(1 << 16, 4);
+    auto v1 = old_holder.publish("m", 1, 0, 1, 16 << 10, one_tensor(a));
+    server.reset();
+    server = std::make_unique<Server>(url, ServiceConfig{});
+    auto v2 = publisher.publish("m", 2, 0, 1, 16 << 10, one_tensor(b));  // registers, then publishes: latest is 2
+    EXPECT_EQ(old_holder.resolve("m", UINT64_MAX), 2u);  // registers again; version 1 is refused
+    EXPECT_NO_THROW(old_holder.begin_mutation(*v1));
+    old_holder.release(*v1, false);
+    publisher.release(*v2, false);
+}
