@@ -501,11 +501,12 @@ bool ServerSession::reregister(const Deadline &deadline, uint64_t since) {
         listener_->register_again(
             [&] {
                 if (since != kEveryTime) {
-                    std::lock_guard lk(hello_mu_);
-                    if (registrations_ != since && hello_rpc_ == at) return false;
-                }
-                if (since != kEveryTime)
+                    {
+                        std::lock_guard lk(hello_mu_);
+                        if (registrations_ != since && hello_rpc_ == at) return false;
+                    }
                     TH_LOG(Warn, "the server (", at->url(), ") does not know this worker; registering again");
+                }
                 // Holders re-declare within a heartbeat plus a call's timeout of
                 // noticing; those that have not by the end of a lease are gone
                 // anyway. Set before the Hello: other threads may reach the new
