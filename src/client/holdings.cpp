@@ -256,16 +256,25 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
     };
     // A replica the server no longer lists (it forgot this worker's replicas
     // and refused this one when the worker declared it again, its version
-    // being gone) has nobody routed to it: it may change at once.
+    // being gone) has nobody routed to it: it may change at once. But a
+    // re-registration of this worker in progress may be about to declare it
+    // again: it holds mu_ from its Hello to its last declaration, so the
+    // answer after it stands.
     Bytes reply;
     auto listed = [&] {
-        try {
-            reply = ask(Body::BeginMutation);
-            return true;
-        } catch (const Error &e) {
-            if (e.code() != TH_ERR_NOT_FOUND) throw;
-            TH_LOG(Info, "replica ", r.id(), " is not listed by the server (", e.what(), "): nobody is routed to it");
-            return false;
+        for (bool asked_again = false;; asked_again = true) {
+            try {
+                reply = ask(Body::BeginMutation);
+                return true;
+            } catch (const Error &e) {
+                if (e.code() != TH_ERR_NOT_FOUND) throw;
+                if (!asked_again) {
+                    std::lock_guard lk(mu_);
+                    continue;
+                }
+                TH_LOG(Info, "replica ", r.id(), " is not listed by the server (", e.what(), "): nobody is routed to it");
+                return false;
+            }
         }
     };
     if (!listed()) return 0;
@@ -593,6 +602,7 @@ void Holdings::check_reported(uint64_t id, std::vector<uint32_t> chunks) {
 void Holdings::register_again(const std::function<bool()> &hello, const Deadline &deadline) {
     std::lock_guard lk(mu_);
     if (!hello()) return;
+    if (faults().redeclare_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(faults().redeclare_delay_us));
     // Without recovery: a failure here surfaces to the call that asked for
     // re-registration, which decides whether to try the next server.
     for (auto &[id, r] : held_) {

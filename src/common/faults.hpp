@@ -5,6 +5,8 @@
 //   TENSORHUB_FAULT_DROP_EVENTS=1      ignore every server event (forces catch-up queries)
 //   TENSORHUB_FAULT_PLAN_DELAY_US=N    sleep N us between getting a plan and reading the source
 //   TENSORHUB_FAULT_SPILL_DELAY_US=N   sleep N us while spilling a replica (a slow copy of a large shard)
+//   TENSORHUB_FAULT_REDECLARE_DELAY_US=N  sleep N us between the Hello of a re-registration and the
+//                                      declarations after it (the server does not list our replicas)
 //   TENSORHUB_FAULT_HELLO_DELAY_US=N   (server) sleep N us before handling a Hello, so that requests
 //                                      arriving meanwhile are answered first
 //   TENSORHUB_FAULT_HEARTBEAT_DELAY_US=N  (server) sleep N us before handling a Heartbeat: a live
@@ -24,6 +26,7 @@ struct Faults {
     bool drop_events = false;
     uint32_t plan_delay_us = 0;
     uint32_t spill_delay_us = 0;
+    uint32_t redeclare_delay_us = 0;
     uint32_t hello_delay_us = 0;
     uint32_t heartbeat_delay_us = 0;
     uint32_t plan_answer_delay_us = 0;
@@ -41,6 +44,7 @@ inline const Faults &faults() {
         if (const char *e = std::getenv("TENSORHUB_FAULT_DROP_EVENTS")) out.drop_events = e[0] == '1';
         out.plan_delay_us = us("TENSORHUB_FAULT_PLAN_DELAY_US");
         out.spill_delay_us = us("TENSORHUB_FAULT_SPILL_DELAY_US");
+        out.redeclare_delay_us = us("TENSORHUB_FAULT_REDECLARE_DELAY_US");
         out.hello_delay_us = us("TENSORHUB_FAULT_HELLO_DELAY_US");
         out.heartbeat_delay_us = us("TENSORHUB_FAULT_HEARTBEAT_DELAY_US");
         out.plan_answer_delay_us = us("TENSORHUB_FAULT_PLAN_ANSWER_DELAY_US");

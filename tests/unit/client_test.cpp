@@ -13,6 +13,7 @@
 #include "scoped_env.hpp"
 #include "client/client.hpp"
 #include "client/source_wait.hpp"
+#include "common/faults.hpp"
 #include "server/server.hpp"
 #include "transport/ucx_env.hpp"
 #include "transport/worker.hpp"
@@ -266,7 +267,10 @@ void a_starved_source_is_left_but_not_reported(const char *transports) {
     Client holder(cfg);
     cfg.chunk_timeout_ms = 60'000;  // r1 never gives up on its own source here
     Client r1(cfg);
-    cfg.chunk_timeout_ms = 1'000;
+    // Long enough for the first reads of a new connection on a loaded
+    // machine (the sanitizer run): a source whose reads do not come back
+    // within it is failed and reported, rightly.
+    cfg.chunk_timeout_ms = 3'000;
     Client r2(cfg), r3(cfg);
 
     std::vector<uint8_t> a(32 << 20);
@@ -388,4 +392,52 @@ TEST(Client, ABufferTheServerNoLongerListsMayChangeAtOnce) {
     EXPECT_NO_THROW(old_holder.begin_mutation(*v1));
     old_holder.release(*v1, false);
     publisher.release(*v2, false);
+}
+
+// Run by ctest as unit_mutation_during_registration, with
+// TENSORHUB_FAULT_REDECLARE_DELAY_US set: faults are read once a process.
+// A trainer's lease ran out (its heartbeats stopped); a call of one of its
+// threads registers it again, and the server lists none of its replicas
+// until they are declared again. A mutation meanwhile finds its replica
+// not listed: it must wait for the declarations rather than take that as
+// "nobody needs it", or the last copy of the newest version changes
+// unkept and the version is gone.
+TEST(ClientFaults, AMutationDuringARegistrationWaitsForItsDeclarations) {
+    if (faults().redeclare_delay_us == 0)
+        GTEST_SKIP() << "needs TENSORHUB_FAULT_REDECLARE_DELAY_US (ctest unit_mutation_during_registration)";
+    // Longer than the fault's delay (1/2 s under ctest): the lease runs out
+    // once, not again while the trainer declares its replicas.
+    ServiceConfig scfg;
+    scfg.lease_ms = 2'000;
+    Server server("tcp://127.0.0.1:0", scfg);
+    ClientConfig cfg;
+    cfg.server_url = server.url();
+    cfg.heartbeat_ms = 60'000;  // the trainer's lease runs out
+    Client trainer(cfg);
+    std::vector<uint8_t> a(1 << 16, 5), want = a, got(a.size());
+    auto v1 = trainer.publish("m", 1, 0, 1, 16 << 10, one_tensor(a));
+    auto registered = [&](const char *n) {
+        return server.service().metrics_text().find(str("tensorhub_registrations_total{kind=\"new\"} ", n, "\n")) !=
+               std::string::npos;
+    };
+    ASSERT_TRUE(within_10s([&] { return server.service().metrics_text().find("kind=\"lease_expired\"} 1") != std::string::npos; }));
+    std::jthread registering([&] {
+        try {
+            trainer.wait_for_version("m", 0, 10'000);  // finds the trainer unknown: registers it again
+        } catch (const std::exception &e) {
+            ADD_FAILURE() << e.what();
+        }
+    });
+    ASSERT_TRUE(within_10s([&] { return registered("2"); }));  // said Hello; declares after the delay
+    trainer.begin_mutation(*v1);
+    std::fill(a.begin(), a.end(), 6);  // the step
+    registering.join();
+    cfg.heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;
+    Client reader(cfg);
+    FetchRequest req;
+    req.model = "m";
+    req.version = 1;
+    reader.fetch(req, one_tensor(got), false);  // from the owned copy the mutation kept
+    EXPECT_EQ(got, want);
+    trainer.release(*v1, false);
 }
