@@ -24,7 +24,10 @@ inline std::vector<ThreadInfo> threads_of_this_process() {
     while (dirent *e = readdir(d)) {
         if (e->d_name[0] == '.') continue;
         ThreadInfo t{std::atoi(e->d_name), {}, 0};
-        std::getline(std::ifstream(std::string("/proc/self/task/") + e->d_name + "/comm"), t.name);
+        std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+        // Ended between the listing and now (a short-lived thread): not one
+        // of this process's threads any more.
+        if (!std::getline(comm, t.name)) continue;
         std::ifstream(std::string("/proc/") + e->d_name + "/timerslack_ns") >> t.timer_slack_ns;
         out.push_back(std::move(t));
     }
