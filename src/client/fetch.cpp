@@ -455,7 +455,6 @@ void Fetch::handle(const ReadEvent &e) {
         if (!s.failed) fail_source(s, str("reading its control word failed: ", e.error), e.error == kReadReset);
         return;
     }
-    s.answered_at = Clock::now();
     if (s.failed) return;
     std::string changed = s.check_generation(e.generation);
     if (!changed.empty() && s.keeps_across_change(e.unsettled)) {

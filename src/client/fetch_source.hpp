@@ -150,15 +150,15 @@ struct FetchSource {
     // it, so that its holder checks its own copy of them.
     std::vector<uint32_t> mismatched;
     Clock::time_point last_progress = Clock::now();
-    Clock::time_point answered_at{};  // when a read of its word last came back
 
     // Waiting for chunks it does not hold yet.
     bool starving() const { return gen_known && next >= avail && next < end; }
     // Starving, and answering: nothing of it in flight but a read of its
-    // word, and the last such read came back within `within` of now. Its
-    // process is up and the path to it works; it only has nothing new.
+    // word (polled every kFollowPollMax at most while it starves), asked for
+    // less than `within` ago. Its process is up and the path to it works; it
+    // only has nothing new.
     bool starving_and_answering(Clock::time_point now, Clock::duration within) const {
-        return starving() && waiting == 0 && chunk_inflight == 0 && now - answered_at < within;
+        return starving() && waiting == 0 && chunk_inflight == 0 && (!ctrl_inflight || now - ctrl_at < within);
     }
     // Reads its control word; seq: the completions handled so far, so that
     // the answer confirms only chunk reads that had completed before it.

@@ -20,8 +20,7 @@ Candidate candidate(const ReplicaInfo &r) {
 }
 
 bool routable(const ReplicaInfo &r) {
-    return !r.holder->suspect && !r.mutating && !r.sourceless && r.reported.empty() &&
-           (r.complete || r.stalled_at == ReplicaInfo::kMoving);
+    return !r.holder->suspect && !r.mutating && !r.sourceless && r.reported.empty() && !r.stalled();
 }
 
 // ---- workers

@@ -99,6 +99,7 @@ struct ReplicaInfo {
     // complete. kMoving: not stalled.
     static constexpr uint32_t kMoving = UINT32_MAX;
     uint32_t stalled_at = kMoving;
+    bool stalled() const { return !complete && stalled_at != kMoving; }
     // Chunks readers found not matching the version's checksums: not routed
     // to until its holder has checked its own copy of them.
     std::vector<uint32_t> reported;

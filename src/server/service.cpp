@@ -449,7 +449,7 @@ Bytes Service::on_progress(const Envelope &env, const Header &h) {
     const Progress *m = env.body_as_Progress();
     if (ReplicaInfo *r = catalog_.find_replica(m->replica_id(), h.worker_id); r != nullptr && !r->complete) {
         r->chunks_done = std::max(r->chunks_done, m->chunks_done());
-        if (r->stalled_at != ReplicaInfo::kMoving && r->chunks_done > r->stalled_at) r->stalled_at = ReplicaInfo::kMoving;
+        if (r->chunks_done > r->stalled_at) r->stalled_at = ReplicaInfo::kMoving;  // it moved
     }
     return ack(h);
 }

@@ -29,7 +29,7 @@ fb::Offset<fb::Vector<fb::Offset<ShardStatus>>> put_shards(Builder &b, const Ver
             reps.push_back(CreateReplicaStatus(b, rid, r.worker, r.chunks_done, r.complete, r.bytes_served, r.publisher,
                                                r.owned, r.mutating, r.active_reads,
                                                static_cast<uint32_t>(r.reported.size()),
-                                               !r.complete && r.stalled_at != ReplicaInfo::kMoving));
+                                               r.stalled()));
         shards.push_back(CreateShardStatus(b, i, s.total_bytes, s.num_chunks, b.CreateVector(reps)));
     }
     return b.CreateVector(shards);
