@@ -256,25 +256,18 @@ uint32_t Holdings::prepare_to_give_up(Replica &r, const Deadline &deadline) {
     };
     // A replica the server no longer lists (it forgot this worker's replicas
     // and refused this one when the worker declared it again, its version
-    // being gone) has nobody routed to it: it may change at once. But a
-    // re-registration of this worker in progress may be about to declare it
-    // again: it holds mu_ from its Hello to its last declaration, so the
-    // answer after it stands.
+    // being gone) has nobody routed to it: it may change at once. (While a
+    // re-registration of this worker declares its replicas, none is listed:
+    // the session asks again after the declarations, and that answer stands.)
     Bytes reply;
     auto listed = [&] {
-        for (bool asked_again = false;; asked_again = true) {
-            try {
-                reply = ask(Body::BeginMutation);
-                return true;
-            } catch (const Error &e) {
-                if (e.code() != TH_ERR_NOT_FOUND) throw;
-                if (!asked_again) {
-                    std::lock_guard lk(mu_);
-                    continue;
-                }
-                TH_LOG(Info, "replica ", r.id(), " is not listed by the server (", e.what(), "): nobody is routed to it");
-                return false;
-            }
+        try {
+            reply = ask(Body::BeginMutation);
+            return true;
+        } catch (const Error &e) {
+            if (e.code() != TH_ERR_NOT_FOUND) throw;
+            TH_LOG(Info, "replica ", r.id(), " is not listed by the server (", e.what(), "): nobody is routed to it");
+            return false;
         }
     };
     if (!listed()) return 0;

@@ -254,6 +254,7 @@ void ServerSession::try_fail_over(const std::shared_ptr<RpcClient> &from, const 
 
 Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool recover_asked, Attempts attempts) {
     bool asked_again = false;
+    bool asked_after_declarations = false;
     for (int reregistered = 0;;) {
         // A leaving worker (and a heartbeat in flight as it leaves) gives up
         // where it would fail over or register again.
@@ -270,6 +271,7 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         };
         std::shared_ptr<RpcClient> rpc = this->rpc();
         uint64_t registered_before = registrations_.load();
+        uint64_t declarations_before = declarations_seen();
         Bytes reply;
         int32_t attempt_ms = 0;
         Clock::time_point started = Clock::now();
@@ -367,6 +369,11 @@ Bytes ServerSession::call(const Build &build, const Deadline &deadline, bool rec
         }
         if (e->unknown_worker())
             fail(TH_ERR_UNAVAILABLE, "the server does not accept this worker: ", e->message() ? e->message()->str() : "");
+        bool missing = e->code() == TH_ERR_NOT_FOUND || e->code() == TH_ERR_NOT_COMMITTED;
+        if (missing && recover && !asked_after_declarations && after_declarations(declarations_before, deadline)) {
+            asked_after_declarations = true;
+            continue;
+        }
         throw_reply_error(*e, "request");
     }
 }
@@ -494,6 +501,14 @@ void ServerSession::wait_for_commit(const std::string &model, uint64_t newer_tha
 // so that the server rebuilds its view from the workers, which hold the truth.
 bool ServerSession::reregister(const Deadline &deadline, uint64_t since) {
     std::shared_ptr<RpcClient> at = rpc();
+    auto declaring = [this](bool on) {
+        {
+            std::lock_guard lk(declaring_mu_);
+            if (on == (declaring_seq_ % 2 == 1)) return;
+            declaring_seq_++;
+        }
+        if (!on) declaring_cv_.notify_all();
+    };
     try {
         bool said_hello = false;
         // Registrations take turns (the listener's lock): a later one sees
@@ -512,18 +527,35 @@ bool ServerSession::reregister(const Deadline &deadline, uint64_t since) {
                 // anyway. Set before the Hello: other threads may reach the new
                 // server as soon as it is sent.
                 rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+                declaring(true);
                 hello(deadline);
                 return said_hello = true;
             },
             deadline);
+        declaring(false);
         if (said_hello) resend_reports(deadline);
         return true;
     } catch (const LeftServerAlive &e) {
+        declaring(false);
         // Our calls to the server we left were slow, not lost: moving on
         // would split the workers between two servers.
         go_back(at, e.what());
         return false;
+    } catch (...) {
+        declaring(false);
+        throw;
     }
+}
+
+uint64_t ServerSession::declarations_seen() {
+    std::lock_guard lk(declaring_mu_);
+    return declaring_seq_;
+}
+
+bool ServerSession::after_declarations(uint64_t seen_at_send, const Deadline &deadline) {
+    std::unique_lock lk(declaring_mu_);
+    if (seen_at_send % 2 == 0 && declaring_seq_ == seen_at_send) return false;
+    return declaring_cv_.wait_until(lk, deadline.at(), [&] { return declaring_seq_ % 2 == 0; });
 }
 
 void ServerSession::report_source(uint64_t worker, uint64_t replica, const std::string &why,

@@ -124,6 +124,14 @@ class ServerSession {
     // they are declared again: one is enough.
     static constexpr uint64_t kEveryTime = UINT64_MAX;
     bool reregister(const Deadline &deadline, uint64_t since = kEveryTime);
+    // From the Hello of a re-registration to its last declaration the
+    // server lists none of this worker's replicas: a reply that what a call
+    // names is missing may only mean "not declared again yet" when such a
+    // window overlapped the call. declarations_seen() at the send, then
+    // after_declarations() on such a reply: waits (within the deadline) for
+    // the window to end; true: ask again.
+    uint64_t declarations_seen();
+    bool after_declarations(uint64_t seen_at_send, const Deadline &deadline);
     // After registering again: the mismatch reports of the last lease.
     void resend_reports(const Deadline &deadline);
     void send_report(uint64_t worker, uint64_t replica, const std::string &why, const std::vector<uint32_t> &chunks,
@@ -200,6 +208,11 @@ class ServerSession {
     std::vector<UcxWorker::PeerAddress> connect_ahead_;  // guarded by hello_mu_
     std::atomic<uint32_t> lease_ms_{TH_DEFAULT_LEASE_MS};  // the server's, from HelloReply
     std::atomic<Clock::time_point> rebuilt_by_{Clock::time_point{}};
+    // Bumped just before a re-registration's Hello and after its last
+    // declaration: odd while one is in progress.
+    std::mutex declaring_mu_;
+    std::condition_variable declaring_cv_;
+    uint64_t declaring_seq_ = 0;
 
     struct SentReport {
         uint64_t worker, replica;

@@ -394,50 +394,87 @@ TEST(Client, ABufferTheServerNoLongerListsMayChangeAtOnce) {
     publisher.release(*v2, false);
 }
 
-// Run by ctest as unit_mutation_during_registration, with
+// Run by ctest as unit_during_registration, with
 // TENSORHUB_FAULT_REDECLARE_DELAY_US set: faults are read once a process.
-// A trainer's lease ran out (its heartbeats stopped); a call of one of its
-// threads registers it again, and the server lists none of its replicas
-// until they are declared again. A mutation meanwhile finds its replica
-// not listed: it must wait for the declarations rather than take that as
-// "nobody needs it", or the last copy of the newest version changes
-// unkept and the version is gone.
-TEST(ClientFaults, AMutationDuringARegistrationWaitsForItsDeclarations) {
-    if (faults().redeclare_delay_us == 0)
-        GTEST_SKIP() << "needs TENSORHUB_FAULT_REDECLARE_DELAY_US (ctest unit_mutation_during_registration)";
-    // Longer than the fault's delay (1/2 s under ctest): the lease runs out
-    // once, not again while the trainer declares its replicas.
-    ServiceConfig scfg;
-    scfg.lease_ms = 2'000;
-    Server server("tcp://127.0.0.1:0", scfg);
-    ClientConfig cfg;
-    cfg.server_url = server.url();
-    cfg.heartbeat_ms = 60'000;  // the trainer's lease runs out
-    Client trainer(cfg);
-    std::vector<uint8_t> a(1 << 16, 5), want = a, got(a.size());
-    auto v1 = trainer.publish("m", 1, 0, 1, 16 << 10, one_tensor(a));
-    auto registered = [&](const char *n) {
-        return server.service().metrics_text().find(str("tensorhub_registrations_total{kind=\"new\"} ", n, "\n")) !=
-               std::string::npos;
-    };
-    ASSERT_TRUE(within_10s([&] { return server.service().metrics_text().find("kind=\"lease_expired\"} 1") != std::string::npos; }));
-    std::jthread registering([&] {
-        try {
-            trainer.wait_for_version("m", 0, 10'000);  // finds the trainer unknown: registers it again
-        } catch (const std::exception &e) {
-            ADD_FAILURE() << e.what();
+// The server forgot a trainer (its lease ran out, or the server restarted);
+// a call of one of its threads registers it again, and the server lists
+// none of its replicas until they are declared again (the fault hook holds
+// the declarations for 1/2 s). Calls on the trainer's other threads
+// meanwhile must not take what they find missing as gone.
+class ClientFaults : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        if (faults().redeclare_delay_us == 0)
+            GTEST_SKIP() << "needs TENSORHUB_FAULT_REDECLARE_DELAY_US (ctest unit_during_registration)";
+        // Longer than the fault's delay: the lease runs out once, not again
+        // while the trainer declares its replicas.
+        ServiceConfig scfg;
+        scfg.lease_ms = 2'000;
+        server_ = std::make_unique<Server>("tcp://127.0.0.1:0", scfg);
+        cfg_.server_url = server_->url();
+        cfg_.heartbeat_ms = 60'000;  // the trainer's lease runs out
+        trainer_ = std::make_unique<Client>(cfg_);
+        v1_ = trainer_->publish("m", 1, 0, 1, 16 << 10, one_tensor(weights_));
+    }
+    void TearDown() override {
+        if (registering_.joinable()) registering_.join();
+        if (v1_) trainer_->release(*v1_, false);
+    }
+    enum class Forgotten { LeaseExpired, ServerRestarted };
+    // Returns once the trainer said Hello again; its declarations follow
+    // after the fault's delay.
+    void register_trainer_again(Forgotten how) {
+        auto registered = [&](const char *n) {
+            return server_->service().metrics_text().find(str("tensorhub_registrations_total{kind=\"new\"} ", n, "\n")) !=
+                   std::string::npos;
+        };
+        if (how == Forgotten::LeaseExpired) {
+            ASSERT_TRUE(within_10s(
+                [&] { return server_->service().metrics_text().find("kind=\"lease_expired\"} 1") != std::string::npos; }));
+        } else {
+            std::string url = server_->url();
+            server_.reset();
+            server_ = std::make_unique<Server>(url, ServiceConfig{});
         }
-    });
-    ASSERT_TRUE(within_10s([&] { return registered("2"); }));  // said Hello; declares after the delay
-    trainer.begin_mutation(*v1);
-    std::fill(a.begin(), a.end(), 6);  // the step
-    registering.join();
-    cfg.heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;
-    Client reader(cfg);
+        registering_ = std::jthread([&] {
+            try {
+                trainer_->wait_for_version("m", 0, 10'000);  // finds the trainer unknown: registers it again
+            } catch (const std::exception &e) {
+                ADD_FAILURE() << e.what();
+            }
+        });
+        ASSERT_TRUE(within_10s([&] { return registered(how == Forgotten::LeaseExpired ? "2" : "1"); }));
+    }
+
+    std::vector<uint8_t> weights_ = std::vector<uint8_t>(1 << 16, 5);
+    std::unique_ptr<Server> server_;
+    ClientConfig cfg_;
+    std::unique_ptr<Client> trainer_;
+    std::unique_ptr<Replica> v1_;
+    std::jthread registering_;
+};
+
+// A mutation finds its replica not listed: taking that as "nobody needs
+// it" changes the last copy of the newest version unkept, and the version
+// is gone.
+TEST_F(ClientFaults, AMutationDuringARegistrationWaitsForItsDeclarations) {
+    std::vector<uint8_t> want = weights_, got(weights_.size());
+    register_trainer_again(Forgotten::LeaseExpired);
+    trainer_->begin_mutation(*v1_);
+    std::fill(weights_.begin(), weights_.end(), 6);  // the step
+    registering_.join();
+    cfg_.heartbeat_ms = TH_DEFAULT_HEARTBEAT_MS;
+    Client reader(cfg_);
     FetchRequest req;
     req.model = "m";
     req.version = 1;
     reader.fetch(req, one_tensor(got), false);  // from the owned copy the mutation kept
     EXPECT_EQ(got, want);
-    trainer.release(*v1, false);
+}
+
+// A restarted server knows no version until its holders declare it: the
+// trainer asking for its own finds it, rather than "unknown model".
+TEST_F(ClientFaults, AResolveDuringARegistrationFindsTheWorkersOwnVersion) {
+    register_trainer_again(Forgotten::ServerRestarted);
+    EXPECT_EQ(trainer_->resolve("m", UINT64_MAX), 1u);
 }
