@@ -33,10 +33,22 @@ class Deadline {
     Clock::time_point at_;
 };
 
-// A caller's cancel token (th_cancel): set by another thread, looked at
-// where the deadline is; null for none.
-using CancelFlag = const std::atomic<bool> *;
-inline bool canceled(CancelFlag flag) { return flag != nullptr && flag->load(std::memory_order_acquire); }
+// A caller's cancel token (th_cancel): signalled by another thread, looked
+// at where the deadline is. Signalled too when its parent is (a token made
+// for one operation among the several its parent ends); a parent outlives
+// its children.
+struct CancelToken {
+    std::atomic<bool> own{false};
+    const CancelToken *parent = nullptr;
+
+    bool signalled() const {
+        for (const CancelToken *t = this; t != nullptr; t = t->parent)
+            if (t->own.load(std::memory_order_acquire)) return true;
+        return false;
+    }
+};
+using CancelFlag = const CancelToken *;  // null for none
+inline bool canceled(CancelFlag flag) { return flag != nullptr && flag->signalled(); }
 
 inline uint64_t now_ms() {
     return static_cast<uint64_t>(

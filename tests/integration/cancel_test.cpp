@@ -57,6 +57,29 @@ TEST(Cancel, TheTokenSaysWhetherItWasSignalled) {
     EXPECT_STREQ(th_status_str(TH_ERR_CANCELED), "canceled");
 }
 
+// A linked token: signalled with its parent, alone without it.
+TEST(Cancel, ALinkedTokenEndsWithItsParentButNotItsParentWithIt) {
+    Token parent;
+    th_cancel *one = nullptr, *two = nullptr, *grandchild = nullptr, *plain = nullptr;
+    ASSERT_EQ(th_cancel_create_linked(parent.c, &one), TH_OK) << th_last_error();
+    ASSERT_EQ(th_cancel_create_linked(parent.c, &two), TH_OK) << th_last_error();
+    ASSERT_EQ(th_cancel_create_linked(two, &grandchild), TH_OK) << th_last_error();
+    ASSERT_EQ(th_cancel_create_linked(nullptr, &plain), TH_OK) << th_last_error();
+    EXPECT_EQ(th_cancel_create_linked(parent.c, nullptr), TH_ERR_INVALID_ARG);
+
+    th_cancel_signal(one);  // one operation among several ends
+    EXPECT_EQ(th_cancel_signalled(one), 1);
+    EXPECT_EQ(th_cancel_signalled(parent.c), 0);
+    EXPECT_EQ(th_cancel_signalled(two), 0);
+    EXPECT_EQ(th_cancel_signalled(grandchild), 0);
+
+    th_cancel_signal(parent.c);  // they all end
+    EXPECT_EQ(th_cancel_signalled(two), 1);
+    EXPECT_EQ(th_cancel_signalled(grandchild), 1);
+    EXPECT_EQ(th_cancel_signalled(plain), 0);
+    for (th_cancel *t : {grandchild, two, one, plain}) th_cancel_destroy(t);
+}
+
 TEST(Cancel, ATokenSignalledBeforeTheFetchEndsItBeforeItsFirstRead) {
     ServerGuard server;
     const std::string &url = server.url;
@@ -73,6 +96,14 @@ TEST(Cancel, ATokenSignalledBeforeTheFetchEndsItBeforeItsFirstRead) {
     EXPECT_NE(std::string(th_last_error()).find("canceled before its first read"), std::string::npos) << th_last_error();
     EXPECT_EQ(rr, nullptr);
     EXPECT_EQ(replicas_of(url, th_client_worker_id(reader)), 0u);
+
+    // A token linked to a signalled one ends it as well.
+    th_cancel *child = nullptr;
+    ASSERT_EQ(th_cancel_create_linked(t.c, &child), TH_OK) << th_last_error();
+    fc.cancel = child;
+    EXPECT_EQ(th_fetch(reader, &fc, r.views.data(), r.views.size(), nullptr, &rr), TH_ERR_CANCELED);
+    EXPECT_EQ(rr, nullptr);
+    th_cancel_destroy(child);
 
     // The same buffers, without the token: the version whole.
     fc.cancel = nullptr;

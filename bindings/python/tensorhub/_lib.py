@@ -273,6 +273,7 @@ _declare("th_pin", status_t, client_p, c_char_p, c_uint64)
 _declare("th_unpin", status_t, client_p, c_char_p, c_uint64)
 # Cancellation.
 _declare("th_cancel_create", status_t, POINTER(c_void_p))
+_declare("th_cancel_create_linked", status_t, c_void_p, POINTER(c_void_p))
 _declare("th_cancel_signal", None, c_void_p)
 _declare("th_cancel_signalled", c_int, c_void_p)
 _declare("th_cancel_destroy", None, c_void_p)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Callable, Optional
 
+from ._errors import check
 from ._lib import ProgressFn, SyncStats, lib, new_config
+from .cancel import Cancel
 
 __all__ = ["ProgressCallback", "new_stats", "stats_dict", "stats_pointer", "ProgressHook"]
 
@@ -32,23 +34,51 @@ def stats_dict(op: str, model: str, shard: int, s: SyncStats) -> dict[str, Any]:
 
 class ProgressHook:
     """Wraps a Python progress callback as the C function pointer th_fetch
-    calls. Keep the hook alive for the whole th_fetch call. An exception in
-    the callback never crosses into C: it is kept, the callback is not called
-    again, and raise_if_failed() raises it once the fetch has returned."""
+    calls, and sets a th_fetch_config's progress and cancel fields (install).
+    Keep the hook alive for the whole th_fetch call. An exception in the
+    callback never crosses into C: it is kept, the callback is not called
+    again, the fetch is canceled (through a token linked to the caller's),
+    and check() raises it, instead of Canceled, once the fetch has
+    returned."""
 
     def __init__(self, callback: Optional[ProgressCallback], interval_ms: Optional[int] = None) -> None:
         self._callback = callback
         self.interval_ms = interval_ms  # None: the library's default (100 ms)
         self.error: Optional[BaseException] = None
         self.c_function = ProgressFn(self._call) if callback is not None else ProgressFn()
+        self._stop: Optional[Cancel] = None
+
+    def install(self, cfg: Any, cancel: Optional[Cancel]) -> None:
+        """Points cfg (a th_fetch_config) at the callback and at a token that
+        ends with `cancel` or with an exception in the callback."""
+        if self._callback is None:
+            cfg.cancel = None if cancel is None else cancel._pointer
+            return
+        self._stop = Cancel(parent=cancel)
+        cfg.cancel = self._stop._pointer
+        cfg.progress = self.c_function
+        if self.interval_ms is not None:
+            cfg.progress_interval_ms = self.interval_ms
 
     def _call(self, done: int, total: int, _user_data: Optional[int]) -> None:
         if self.error is not None or self._callback is None:
             return
         try:
             self._callback(int(done), int(total))
-        except BaseException as e:  # noqa: BLE001 - re-raised by raise_if_failed
+        except BaseException as e:  # noqa: BLE001 - re-raised by check / raise_if_failed
             self.error = e
+            if self._stop is not None:
+                self._stop.cancel()
+
+    def check(self, status: int) -> None:
+        """check(status) of the fetch, but what the callback raised instead
+        of the error the fetch ended with (Canceled, if the callback ended
+        it), which becomes its __context__."""
+        try:
+            check(status)
+        except BaseException:
+            self.raise_if_failed()
+            raise
 
     def raise_if_failed(self) -> None:
         if self.error is not None:

@@ -18,12 +18,17 @@ class Cancel:
     its reads in flight have landed or been closed, raises Canceled; nothing
     writes to its destination after that. A token stays canceled: make a new
     one for the next fetch. One token may be given to several fetches.
+
+    Cancel(parent=token) makes a token that is canceled too when `parent`
+    is (it keeps `parent` alive), while canceling it leaves `parent` alone:
+    for one fetch among the several a shutdown token ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Cancel | None = None) -> None:
         out = ctypes.c_void_p()
-        check(lib.th_cancel_create(ctypes.byref(out)))
+        check(lib.th_cancel_create_linked(None if parent is None else parent._pointer, ctypes.byref(out)))
         self._ptr: int | None = out.value
+        self._parent = parent  # destroyed after this one
 
     def cancel(self) -> None:
         """Cancels the fetches it was given to. Idempotent; never blocks."""
@@ -31,7 +36,7 @@ class Cancel:
 
     @property
     def canceled(self) -> bool:
-        """Whether cancel() was called."""
+        """Whether cancel() was called, on it or on its parent."""
         return bool(lib.th_cancel_signalled(self._ptr))
 
     @property

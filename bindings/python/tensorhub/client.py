@@ -63,17 +63,17 @@ def _progress_hook(progress: ProgressCallback | None, interval: float | None) ->
 
 
 def _fetch_config(model: str, version: int, shard: int, timeout: float | None,
-                  cancel: Cancel | None) -> tuple[FetchConfig, SyncStats]:
+                  hook: ProgressHook, cancel: Cancel | None) -> tuple[FetchConfig, SyncStats]:
     """What th_fetch and th_fetch_ranges share of their th_fetch_config, and
-    the stats struct it points at (keep both, and `cancel`, through the call)."""
+    the stats struct it points at (keep both, `hook` and `cancel` through the
+    call, and check its status with hook.check)."""
     cfg = new_config(FetchConfig, lib.th_fetch_config_init)
     cfg.model = encode(model, "model")
     cfg.version = version_arg(version)
     cfg.shard = u32(shard, "shard")
     # 0 means "the client's default x 6" to the library.
     cfg.timeout_ms = 0 if timeout is None else to_ms(timeout, "timeout", minimum=1)
-    if cancel is not None:
-        cfg.cancel = cancel._pointer
+    hook.install(cfg, cancel)
     stats = new_stats()
     cfg.stats = stats_pointer(stats)
     return cfg, stats
@@ -297,27 +297,27 @@ class Client(HandleOwner):
                serve: bool, tensor: str | None = None, offset: int = 0,
                hook: ProgressHook | None = None, c_tensors: Any = None,
                verify: Verify | None = None, cancel: Cancel | None = None) -> tuple[int, Replica | None]:
-        # The caller raises what the progress callback raised (hook.raise_if_failed)
-        # once its own bookkeeping is done. c_tensors: to_c(views), if the
-        # caller keeps it across fetches into the same buffers.
-        cfg, stats = _fetch_config(model, version, shard, timeout, cancel)
+        # A progress callback that raised cancels the fetch: then this raises
+        # what it raised; if the fetch succeeded even so, the caller raises it
+        # (hook.raise_if_failed) once its own bookkeeping is done. c_tensors:
+        # to_c(views), if the caller keeps it across fetches into the same
+        # buffers.
+        if hook is None:
+            hook = ProgressHook(None)
+        cfg, stats = _fetch_config(model, version, shard, timeout, hook, cancel)
         if tensor is not None:
             cfg.tensor = encode(tensor, "name")
             cfg.offset = version_arg(offset, "offset")
             cfg.length = views[0].nbytes
         if (mode := _verify(verify)) is not None:
             cfg.verify = mode
-        if hook is not None:
-            cfg.progress = hook.c_function  # the hook outlives this call
-            if hook.interval_ms is not None:
-                cfg.progress_interval_ms = hook.interval_ms
         if c_tensors is None:
             c_tensors = to_c(views)
         got = ctypes.c_uint64()
         out = ctypes.c_void_p()
         with self._handle.use() as ptr:
-            check(lib.th_fetch(ptr, ctypes.byref(cfg), c_tensors, len(views), ctypes.byref(got),
-                               ctypes.byref(out) if serve else None))
+            hook.check(lib.th_fetch(ptr, ctypes.byref(cfg), c_tensors, len(views), ctypes.byref(got),
+                                    ctypes.byref(out) if serve else None))
             replica = self._adopt(out.value or 0, model, shard, views) if serve else None
         self._last.stats = stats_dict("fetch", model, shard, stats)
         return int(got.value), replica
@@ -335,8 +335,11 @@ class Client(HandleOwner):
             timeout: whole-fetch deadline in seconds (None: 6x the client timeout).
             progress: called as progress(bytes_done, bytes_total) on this
                 thread, at most every 100 ms and once at the end. An exception
-                it raises is raised by fetch once the fetch is over (the
-                callback is not called again).
+                it raises ends the fetch, as a cancel would (`cancel` itself is
+                left alone), and fetch raises it, its __context__ the Canceled
+                the fetch ended with; raised by the last call (bytes_done ==
+                bytes_total), after the completed fetch. It is not called
+                again.
             progress_interval: the least time between two progress calls, in
                 seconds (None: 0.1; 0: whenever bytes may have arrived).
             verify: which chunks are checked against their publisher's
@@ -461,15 +464,11 @@ class Client(HandleOwner):
             the message names the range and tensor), and what fetch raises.
         """
         c_ranges, views = to_c_ranges(ranges)
-        cfg, stats = _fetch_config(model, version, shard, timeout, cancel)
         hook = _progress_hook(progress, progress_interval)
-        if progress is not None:
-            cfg.progress = hook.c_function
-            if hook.interval_ms is not None:
-                cfg.progress_interval_ms = hook.interval_ms
+        cfg, stats = _fetch_config(model, version, shard, timeout, hook, cancel)
         got = ctypes.c_uint64()
         with self._handle.use() as ptr:
-            check(lib.th_fetch_ranges(ptr, ctypes.byref(cfg), c_ranges, len(views), ctypes.byref(got)))
+            hook.check(lib.th_fetch_ranges(ptr, ctypes.byref(cfg), c_ranges, len(views), ctypes.byref(got)))
         del views  # kept the destinations alive through the call
         self._last.stats = stats_dict("fetch", model, shard, stats)
         hook.raise_if_failed()

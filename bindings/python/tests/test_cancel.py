@@ -42,6 +42,29 @@ def test_the_token() -> None:
     assert issubclass(tensorhub.Canceled, tensorhub.TensorHubError)
 
 
+def test_a_child_token_is_canceled_with_its_parent_but_not_its_parent_with_it(pub: tensorhub.Client,
+                                                                             reader: tensorhub.Client) -> None:
+    w = weights(2)
+    pub.publish("m", 1, w)
+    mine = empty_like(w)
+    shutdown = tensorhub.Cancel()
+    one, two = tensorhub.Cancel(parent=shutdown), tensorhub.Cancel(parent=shutdown)
+    one.cancel()
+    assert one.canceled and not shutdown.canceled and not two.canceled
+    with pytest.raises(tensorhub.Canceled):
+        reader.fetch("m", into=mine, cancel=one)
+    assert reader.fetch("m", into=mine, cancel=two) == 1
+    grandchild = tensorhub.Cancel(parent=two)
+    del shutdown, two  # the grandchild keeps what it is linked to alive
+    assert not grandchild.canceled
+    parent = tensorhub.Cancel()
+    child = tensorhub.Cancel(parent)
+    parent.cancel()
+    assert child.canceled
+    with pytest.raises(tensorhub.Canceled, match="canceled before its first read"):
+        reader.fetch("m", into=mine, cancel=child)
+
+
 def test_a_token_canceled_before_the_fetch_ends_it_before_its_first_read(pub: tensorhub.Client,
                                                                         reader: tensorhub.Client) -> None:
     w = weights(1)

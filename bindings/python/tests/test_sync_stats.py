@@ -66,24 +66,54 @@ def test_progress_reaches_the_total(pub: tensorhub.Client, reader: tensorhub.Cli
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
 
 
-def test_an_exception_in_the_callback_is_raised_after_the_fetch(server: tensorhub.Server,
-                                                               pub: tensorhub.Client) -> None:
+def test_an_exception_in_the_last_callback_is_raised_after_the_fetch(server: tensorhub.Server,
+                                                                    pub: tensorhub.Client) -> None:
     w = weights(3)
     pub.publish("m", 1, w)
     calls = []
 
     def boom(done: int, total: int) -> None:
         calls.append(done)
-        raise KeyError("from the callback")
+        if done == total:
+            raise KeyError("from the callback")
 
     with connect(server, "r2") as reader:
         mine = empty_like(w)
         with pytest.raises(KeyError, match="from the callback"):
             reader.fetch("m", into=mine, progress=boom)
-        assert len(calls) == 1  # not called again after it raised
+        assert calls[-1] == nbytes(w)
         # The fetch itself completed: the bytes are there, and so is its summary.
         np.testing.assert_array_equal(mine["layers.1.weight"], w["layers.1.weight"])
         assert reader.last_sync_stats is not None and reader.last_sync_stats["version"] == 1
+
+
+@pytest.mark.parametrize("serve", [False, True])
+def test_an_exception_in_the_callback_ends_the_fetch(server: tensorhub.Server, pub: tensorhub.Client,
+                                                     serve: bool) -> None:
+    # 64 chunks read one read at a time: the first call comes after the
+    # first read, and once the fetch is canceled at most one more lands (a
+    # read covers up to about 2 MiB on shared memory).
+    w = {"w": np.arange(1 << 20, dtype=np.float32)}  # 4 MiB
+    pub.publish("m", 1, w, chunk_bytes=64 << 10)
+    calls = []
+    shutdown = tensorhub.Cancel()
+
+    def boom(done: int, total: int) -> None:
+        calls.append(done)
+        raise KeyError("from the callback")
+
+    with connect(server, "r-stop", max_inflight=1) as reader:
+        mine = empty_like(w)
+        with pytest.raises(KeyError, match="from the callback") as raised:
+            reader.fetch("m", into=mine, progress=boom, progress_interval=0, serve=serve, cancel=shutdown)
+        assert len(calls) == 1 and calls[0] < nbytes(w) // 2, calls
+        # The callback's exception ended the fetch, as a cancel would have.
+        assert isinstance(raised.value.__context__, tensorhub.Canceled), repr(raised.value.__context__)
+        assert not mine["w"][-(16 << 10):].any(), "the fetch ran on after the callback raised"
+        assert not shutdown.canceled  # the caller's token is left alone
+        # Nothing serves the canceled fetch's buffers; the client fetches on.
+        assert reader.fetch("m", into=mine, serve=serve) == 1
+        np.testing.assert_array_equal(mine["w"], w["w"])
 
 
 def test_progress_interval_zero_reports_between_chunks(server: tensorhub.Server, pub: tensorhub.Client) -> None:

@@ -44,8 +44,9 @@ pub struct FetchRequest<'s> {
     /// (not when the fetch fails). `bytes_total` is what the fetch needs:
     /// the shard, the tensor range, or the ranges' bytes. The fetch (and the
     /// readers relaying from this one) waits for it: keep it quick. A panic in
-    /// it stops the calls and resumes in the caller once the fetch returned
-    /// (a serving fetch's replica released first). `Sync` keeps a request
+    /// it stops the calls, cancels the fetch (as a [`Cancel`] would; `cancel`
+    /// itself is left alone) and resumes in the caller once the fetch
+    /// returned (a serving fetch's replica released first). `Sync` keeps a request
     /// shareable between threads; use atomics or a `Mutex` for its state
     /// (uncontended: only the fetching thread calls it).
     pub progress: Option<&'s (dyn Fn(u64, u64) + Sync)>,
@@ -114,11 +115,19 @@ struct ProgressHook<'a> {
     /// What the closure panicked with: it is not called again, and the panic
     /// resumes in the caller once the C call returned.
     panic: RefCell<Option<Box<dyn Any + Send>>>,
+    /// With a closure, the fetch's token: a child of the request's, canceled
+    /// when the closure panics.
+    stop: Option<Cancel>,
 }
 
 impl<'a> ProgressHook<'a> {
-    fn new(request: &FetchRequest<'a>) -> Self {
-        ProgressHook { callback: request.progress, panic: RefCell::new(None) }
+    fn new(request: &FetchRequest<'a>) -> Result<Self> {
+        let stop = match (request.progress, request.cancel) {
+            (None, _) => None,
+            (Some(_), Some(cancel)) => Some(cancel.child()?),
+            (Some(_), None) => Some(Cancel::new()?),
+        };
+        Ok(ProgressHook { callback: request.progress, panic: RefCell::new(None), stop })
     }
 
     /// Hands `result` back, unless the closure panicked: then drops it (a
@@ -134,7 +143,8 @@ impl<'a> ProgressHook<'a> {
 }
 
 /// `th_fetch_config.progress`. A panic must not unwind into C: it is kept for
-/// [`ProgressHook::finish`] and the closure is not called again.
+/// [`ProgressHook::finish`], the fetch is canceled and the closure is not
+/// called again.
 unsafe extern "C" fn progress_trampoline(bytes_done: u64, bytes_total: u64, user_data: *mut c_void) {
     // SAFETY: user_data is the ProgressHook that raw_config installed; it
     // outlives the th_fetch call, during which alone the library calls this,
@@ -149,6 +159,9 @@ unsafe extern "C" fn progress_trampoline(bytes_done: u64, bytes_total: u64, user
     // closure's state as any panic would leave it.
     if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| callback(bytes_done, bytes_total))) {
         *hook.panic.borrow_mut() = Some(payload);
+        if let Some(stop) = &hook.stop {
+            stop.cancel();
+        }
     }
 }
 
@@ -171,7 +184,7 @@ fn raw_config(
     if let Some(verify) = request.verify {
         raw.verify = verify.raw();
     }
-    raw.cancel = request.cancel.map_or(ptr::null_mut(), Cancel::raw);
+    raw.cancel = hook.stop.as_ref().or(request.cancel).map_or(ptr::null_mut(), Cancel::raw);
     if hook.callback.is_some() {
         raw.progress = Some(progress_trampoline);
         raw.progress_user_data = hook as *const ProgressHook<'_> as *mut c_void;
@@ -224,7 +237,7 @@ impl Client {
         dst: &'a mut [TensorMut<'_>],
         serve: bool,
     ) -> Result<(u64, Option<Replica<'a>>, SyncStats)> {
-        let hook = ProgressHook::new(request);
+        let hook = ProgressHook::new(request)?;
         let result = self.fetch_hooked(request, &hook, dst, serve);
         hook.finish(result)
     }
@@ -303,7 +316,7 @@ impl Client {
     /// its range's buffer. Returns the version delivered and the fetch's
     /// summary (`bytes` counts the ranges' bytes). The buffers do not serve.
     pub fn fetch_ranges(&self, request: &FetchRequest<'_>, ranges: &mut [RangeMut<'_>]) -> Result<(u64, SyncStats)> {
-        let hook = ProgressHook::new(request);
+        let hook = ProgressHook::new(request)?;
         let result = self.fetch_ranges_hooked(request, &hook, ranges);
         hook.finish(result)
     }

@@ -280,6 +280,7 @@ extern "C" {
     pub fn th_unpin(client: *mut th_client, model: *const c_char, version: u64) -> th_status;
 
     pub fn th_cancel_create(out: *mut *mut th_cancel) -> th_status;
+    pub fn th_cancel_create_linked(parent: *const th_cancel, out: *mut *mut th_cancel) -> th_status;
     pub fn th_cancel_signal(cancel: *mut th_cancel);
     pub fn th_cancel_signalled(cancel: *const th_cancel) -> c_int;
     pub fn th_cancel_destroy(cancel: *mut th_cancel);

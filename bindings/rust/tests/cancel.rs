@@ -48,3 +48,32 @@ fn a_wait_for_a_version_ends_when_its_token_is_canceled() {
     // Not a timing claim: the token ended a wait that had a minute left.
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
 }
+
+#[test]
+fn a_child_token_is_canceled_with_its_parent_but_not_its_parent_with_it() {
+    let c = cluster();
+    let src = pattern(4, 1 << 16);
+    let _r = c.publisher.publish(&PublishConfig::new("m", 1), &[Tensor::bytes("w0", &src)]).unwrap();
+
+    let shutdown = Cancel::new().unwrap();
+    let (one, two) = (shutdown.child().unwrap(), shutdown.child().unwrap());
+    let grandchild = two.child().unwrap();
+    drop(two); // the grandchild keeps what it is linked to alive
+    one.cancel();
+    assert!(one.is_canceled() && !shutdown.is_canceled() && !grandchild.is_canceled());
+
+    drop(shutdown); // likewise
+    let mut dst = vec![0u8; src.len()];
+    let request = FetchRequest { cancel: Some(&grandchild), ..FetchRequest::new("m") };
+    let (version, _) = c.reader.fetch_with(&request, &mut [TensorMut::bytes("w0", &mut dst)], false).unwrap();
+    assert_eq!(version, 1);
+    assert_eq!(dst, src);
+
+    let shutdown = Cancel::new().unwrap();
+    let child = shutdown.child().unwrap();
+    shutdown.cancel();
+    assert!(child.is_canceled());
+    let request = FetchRequest { cancel: Some(&child), ..FetchRequest::new("m") };
+    let err = c.reader.fetch_with(&request, &mut [TensorMut::bytes("w0", &mut dst)], false).unwrap_err();
+    assert_eq!(err.code, Status::Canceled, "{err}");
+}

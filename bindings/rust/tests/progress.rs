@@ -1,5 +1,6 @@
 //! A fetch's progress closure: called on the fetching thread with what has
-//! arrived, last with everything; a panic in it comes back to the caller.
+//! arrived, last with everything; a panic in it ends the fetch and comes
+//! back to the caller.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread::{self, ThreadId};
 use std::time::Duration;
-use tensorhub::{FetchRequest, PublishConfig, RangeMut, Replica, Tensor, TensorMut};
+use tensorhub::{Cancel, ClientConfig, FetchRequest, PublishConfig, RangeMut, Replica, Tensor, TensorMut};
 
 const BYTES: usize = 4 << 20;
 
@@ -124,4 +125,39 @@ fn a_panic_in_progress_resumes_in_the_caller_and_the_client_still_works() {
         third.fetch_with_stats(&FetchRequest::new("m"), &mut [TensorMut::bytes("w", &mut dst)], false).unwrap();
     assert_eq!(stats.bytes_from_publisher, BYTES as u64, "{stats:?}");
     assert!(dst == src, "the fetched bytes differ");
+}
+
+#[test]
+fn a_panic_in_progress_ends_the_fetch_but_not_the_callers_token() {
+    let c = cluster();
+    let src = pattern(5, BYTES);
+    let _replica = publish(&c, &src);
+    // One read in flight: the first call comes after the first chunk, and
+    // once the fetch is canceled at most one more lands.
+    let config = ClientConfig { max_inflight: 1, ..ClientConfig::new(c.server.url()) };
+    let reader = tensorhub::Client::new(&config).unwrap();
+    let shutdown = Cancel::new().unwrap();
+    let first = AtomicUsize::new(0);
+    let explode = |done: u64, _: u64| {
+        first.store(done as usize, Ordering::Relaxed);
+        std::panic::panic_any(Boom(8));
+    };
+    let request = FetchRequest {
+        progress: Some(&explode),
+        progress_interval: Some(Duration::ZERO),
+        cancel: Some(&shutdown),
+        ..FetchRequest::new("m")
+    };
+    let mut dst = vec![0u8; BYTES];
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = reader.fetch_with(&request, &mut [TensorMut::bytes("w", &mut dst)], false);
+    }))
+    .expect_err("the closure's panic resumes in the caller");
+    assert_eq!(payload.downcast_ref::<Boom>(), Some(&Boom(8)), "not the closure's payload");
+    let first = first.into_inner();
+    assert!(first < BYTES / 2, "first called with {first} of {BYTES} bytes");
+    // Canceled there: the last chunk never came (it would have without the
+    // cancel, all 64 of them read one after the other).
+    assert!(dst[BYTES - (64 << 10)..].iter().all(|&b| b == 0), "the fetch ran on after the panic");
+    assert!(!shutdown.is_canceled(), "the caller's token was canceled");
 }
