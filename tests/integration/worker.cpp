@@ -8,6 +8,9 @@
 //   th_test_worker fetch --server URL --name N --model M [--version V|latest]
 //                  [--shards 0,1] [--shard-kb K --tensors T] [--no-serve] [--exit]
 //                  [--verify off|sample|all]
+//                  latest: one shard is fetched as TH_LATEST (the library follows
+//                  a version that moves on meanwhile); several at the version
+//                  resolved once, as a rollout group does
 //                  fetch prints "ok worker=W version=V bytes=B one_sided=O waited=A kept=K replans=R"
 //                  (O: of the B bytes fetched, those read one-sided);
 //                  publish and fetch hold what they have until SIGTERM;
@@ -209,8 +212,11 @@ int main(int argc, char **argv) {
             for (int i = 0; i < 60000 && access(args.get("start-file").c_str(), F_OK) != 0; ++i)
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-        // A rollout group resolves once; every shard is fetched at that version.
-        check(th_resolve(c, model.c_str(), version, &version), "resolve");
+        // A rollout group resolves once; every shard is fetched at that
+        // version. One shard of the newest: asked for as such, so that a
+        // slow start does not find the version resolved gone meanwhile.
+        bool follow_latest = version == TH_LATEST && which.size() == 1;
+        if (!follow_latest) check(th_resolve(c, model.c_str(), version, &version), "resolve");
         uint64_t fetched = 0, one_sided = 0, waited = 0, kept = 0, replans = 0;
         for (uint32_t s : which) {
             shards.emplace_back(shard_bytes, tensors);
@@ -227,6 +233,7 @@ int main(int argc, char **argv) {
             uint64_t got = 0;
             th_replica *r = nullptr;
             check(th_fetch(c, &fc, sh.views.data(), sh.views.size(), &got, args.has("no-serve") ? nullptr : &r), "fetch");
+            if (follow_latest) version = got;
             if (got != version) die("fetched another version");
             fetched += stats.bytes;
             one_sided += stats.bytes_one_sided;
