@@ -398,6 +398,35 @@ def test_a_fetch_that_fails_before_writing_keeps_the_version(clients) -> None:
     assert receiver.fetch(timeout=10) == 3  # held and served already: nothing to do
 
 
+def test_the_newest_is_fetched_when_the_version_resolved_is_gone_before_its_fetch(
+        server: tensorhub.Server, clients, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trainer that publishes faster than a rollout fetches: between the
+    # receiver's resolve and its fetch, a newer version came and the only
+    # holder of the one resolved let it go (no longer required), so the
+    # server forgot it.
+    trainer, rollout = clients
+    with connect(server, "trainer-2") as second:
+        first = tht.Publisher(trainer, "policy", Tiny(1))
+        first.publish(1)
+        newer = Tiny(3)
+        tht.Publisher(second, "policy", newer).publish(2)
+        first.withdraw()
+        with pytest.raises(tensorhub.VersionNotFound):
+            rollout.resolve("policy", 1)
+        resolved = iter([1])  # what a resolve just before the withdrawal said
+        real = rollout.resolve
+        monkeypatch.setattr(rollout, "resolve", lambda model, version=tensorhub.LATEST: next(resolved, 0) or
+                            real(model, version))
+        dst = Tiny(2)
+        receiver = tht.Receiver(rollout, "policy", dst)
+        assert receiver.fetch(timeout=10) == 2
+        assert same(dst, newer)
+        # Asked for by number, a version that is gone is an error.
+        resolved = iter([1])
+        with pytest.raises(tensorhub.VersionNotFound):
+            receiver.fetch(1, timeout=10)
+
+
 def test_update_waits_for_a_newer_version(clients) -> None:
     trainer, rollout = clients
     src = Tiny(1)

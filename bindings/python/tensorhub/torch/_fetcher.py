@@ -20,6 +20,7 @@ from .._errors import (
     Timeout,
     TransportError,
     Unavailable,
+    VersionNotFound,
     error_for,
 )
 from .._sync import ProgressCallback, ProgressHook
@@ -134,24 +135,35 @@ class _Fetcher:
         deadline = time.monotonic() + timeout
         fresh = False
         layout_retries = 0
-        failed: tuple[int, TensorHubError] | None = None  # the version every holder of left, and how
+        # The version every holder of left, or that was forgotten, the error
+        # that said so, and whether bytes may have been written meanwhile.
+        failed: tuple[int, TensorHubError, bool] | None = None
         while True:
             # Resolve once per attempt, then fetch that exact version: the
             # plan, the fetch and the digests all speak of the same one.
             target = self._client.resolve(self.model, version)
-            plan = plan_for(target, fresh)
+            if failed is not None and target <= failed[0]:
+                # No newer version to fall back on.
+                raise _torn(failed[1], self._what) if failed[2] else failed[1]
+            try:
+                plan = plan_for(target, fresh)
+            except VersionNotFound as e:
+                if version != LATEST or time.monotonic() >= deadline:
+                    raise
+                # Forgotten since it was resolved: the trainer moved on and
+                # let it go before this reader asked for it. Nothing was
+                # written; a newer one is committed.
+                failed = (target, e, False)
+                continue
             if plan is self._plan and self.version == target and self._replica is not None and \
                     not self._replica.released:
                 # Held and served already: fetching it again would first give
                 # it up, and a reader is never routed to its own copy.
                 return target
-            if failed is not None and target <= failed[0]:
-                # No newer version to fall back on.
-                raise _torn(failed[1], self._what) from failed[1]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 error = Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
-                raise error if failed is None else _torn(error, self._what)
+                raise _torn(error, self._what) if failed is not None and failed[2] else error
             _synchronize(t for _, t in plan.pairs)
             # The destination is about to be overwritten: stop serving it.
             self.release()
@@ -166,12 +178,17 @@ class _Fetcher:
                     raise
                 fresh, layout_retries = True, layout_retries + 1
                 continue
+            except VersionNotFound as e:
+                if version != LATEST:
+                    raise
+                failed = (target, e, True)  # forgotten, as above
+                continue
             except _TORN_ERRORS as e:
                 if isinstance(e, Unavailable) and version == LATEST:
                     # Every holder of the newest version left mid-read (the
                     # trainer overwrote it and the rollouts moved on): a newer
                     # one is usually committed by then. Fetch that, if so.
-                    failed = (target, e)
+                    failed = (target, e, True)
                     continue
                 raise _torn(e, self._what) from e
             self._replica = replica
