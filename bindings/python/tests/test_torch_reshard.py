@@ -4,6 +4,7 @@ tensors, moving only the bytes each rank needs."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -91,6 +92,34 @@ def test_readers_of_any_degree_get_their_part_bit_for_bit(server: tensorhub.Serv
             assert moved == sum(t.nbytes for t in mine.values())
             shards_read = [s["shard"] for s in reader.last_sync_stats]
             assert shards_read == ([0, 1] if tp_size == 1 else [rank * 2 // tp_size])
+
+
+def test_the_newest_is_fetched_when_the_version_resolved_is_gone_before_its_fetch(
+        server: tensorhub.Server, trainer: Tp2Trainer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trainer stepped (in place) past the version this reader resolved,
+    # whose owned copies then went as no longer required.
+    trainer.publish(1)
+    full = trainer.publish(2)
+    with connect(server, "rollout") as client:
+        until = time.monotonic() + 10
+        while True:
+            try:
+                client.resolve("policy", 1)
+            except tensorhub.VersionNotFound:
+                break
+            assert time.monotonic() < until, "version 1 is still there"
+            time.sleep(0.05)
+        resolved = iter([1])  # what a resolve just before the step said
+        real = client.resolve
+        monkeypatch.setattr(client, "resolve", lambda model, version=tensorhub.LATEST: next(resolved, 0) or
+                            real(model, version))
+        reader = tht.ReshardingReceiver(client, "policy", SPLITS, tp_size=1, tp_rank=0)
+        assert reader.fetch(timeout=30) == 2
+        for name, t in full.items():
+            assert same_bits(reader.tensors[name], t), name
+        resolved = iter([1])  # by number: an error
+        with pytest.raises(tensorhub.VersionNotFound):
+            reader.fetch(1, timeout=30)
 
 
 def test_tp4_rank_reads_half_of_one_tp2_shard(server: tensorhub.Server, trainer: Tp2Trainer) -> None:

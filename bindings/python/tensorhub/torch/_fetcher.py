@@ -71,6 +71,38 @@ def _torn(e: TensorHubError, what: str) -> TensorHubError:
     return out
 
 
+class _NewestGone:
+    """What a fetch of the newest version (LATEST) does when the version it
+    resolved goes away before it is fetched whole: the server forgot it (the
+    trainer moved on and let it go before this reader asked for it), or
+    every holder left mid-read. A newer one is usually committed by then:
+    resolve again and fetch that. Receiver, Staging, Prefetcher and Reshard
+    share it."""
+
+    def __init__(self, asked: int, deadline: float, what: str) -> None:
+        self._asked, self._deadline, self._what = asked, deadline, what
+        self._gone: tuple[int, TensorHubError, bool] | None = None  # version, error, bytes may be written
+
+    def went(self, version: int, e: TensorHubError, written: bool) -> None:
+        """After `e` ended the attempt at `version`: returns to try again,
+        or raises (a version asked for by number, the deadline passed, or
+        an error that does not say the version went away)."""
+        gone = isinstance(e, VersionNotFound) or isinstance(e, Unavailable)
+        if self._asked != LATEST or not gone or time.monotonic() >= self._deadline:
+            raise _torn(e, self._what) if written else e
+        self._gone = (version, e, written)
+
+    def check(self, resolved: int) -> None:
+        """Raises what ended the last attempt when no newer version came."""
+        if self._gone is not None and resolved <= self._gone[0]:
+            _, e, written = self._gone
+            raise _torn(e, self._what) if written else e
+
+    def timed_out(self, e: TensorHubError) -> TensorHubError:
+        """`e`, torn if an earlier attempt may have written bytes."""
+        return _torn(e, self._what) if self._gone is not None and self._gone[2] else e
+
+
 class _Fetcher:
     """The retry loop Receiver, Staging and Prefetcher share: fetch a planned
     destination, re-plan when the version's layout changed, fetch the newest
@@ -135,25 +167,16 @@ class _Fetcher:
         deadline = time.monotonic() + timeout
         fresh = False
         layout_retries = 0
-        # The version every holder of left, or that was forgotten, the error
-        # that said so, and whether bytes may have been written meanwhile.
-        failed: tuple[int, TensorHubError, bool] | None = None
+        newest = _NewestGone(version, deadline, self._what)
         while True:
             # Resolve once per attempt, then fetch that exact version: the
             # plan, the fetch and the digests all speak of the same one.
             target = self._client.resolve(self.model, version)
-            if failed is not None and target <= failed[0]:
-                # No newer version to fall back on.
-                raise _torn(failed[1], self._what) if failed[2] else failed[1]
+            newest.check(target)
             try:
                 plan = plan_for(target, fresh)
             except VersionNotFound as e:
-                if version != LATEST or time.monotonic() >= deadline:
-                    raise
-                # Forgotten since it was resolved: the trainer moved on and
-                # let it go before this reader asked for it. Nothing was
-                # written; a newer one is committed.
-                failed = (target, e, False)
+                newest.went(target, e, written=False)
                 continue
             if plan is self._plan and self.version == target and self._replica is not None and \
                     not self._replica.released:
@@ -162,8 +185,7 @@ class _Fetcher:
                 return target
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                error = Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
-                raise _torn(error, self._what) if failed is not None and failed[2] else error
+                raise newest.timed_out(Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s"))
             _synchronize(t for _, t in plan.pairs)
             # The destination is about to be overwritten: stop serving it.
             self.release()
@@ -179,18 +201,13 @@ class _Fetcher:
                 fresh, layout_retries = True, layout_retries + 1
                 continue
             except VersionNotFound as e:
-                if version != LATEST:
-                    raise
-                failed = (target, e, True)  # forgotten, as above
+                # At its first plan, before any byte: a version being fetched
+                # is required, and is not forgotten while its holders live.
+                newest.went(target, e, written=False)
                 continue
             except _TORN_ERRORS as e:
-                if isinstance(e, Unavailable) and version == LATEST:
-                    # Every holder of the newest version left mid-read (the
-                    # trainer overwrote it and the rollouts moved on): a newer
-                    # one is usually committed by then. Fetch that, if so.
-                    failed = (target, e, True)
-                    continue
-                raise _torn(e, self._what) from e
+                newest.went(target, e, written=True)
+                continue
             self._replica = replica
             if plan.digest is not None and self._verify:
                 try:

@@ -11,12 +11,12 @@ from typing import Any, Union
 import torch
 
 from .._common import LATEST, version_arg
-from .._errors import InvalidArgument, LayoutMismatch, Timeout
+from .._errors import InvalidArgument, LayoutMismatch, Timeout, VersionNotFound
 from .._ranges import Range
 from .._tensors import _BY_NAME, DType, torch_dtype
 from ..client import Client
 from ._collect import Rename, Source, _bump_versions, _Collector, _synchronize, _what
-from ._fetcher import _TORN_ERRORS, _layout, _spec, _torn
+from ._fetcher import _TORN_ERRORS, _layout, _NewestGone, _spec
 from .digests import DIGEST_NAME
 
 
@@ -92,7 +92,9 @@ class ReshardingReceiver:
 
     def fetch(self, version: int = LATEST, *, timeout: float = 60.0) -> int:
         """Fetches this rank's part of `version` (default: the newest
-        committed) and returns the version.
+        committed) and returns the version. The newest: should the version
+        resolved go away before it is fetched whole (the trainer let it go,
+        or every holder left), the one committed since is fetched.
 
         Raises:
             LayoutMismatch: a target tensor is missing or has another dtype or
@@ -103,23 +105,35 @@ class ReshardingReceiver:
         """
         version_arg(version)
         deadline = time.monotonic() + timeout
-        target = self._client.resolve(self.model, version)
-        plan = self._plan_for(target)
-        tensors = [t for _, t in plan.pairs]
-        _synchronize(tensors)
-        self.version = None
-        stats: list[dict[str, Any]] = []
-        try:
-            for shard, ranges in plan.fetches:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
-                self._client.fetch_ranges(self.model, ranges, target, shard=shard, timeout=remaining)
-                last = self._client.last_sync_stats
-                assert last is not None
-                stats.append(last)
-        except _TORN_ERRORS as e:
-            raise _torn(e, f"this rank's tensors of '{self.model}'") from e
+        newest = _NewestGone(version, deadline, f"this rank's tensors of '{self.model}'")
+        while True:
+            target = self._client.resolve(self.model, version)
+            newest.check(target)
+            try:
+                plan = self._plan_for(target)
+            except VersionNotFound as e:
+                newest.went(target, e, written=False)
+                continue
+            tensors = [t for _, t in plan.pairs]
+            _synchronize(tensors)
+            self.version = None
+            stats: list[dict[str, Any]] = []
+            try:
+                for shard, ranges in plan.fetches:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise Timeout(Timeout.code, f"no complete fetch of '{self.model}' within {timeout} s")
+                    self._client.fetch_ranges(self.model, ranges, target, shard=shard, timeout=remaining)
+                    last = self._client.last_sync_stats
+                    assert last is not None
+                    stats.append(last)
+            except VersionNotFound as e:
+                newest.went(target, e, written=bool(stats))
+                continue
+            except _TORN_ERRORS as e:
+                newest.went(target, e, written=True)
+                continue
+            break
         self.last_sync_stats = stats
         _bump_versions(tensors)
         self.version = target
