@@ -202,9 +202,20 @@ Bytes Service::refuse(Header h, const Error &e, Body type) {
     // about its own replica: it has re-declared all it will.
     bool missing = e.code() == TH_ERR_NOT_FOUND || e.code() == TH_ERR_NOT_COMMITTED || e.code() == TH_ERR_UNAVAILABLE;
     bool own = type == Body::Release || type == Body::BeginMutation || type == Body::CancelMutation;
-    return error_reply(h, e.code(), e.what(),
-                       {.rebuilding = missing && !own && rebuilding(),
-                        .no_source_yet = dynamic_cast<const NoSourceYet *>(&e) != nullptr});
+    bool maybe_not_yet = missing && !own && rebuilding();
+    // The client asks again while its call's time lasts: the answer it ends
+    // with says why it may be wrong.
+    std::string why = e.what();
+    if (maybe_not_yet) {
+        uint64_t took_over = took_over_ms_;
+        why += took_over == 0
+                   ? std::string("; this server is a standby that has not taken over (it does when workers fail over "
+                                 "to it), and their replicas may not have been declared to it")
+                   : str("; this server took over ", clock_ms() - took_over,
+                         " ms ago and its workers may not have declared it yet");
+    }
+    return error_reply(h, e.code(), why,
+                       {.rebuilding = maybe_not_yet, .no_source_yet = dynamic_cast<const NoSourceYet *>(&e) != nullptr});
 }
 
 Bytes Service::dispatch(const Envelope &env, const Header &h) {

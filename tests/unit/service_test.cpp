@@ -253,11 +253,34 @@ TEST_F(ServiceTest, OnlyAHelloWithANewerEpochMakesTheServerTakeOver) {
     ASSERT_EQ(error_code(r), 0);
     EXPECT_EQ(env(r)->epoch(), epoch);
     EXPECT_FALSE(rebuilding(1)) << "a model nobody published must be unknown at once";
+    EXPECT_EQ(error_text(call(plan(1, req++, "nobody", UINT64_MAX, 0))), "model 'nobody' is unknown to the server");
     // One that was served by a newer server (now gone) makes us take over.
     r = hello_at(2, epoch + 10);
     ASSERT_EQ(error_code(r), 0);
     EXPECT_EQ(env(r)->epoch(), epoch + 11);
     EXPECT_TRUE(rebuilding(2)) << "just after a takeover, unknown may mean not re-declared yet";
+    // The answer a client ends with, once it has asked again for as long as
+    // its call lasts, says why it may be wrong.
+    std::string text = error_text(call(plan(2, req++, "nobody", UINT64_MAX, 0)));
+    EXPECT_EQ(text.rfind("model 'nobody' is unknown to the server; this server took over ", 0), 0u) << text;
+    EXPECT_NE(text.find(" ms ago and its workers may not have declared it yet"), std::string::npos) << text;
+}
+
+// A standby before its first takeover cannot tell "unknown" from "not
+// declared to me yet"; a client pointed at it hears why in the end.
+TEST(ServiceTakeover, AStandbyThatHasNotTakenOverSaysSoWithWhatItDoesNotKnow) {
+    ServiceConfig cfg;
+    cfg.standby = true;
+    Service svc(cfg);
+    uint64_t req = 1;
+    Bytes r = svc.handle(hello(1, req).data(), hello(1, req).size());
+    ASSERT_EQ(error_code(r), 0);
+    Builder b;
+    Bytes m = finish(b, hdr(1, ++req), CreateResolve(b, b.CreateString("m"), UINT64_MAX));
+    r = svc.handle(m.data(), m.size());
+    EXPECT_EQ(error_code(r), TH_ERR_NOT_FOUND);
+    EXPECT_EQ(error_text(r), "model 'm' is unknown to the server; this server is a standby that has not taken over "
+                             "(it does when workers fail over to it), and their replicas may not have been declared to it");
 }
 
 // List mode: a Hello that would make the server take over names the server

@@ -92,5 +92,6 @@ fn a_standby_asks_readers_to_ask_again_until_holders_arrive() {
     let started = Instant::now();
     let err = impatient.resolve("never", None).unwrap_err();
     assert_eq!(err.code, Status::NotFound, "{err}");
+    assert!(err.message.contains("this server is a standby that has not taken over"), "{err}");
     assert!(started.elapsed() >= Duration::from_millis(500), "answered after {:?}", started.elapsed());
 }
