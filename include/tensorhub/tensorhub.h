@@ -591,7 +591,9 @@ TH_API void th_fetch_config_init(th_fetch_config *cfg, size_t size);
  * server). For a whole shard, dst must list the shard's tensors in the
  * published order with the same names, dtypes and sizes; for a single tensor
  * (cfg->tensor set) dst is one buffer of exactly the requested length.
- * *out_version (may be NULL) receives the version delivered.
+ * *out_version (may be NULL) receives the version delivered: with TH_LATEST,
+ * the newest committed when the fetch started, or a newer one should every
+ * holder of that one go away before it arrived whole (its trainer moved on).
  * If out_replica is not NULL (whole-shard fetches only), the fetched buffers
  * become a replica that serves the version to others until it is released;
  * the caller must then keep them unchanged until th_replica_release.
