@@ -522,14 +522,14 @@ TH_API th_status th_cancel_create(th_cancel **out);
  * NULL: then th_cancel_create): for one operation among the several a token
  * ends, say a fetch whose progress callback decided to stop it, while the
  * caller's token still ends them all. Signalling it leaves parent alone.
- * parent must outlive it. */
+ * Either may be destroyed first (a parent destroyed unsignalled never
+ * signals it). */
 TH_API th_status th_cancel_create_linked(const th_cancel *parent, th_cancel **out);
 /* Signals it. Thread-safe, idempotent, never blocks. */
 TH_API void th_cancel_signal(th_cancel *cancel);
 /* 1 once it, or a token it is linked to, was signalled, else 0 (0 for NULL). */
 TH_API int th_cancel_signalled(const th_cancel *cancel);
-/* Only once no operation it was given to is running, and after the tokens
- * linked to it. NULL is a no-op. */
+/* Only once no operation it was given to is running. NULL is a no-op. */
 TH_API void th_cancel_destroy(th_cancel *cancel);
 
 /* ------------------------------------------------------------------------- */

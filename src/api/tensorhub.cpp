@@ -30,7 +30,7 @@ struct th_replica {
 };
 
 struct th_cancel {
-    th::CancelToken token;
+    std::shared_ptr<th::CancelToken> token = std::make_shared<th::CancelToken>();
 };
 
 namespace {
@@ -110,7 +110,7 @@ th::FetchRequest fetch_request(const th_fetch_config &c) {
     req.shard = c.shard;
     req.timeout_ms = c.timeout_ms;
     req.verify = static_cast<th_verify>(verify);
-    if (c.cancel) req.cancel = &c.cancel->token;
+    if (c.cancel) req.cancel = c.cancel->token.get();
     if (c.progress) {
         auto progress = c.progress;
         void *user_data = c.progress_user_data;
@@ -192,15 +192,15 @@ th_status th_cancel_create_linked(const th_cancel *parent, th_cancel **out) {
     return th::guard([&] {
         if (out == nullptr) fail(TH_ERR_INVALID_ARG, "out is NULL");
         *out = new th_cancel;
-        if (parent != nullptr) (*out)->token.parent = &parent->token;
+        if (parent != nullptr) (*out)->token->parent = parent->token;
     });
 }
 
 void th_cancel_signal(th_cancel *cancel) {
-    if (cancel != nullptr) cancel->token.own.store(true, std::memory_order_release);
+    if (cancel != nullptr) cancel->token->own.store(true, std::memory_order_release);
 }
 
-int th_cancel_signalled(const th_cancel *cancel) { return cancel != nullptr && cancel->token.signalled() ? 1 : 0; }
+int th_cancel_signalled(const th_cancel *cancel) { return cancel != nullptr && cancel->token->signalled() ? 1 : 0; }
 
 void th_cancel_destroy(th_cancel *cancel) { delete cancel; }
 
@@ -515,7 +515,7 @@ th_status th_wait_for_version_cancelable(th_client *client, const char *model, u
         if (client == nullptr || model == nullptr || out_version == nullptr)
             fail(TH_ERR_INVALID_ARG, "client, model and out_version must not be NULL");
         *out_version =
-            client->impl->wait_for_version(model, newer_than, timeout_ms, cancel ? &cancel->token : nullptr);
+            client->impl->wait_for_version(model, newer_than, timeout_ms, cancel ? cancel->token.get() : nullptr);
     });
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 namespace th {
 
@@ -35,14 +36,14 @@ class Deadline {
 
 // A caller's cancel token (th_cancel): signalled by another thread, looked
 // at where the deadline is. Signalled too when its parent is (a token made
-// for one operation among the several its parent ends); a parent outlives
-// its children.
+// for one operation among the several its parent ends); a child shares its
+// parent, so either may go first.
 struct CancelToken {
     std::atomic<bool> own{false};
-    const CancelToken *parent = nullptr;
+    std::shared_ptr<const CancelToken> parent;
 
     bool signalled() const {
-        for (const CancelToken *t = this; t != nullptr; t = t->parent)
+        for (const CancelToken *t = this; t != nullptr; t = t->parent.get())
             if (t->own.load(std::memory_order_acquire)) return true;
         return false;
     }

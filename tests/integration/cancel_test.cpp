@@ -57,7 +57,8 @@ TEST(Cancel, TheTokenSaysWhetherItWasSignalled) {
     EXPECT_STREQ(th_status_str(TH_ERR_CANCELED), "canceled");
 }
 
-// A linked token: signalled with its parent, alone without it.
+// A linked token: signalled with its parent, alone without it; either may
+// be destroyed first.
 TEST(Cancel, ALinkedTokenEndsWithItsParentButNotItsParentWithIt) {
     Token parent;
     th_cancel *one = nullptr, *two = nullptr, *grandchild = nullptr, *plain = nullptr;
@@ -73,11 +74,27 @@ TEST(Cancel, ALinkedTokenEndsWithItsParentButNotItsParentWithIt) {
     EXPECT_EQ(th_cancel_signalled(two), 0);
     EXPECT_EQ(th_cancel_signalled(grandchild), 0);
 
+    th_cancel_destroy(two);  // the grandchild still hears its grandparent
     th_cancel_signal(parent.c);  // they all end
-    EXPECT_EQ(th_cancel_signalled(two), 1);
     EXPECT_EQ(th_cancel_signalled(grandchild), 1);
     EXPECT_EQ(th_cancel_signalled(plain), 0);
-    for (th_cancel *t : {grandchild, two, one, plain}) th_cancel_destroy(t);
+    for (th_cancel *t : {grandchild, one, plain}) th_cancel_destroy(t);
+
+    // Either may go first: a child outlives its parent (signalled or not).
+    th_cancel *p = nullptr, *signalled_child = nullptr, *quiet_child = nullptr, *quiet_parent = nullptr;
+    ASSERT_EQ(th_cancel_create(&p), TH_OK);
+    ASSERT_EQ(th_cancel_create_linked(p, &signalled_child), TH_OK);
+    ASSERT_EQ(th_cancel_create(&quiet_parent), TH_OK);
+    ASSERT_EQ(th_cancel_create_linked(quiet_parent, &quiet_child), TH_OK);
+    th_cancel_signal(p);
+    th_cancel_destroy(p);
+    th_cancel_destroy(quiet_parent);
+    EXPECT_EQ(th_cancel_signalled(signalled_child), 1);
+    EXPECT_EQ(th_cancel_signalled(quiet_child), 0);
+    th_cancel_signal(quiet_child);
+    EXPECT_EQ(th_cancel_signalled(quiet_child), 1);
+    th_cancel_destroy(signalled_child);
+    th_cancel_destroy(quiet_child);
 }
 
 TEST(Cancel, ATokenSignalledBeforeTheFetchEndsItBeforeItsFirstRead) {

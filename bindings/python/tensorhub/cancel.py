@@ -20,15 +20,14 @@ class Cancel:
     one for the next fetch. One token may be given to several fetches.
 
     Cancel(parent=token) makes a token that is canceled too when `parent`
-    is (it keeps `parent` alive), while canceling it leaves `parent` alone:
-    for one fetch among the several a shutdown token ends.
+    is, while canceling it leaves `parent` alone: for one fetch among the
+    several a shutdown token ends.
     """
 
     def __init__(self, parent: Cancel | None = None) -> None:
         out = ctypes.c_void_p()
         check(lib.th_cancel_create_linked(None if parent is None else parent._pointer, ctypes.byref(out)))
         self._ptr: int | None = out.value
-        self._parent = parent  # destroyed after this one
 
     def cancel(self) -> None:
         """Cancels the fetches it was given to. Idempotent; never blocks."""

@@ -58,11 +58,11 @@ fn a_child_token_is_canceled_with_its_parent_but_not_its_parent_with_it() {
     let shutdown = Cancel::new().unwrap();
     let (one, two) = (shutdown.child().unwrap(), shutdown.child().unwrap());
     let grandchild = two.child().unwrap();
-    drop(two); // the grandchild keeps what it is linked to alive
+    drop(two); // either may be dropped first
     one.cancel();
     assert!(one.is_canceled() && !shutdown.is_canceled() && !grandchild.is_canceled());
 
-    drop(shutdown); // likewise
+    drop(shutdown); // likewise: the grandchild is on its own now
     let mut dst = vec![0u8; src.len()];
     let request = FetchRequest { cancel: Some(&grandchild), ..FetchRequest::new("m") };
     let (version, _) = c.reader.fetch_with(&request, &mut [TensorMut::bytes("w0", &mut dst)], false).unwrap();
