@@ -501,49 +501,58 @@ void ServerSession::wait_for_commit(const std::string &model, uint64_t newer_tha
 // so that the server rebuilds its view from the workers, which hold the truth.
 bool ServerSession::reregister(const Deadline &deadline, uint64_t since) {
     std::shared_ptr<RpcClient> at = rpc();
-    auto declaring = [this](bool on) {
-        {
-            std::lock_guard lk(declaring_mu_);
-            if (on == (declaring_seq_ % 2 == 1)) return;
-            declaring_seq_++;
+    // The window after_declarations() waits out: opened just before the
+    // Hello, closed however the declarations end.
+    struct Declaring {
+        ServerSession &s;
+        bool open = false;
+        void begin() {
+            std::lock_guard lk(s.declaring_mu_);
+            s.declaring_seq_++;
+            open = true;
         }
-        if (!on) declaring_cv_.notify_all();
+        ~Declaring() {
+            if (!open) return;
+            {
+                std::lock_guard lk(s.declaring_mu_);
+                s.declaring_seq_++;
+            }
+            s.declaring_cv_.notify_all();
+        }
     };
     try {
         bool said_hello = false;
-        // Registrations take turns (the listener's lock): a later one sees
-        // whether an earlier one did its work.
-        listener_->register_again(
-            [&] {
-                if (since != kEveryTime) {
-                    {
-                        std::lock_guard lk(hello_mu_);
-                        if (registrations_ != since && hello_rpc_ == at) return false;
+        {
+            Declaring window{*this};
+            // Registrations take turns (the listener's lock): a later one
+            // sees whether an earlier one did its work.
+            listener_->register_again(
+                [&] {
+                    if (since != kEveryTime) {
+                        {
+                            std::lock_guard lk(hello_mu_);
+                            if (registrations_ != since && hello_rpc_ == at) return false;
+                        }
+                        TH_LOG(Warn, "the server (", at->url(), ") does not know this worker; registering again");
                     }
-                    TH_LOG(Warn, "the server (", at->url(), ") does not know this worker; registering again");
-                }
-                // Holders re-declare within a heartbeat plus a call's timeout of
-                // noticing; those that have not by the end of a lease are gone
-                // anyway. Set before the Hello: other threads may reach the new
-                // server as soon as it is sent.
-                rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
-                declaring(true);
-                hello(deadline);
-                return said_hello = true;
-            },
-            deadline);
-        declaring(false);
+                    // Holders re-declare within a heartbeat plus a call's
+                    // timeout of noticing; those that have not by the end of a
+                    // lease are gone anyway. Set before the Hello: other
+                    // threads may reach the new server as soon as it is sent.
+                    rebuilt_by_ = Clock::now() + std::chrono::milliseconds(lease_ms_.load() + cfg_.timeout_ms);
+                    window.begin();
+                    hello(deadline);
+                    return said_hello = true;
+                },
+                deadline);
+        }
         if (said_hello) resend_reports(deadline);
         return true;
     } catch (const LeftServerAlive &e) {
-        declaring(false);
         // Our calls to the server we left were slow, not lost: moving on
         // would split the workers between two servers.
         go_back(at, e.what());
         return false;
-    } catch (...) {
-        declaring(false);
-        throw;
     }
 }
 
