@@ -46,9 +46,9 @@ pub struct FetchRequest<'s> {
     /// readers relaying from this one) waits for it: keep it quick. A panic in
     /// it stops the calls, cancels the fetch (as a [`Cancel`] would; `cancel`
     /// itself is left alone) and resumes in the caller once the fetch
-    /// returned (a serving fetch's replica released first). `Sync` keeps a request
-    /// shareable between threads; use atomics or a `Mutex` for its state
-    /// (uncontended: only the fetching thread calls it).
+    /// returned (a serving fetch's replica released first). `Sync` keeps a
+    /// request shareable between threads; use atomics or a `Mutex` for its
+    /// state (uncontended: only the fetching thread calls it).
     pub progress: Option<&'s (dyn Fn(u64, u64) + Sync)>,
     /// The least time between two `progress` calls (`Duration::ZERO`:
     /// whenever bytes may have arrived). `None`: the library's default
@@ -122,10 +122,9 @@ struct ProgressHook<'a> {
 
 impl<'a> ProgressHook<'a> {
     fn new(request: &FetchRequest<'a>) -> Result<Self> {
-        let stop = match (request.progress, request.cancel) {
-            (None, _) => None,
-            (Some(_), Some(cancel)) => Some(cancel.child()?),
-            (Some(_), None) => Some(Cancel::new()?),
+        let stop = match request.progress {
+            Some(_) => Some(request.cancel.map_or_else(Cancel::new, Cancel::child)?),
+            None => None,
         };
         Ok(ProgressHook { callback: request.progress, panic: RefCell::new(None), stop })
     }

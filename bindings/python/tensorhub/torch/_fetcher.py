@@ -87,16 +87,19 @@ class _NewestGone:
         """After `e` ended the attempt at `version`: returns to try again,
         or raises (a version asked for by number, the deadline passed, or
         an error that does not say the version went away)."""
-        gone = isinstance(e, VersionNotFound) or isinstance(e, Unavailable)
+        gone = isinstance(e, (VersionNotFound, Unavailable))
         if self._asked != LATEST or not gone or time.monotonic() >= self._deadline:
             raise _torn(e, self._what) if written else e
         self._gone = (version, e, written)
 
-    def check(self, resolved: int) -> None:
-        """Raises what ended the last attempt when no newer version came."""
+    def resolve(self, client: Client, model: str) -> int:
+        """The version asked for, resolved for the next attempt; raises what
+        ended the last attempt when no newer version came since."""
+        resolved = client.resolve(model, self._asked)
         if self._gone is not None and resolved <= self._gone[0]:
             _, e, written = self._gone
             raise _torn(e, self._what) if written else e
+        return resolved
 
     def timed_out(self, e: TensorHubError) -> TensorHubError:
         """`e`, torn if an earlier attempt may have written bytes."""
@@ -171,8 +174,7 @@ class _Fetcher:
         while True:
             # Resolve once per attempt, then fetch that exact version: the
             # plan, the fetch and the digests all speak of the same one.
-            target = self._client.resolve(self.model, version)
-            newest.check(target)
+            target = newest.resolve(self._client, self.model)
             try:
                 plan = plan_for(target, fresh)
             except VersionNotFound as e:

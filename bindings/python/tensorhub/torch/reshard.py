@@ -107,8 +107,7 @@ class ReshardingReceiver:
         deadline = time.monotonic() + timeout
         newest = _NewestGone(version, deadline, f"this rank's tensors of '{self.model}'")
         while True:
-            target = self._client.resolve(self.model, version)
-            newest.check(target)
+            target = newest.resolve(self._client, self.model)
             try:
                 plan = self._plan_for(target)
             except VersionNotFound as e:
